@@ -1,0 +1,18 @@
+"""evjax: JAX primitives for event-driven (spiking) computation, complete under
+``jit``, ``grad``, ``jvp`` and ``vmap``.
+"""
+from . import config, rules
+from .config import set_backend, use_backend
+from .numba_kernel import numba_kernel
+from .xla_custom_kernel import XLACustomKernel
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "XLACustomKernel",
+    "config",
+    "numba_kernel",
+    "rules",
+    "set_backend",
+    "use_backend",
+]

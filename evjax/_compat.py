@@ -1,0 +1,71 @@
+"""The one module of evjax that touches JAX internals.
+
+Everything else in the package imports JAX's private or semi-private names
+from here, so that a JAX upgrade breaks (at most) this file.
+"""
+from __future__ import annotations
+
+import jax
+from jax.interpreters import ad, batching, mlir
+
+try:  # jax >= 0.4.36
+    from jax.extend.core import Primitive
+except ImportError:  # pragma: no cover - older jax
+    from jax.core import Primitive  # type: ignore
+
+from jax._src import core as _core
+from jax._src import dispatch as _dispatch
+
+ShapedArray = _core.ShapedArray
+Tracer = _core.Tracer
+get_aval = jax.typeof if hasattr(jax, "typeof") else _core.get_aval
+float0 = jax.dtypes.float0
+
+UndefinedPrimal = ad.UndefinedPrimal
+Zero = ad.Zero
+is_undefined_primal = ad.is_undefined_primal
+instantiate_zeros = ad.instantiate_zeros
+primitive_jvps = ad.primitive_jvps
+primitive_transposes = ad.primitive_transposes
+
+not_mapped = None  # jax marks an unbatched operand with a batch axis of None
+primitive_batchers = batching.primitive_batchers
+
+lower_fun = mlir.lower_fun
+register_lowering = mlir.register_lowering
+
+
+def apply_primitive(prim, *args, **params):
+    """Eager evaluation of ``prim`` (compile-and-run one op)."""
+    return _dispatch.apply_primitive(prim, *args, **params)
+
+
+def zeros_like_aval(aval):
+    """A concrete zero array for ``aval`` (float0 for integer/bool avals)."""
+    import numpy as np
+    import jax.numpy as jnp
+
+    if jax.dtypes.issubdtype(aval.dtype, np.inexact):
+        return jnp.zeros(aval.shape, aval.dtype)
+    return np.zeros(aval.shape, float0)
+
+
+def symbolic_zero(aval):
+    """A symbolic-zero tangent for ``aval``."""
+    return Zero(aval.to_tangent_aval())
+
+
+def ffi_api_header_version() -> tuple[int, int]:
+    """(major, minor) of the XLA FFI C API in the installed jaxlib headers."""
+    import os
+    import re
+
+    header = os.path.join(jax.ffi.include_dir(), "xla", "ffi", "api", "c_api.h")
+    try:
+        with open(header) as f:
+            text = f.read()
+        major = int(re.search(r"#define XLA_FFI_API_MAJOR (\d+)", text).group(1))
+        minor = int(re.search(r"#define XLA_FFI_API_MINOR (\d+)", text).group(1))
+        return major, minor
+    except (OSError, AttributeError):  # pragma: no cover - header missing
+        return 0, 1

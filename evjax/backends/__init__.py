@@ -1,0 +1,1 @@
+"""Bridges from kernel languages (Numba CPU, Numba CUDA, Warp) to the XLA FFI."""

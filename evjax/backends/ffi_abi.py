@@ -1,0 +1,193 @@
+"""Decoding the typed XLA FFI call frame, shared by every backend bridge.
+
+The offsets are those of ``xla/ffi/api/c_api.h`` on LP64 platforms (checked
+against jaxlib's shipped header, API 0.x).  Two views of the same ABI live here:
+
+* Numba intrinsics (``load_i64`` ...) for handlers that are compiled code, so a
+  call runs no Python at all;
+* a ``ctypes`` decoder (:func:`decode_frame`) for the rare Python paths: error
+  reporting and backends whose launch needs Python.
+"""
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+
+import numpy as np
+
+# --- XLA_FFI_CallFrame ------------------------------------------------------
+FRAME_EXTENSION_START = 8
+FRAME_API = 16
+FRAME_CTX = 24
+FRAME_STAGE = 32
+FRAME_ARGS_SIZE = 56
+FRAME_ARGS_TYPES = 64
+FRAME_ARGS = 72
+FRAME_RETS_SIZE = 96
+FRAME_RETS_TYPES = 104
+FRAME_RETS = 112
+FRAME_ATTRS_SIZE = 136
+FRAME_ATTRS_NAMES = 152
+FRAME_ATTRS = 160
+STAGE_EXECUTE = 3
+
+# --- XLA_FFI_Buffer ---------------------------------------------------------
+BUFFER_DTYPE = 16
+BUFFER_DATA = 24
+BUFFER_RANK = 32
+BUFFER_DIMS = 40
+
+# --- Metadata extension -----------------------------------------------------
+EXT_TYPE = 8
+EXT_TYPE_METADATA = 1
+EXT_METADATA_PTR = 24
+METADATA_API_MAJOR = 24
+METADATA_API_MINOR = 28
+METADATA_TRAITS = 32
+TRAIT_COMMAND_BUFFER_COMPATIBLE = 1
+
+# --- XLA_FFI_Api ------------------------------------------------------------
+API_VERSION_MAJOR = 32
+API_VERSION_MINOR = 36
+API_ERROR_CREATE = 48
+API_STREAM_GET = 80
+ERROR_CREATE_ARGS_SIZE = 28  # XLA_FFI_STRUCT_SIZE(XLA_FFI_Error_Create_Args, errc)
+STREAM_GET_ARGS_SIZE = 32  # XLA_FFI_STRUCT_SIZE(XLA_FFI_Stream_Get_Args, stream)
+ERRC_INVALID_ARGUMENT = 3
+ERRC_INTERNAL = 13
+
+# XLA_FFI_DataType codes <-> numpy dtypes.
+FFI_DTYPE_CODES: dict[np.dtype, int] = {
+    np.dtype(np.bool_): 1,
+    np.dtype(np.int8): 2,
+    np.dtype(np.int16): 3,
+    np.dtype(np.int32): 4,
+    np.dtype(np.int64): 5,
+    np.dtype(np.uint8): 6,
+    np.dtype(np.uint16): 7,
+    np.dtype(np.uint32): 8,
+    np.dtype(np.uint64): 9,
+    np.dtype(np.float16): 10,
+    np.dtype(np.float32): 11,
+    np.dtype(np.float64): 12,
+    np.dtype(np.complex64): 15,
+    np.dtype(np.complex128): 18,
+}
+CODE_TO_DTYPE = {code: dt for dt, code in FFI_DTYPE_CODES.items()}
+
+
+# --------------------------------------------------------------------------
+# ctypes view (Python paths only)
+# --------------------------------------------------------------------------
+def _i64(addr: int) -> int:
+    return ctypes.c_int64.from_address(addr).value
+
+
+def _i32(addr: int) -> int:
+    return ctypes.c_int32.from_address(addr).value
+
+
+@dataclass
+class BufferView:
+    """One decoded ``XLA_FFI_Buffer``."""
+
+    dtype: np.dtype
+    data: int
+    shape: tuple[int, ...]
+
+    def as_numpy(self) -> np.ndarray:
+        """A zero-copy numpy view of a host buffer."""
+        count = int(np.prod(self.shape, dtype=np.int64))
+        if count == 0 or self.data == 0:
+            return np.zeros(self.shape, self.dtype)
+        raw = (ctypes.c_char * (count * self.dtype.itemsize)).from_address(self.data)
+        return np.frombuffer(raw, dtype=self.dtype).reshape(self.shape)
+
+
+def _decode_buffers(frame: int, size_off: int, ptrs_off: int) -> list[BufferView]:
+    count = _i64(frame + size_off)
+    ptrs = _i64(frame + ptrs_off)
+    out = []
+    for k in range(count):
+        buf = _i64(ptrs + 8 * k)
+        rank = _i64(buf + BUFFER_RANK)
+        dims = _i64(buf + BUFFER_DIMS)
+        shape = tuple(_i64(dims + 8 * d) for d in range(rank))
+        dtype = CODE_TO_DTYPE.get(_i32(buf + BUFFER_DTYPE), np.dtype(np.uint8))
+        out.append(BufferView(dtype, _i64(buf + BUFFER_DATA), shape))
+    return out
+
+
+def decode_frame(frame: int) -> tuple[list[BufferView], list[BufferView]]:
+    """Decode the argument and result buffers of a call frame (ctypes)."""
+    return (
+        _decode_buffers(frame, FRAME_ARGS_SIZE, FRAME_ARGS),
+        _decode_buffers(frame, FRAME_RETS_SIZE, FRAME_RETS),
+    )
+
+
+class _ErrorCreateArgs(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("extension_start", ctypes.c_void_p),
+        ("message", ctypes.c_char_p),
+        ("errc", ctypes.c_int32),
+    ]
+
+
+_ERROR_CREATE = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)
+
+
+def make_error(frame: int, message: str, errc: int = ERRC_INTERNAL) -> int:
+    """Create an ``XLA_FFI_Error*`` carrying ``message`` through the frame's API."""
+    api = _i64(frame + FRAME_API)
+    create = _ERROR_CREATE(_i64(api + API_ERROR_CREATE))
+    args = _ErrorCreateArgs(ERROR_CREATE_ARGS_SIZE, None, message.encode("utf-8", "replace"), errc)
+    return int(create(ctypes.addressof(args)) or 0)
+
+
+class _StreamGetArgs(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("extension_start", ctypes.c_void_p),
+        ("ctx", ctypes.c_void_p),
+        ("stream", ctypes.c_void_p),
+    ]
+
+
+_STREAM_GET = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)
+
+
+def get_stream(frame: int) -> tuple[int, int]:
+    """Return ``(stream, error)`` for the frame's execution context (GPU only)."""
+    api = _i64(frame + FRAME_API)
+    args = _StreamGetArgs(STREAM_GET_ARGS_SIZE, None, _i64(frame + FRAME_CTX), None)
+    err = _STREAM_GET(_i64(api + API_STREAM_GET))(ctypes.addressof(args))
+    return int(args.stream or 0), int(err or 0)
+
+
+def answer_metadata_query(frame: int, traits: int = 0) -> bool:
+    """Fill the metadata extension if this call is XLA's metadata query."""
+    from .._compat import ffi_api_header_version
+
+    ext = _i64(frame + FRAME_EXTENSION_START)
+    if ext == 0 or _i32(ext + EXT_TYPE) != EXT_TYPE_METADATA:
+        return False
+    metadata = _i64(ext + EXT_METADATA_PTR)
+    api = _i64(frame + FRAME_API)
+    if api:
+        major, minor = _i32(api + API_VERSION_MAJOR), _i32(api + API_VERSION_MINOR)
+    else:
+        major, minor = ffi_api_header_version()
+    ctypes.c_int32.from_address(metadata + METADATA_API_MAJOR).value = major
+    ctypes.c_int32.from_address(metadata + METADATA_API_MINOR).value = minor
+    ctypes.c_uint32.from_address(metadata + METADATA_TRAITS).value = traits
+    return True
+
+
+def frame_stage(frame: int) -> int:
+    return _i32(frame + FRAME_STAGE)
+
+
+# Signature of a C handler: XLA_FFI_Error* handler(XLA_FFI_CallFrame*).
+HANDLER_CFUNCTYPE = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)

@@ -1,0 +1,177 @@
+"""``numba_kernel``: call an ``@numba.njit`` kernel from JAX on CPU."""
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable, Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .backends import numba_cpu
+from .outs import normalize_outs
+
+VMAP_METHODS = ("sequential", "sequential_unrolled", "expand_dims", "broadcast_all", "legacy_vectorized")
+
+
+def _check_njit(kernel) -> None:
+    try:
+        from numba.core.registry import CPUDispatcher
+    except ImportError as exc:  # pragma: no cover - numba is a dependency
+        raise ImportError("evjax.numba_kernel needs numba: `pip install numba`") from exc
+    if not isinstance(kernel, CPUDispatcher):
+        kind = type(kernel).__name__
+        raise TypeError(
+            f"numba_kernel expects a function decorated with @numba.njit, got {kind} "
+            f"{getattr(kernel, '__name__', kernel)!r}. Decorate it: `@numba.njit def kernel(*ins, *outs): ...` "
+            f"(for GPU kernels use evjax.numba_cuda_kernel)."
+        )
+
+
+def _positional_arity(py_func) -> int | None:
+    params = inspect.signature(py_func).parameters.values()
+    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
+        return None
+    return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
+
+
+def _declared_signature_error(kernel, arg_types: list[tuple[np.dtype, int]]) -> str | None:
+    """If the kernel was compiled with explicit signatures only, check against them."""
+    if getattr(kernel, "_can_compile", True) or not kernel.signatures:
+        return None
+    from numba import types
+
+    for signature in kernel.signatures:
+        if len(signature) != len(arg_types):
+            continue
+        if all(
+            isinstance(t, types.Array) and np.dtype(str(t.dtype)) == dt and t.ndim == nd
+            for t, (dt, nd) in zip(signature, arg_types)
+        ):
+            return None
+    given = ", ".join(f"{dt}[{nd}d]" for dt, nd in arg_types)
+    declared = "; ".join(str(s) for s in kernel.signatures)
+    return (
+        f"numba kernel '{kernel.__name__}' was declared with signatures ({declared}) but is called "
+        f"with inputs+outputs ({given}). Pass arrays of the declared dtypes and ranks, or fix `outs`."
+    )
+
+
+class NumbaKernelCall:
+    """The JAX-callable returned by :func:`numba_kernel`."""
+
+    def __init__(self, kernel, outs, single: bool, vmap_method, input_output_aliases):
+        self.kernel = kernel
+        self.outs = outs
+        self.single = single
+        self.vmap_method = vmap_method or "sequential"
+        self.input_output_aliases = dict(input_output_aliases or {})
+        self._arity = _positional_arity(kernel.py_func)
+        self._call = jax.custom_jvp(self._forward)
+        self._call.defjvp(self._no_jvp)
+
+    def __repr__(self) -> str:
+        return f"numba_kernel({self.kernel.__name__}, outs={list(self.outs)})"
+
+    def _no_jvp(self, primals, tangents):
+        raise TypeError(
+            f"numba_kernel({self.kernel.__name__!r}) has no differentiation rule: a raw kernel is not "
+            f"differentiable. Wrap it in an evjax.XLACustomKernel and add rules with "
+            f"op.def_jvp_rule(...) / op.def_transpose_rule(...) (see evjax.rules.ad for helpers), "
+            f"or wrap the call in jax.custom_jvp / jax.custom_vjp."
+        )
+
+    def _check(self, args) -> list[tuple[np.dtype, int]]:
+        name = self.kernel.__name__
+        n_in, n_out = len(args), len(self.outs)
+        if self._arity is not None and self._arity != n_in + n_out:
+            raise TypeError(
+                f"numba kernel '{name}' takes {self._arity} arrays (inputs then outputs) but was called "
+                f"with {n_in} inputs and {n_out} outputs from `outs`. Pass {self._arity - n_out} inputs, "
+                f"or give `outs` {self._arity - n_in} entries."
+            )
+        types = []
+        for i, a in enumerate(list(args) + list(self.outs)):
+            dt = np.dtype(a.dtype)
+            if dt not in numba_cpu.NUMBA_TYPE_NAMES:
+                what = f"input {i}" if i < n_in else f"output {i - n_in}"
+                raise TypeError(
+                    f"numba kernel '{name}': {what} has dtype {dt}, which numba cannot take. Supported: "
+                    f"{', '.join(sorted(str(d) for d in numba_cpu.NUMBA_TYPE_NAMES))}."
+                )
+            types.append((dt, len(a.shape)))
+        message = _declared_signature_error(self.kernel, types)
+        if message:
+            raise TypeError(message)
+        for i_in, i_out in self.input_output_aliases.items():
+            if not (0 <= i_in < n_in and 0 <= i_out < n_out):
+                raise ValueError(
+                    f"input_output_aliases {{{i_in}: {i_out}}} is out of range for {n_in} inputs and "
+                    f"{n_out} outputs."
+                )
+            a, o = args[i_in], self.outs[i_out]
+            if tuple(a.shape) != tuple(o.shape) or np.dtype(a.dtype) != np.dtype(o.dtype):
+                raise ValueError(
+                    f"input_output_aliases: input {i_in} ({a.dtype}{list(a.shape)}) must match output "
+                    f"{i_out} ({o.dtype}{list(o.shape)}) in shape and dtype."
+                )
+        return types
+
+    def _forward(self, *args):
+        types = self._check(args)
+        n_in = len(args)
+        handler = numba_cpu.get_handler(self.kernel, types[:n_in], types[n_in:])
+        call = jax.ffi.ffi_call(
+            handler.target_name,
+            list(self.outs),
+            vmap_method=self.vmap_method,
+            input_output_aliases=self.input_output_aliases or None,
+        )
+        return tuple(call(*args))
+
+    def __call__(self, *args):
+        args = [a if isinstance(a, jax.Array) or hasattr(a, "aval") else jnp.asarray(a) for a in args]
+        results = self._call(*args)
+        return results[0] if self.single else results
+
+
+def numba_kernel(
+    kernel: Callable,
+    outs: jax.ShapeDtypeStruct | Sequence[jax.ShapeDtypeStruct],
+    *,
+    vmap_method: str | None = None,
+    input_output_aliases: Mapping[int, int] | None = None,
+) -> Callable[..., Any]:
+    """Make an ``@numba.njit`` CPU kernel callable from JAX.
+
+    The kernel takes its inputs, then its outputs, as arrays and writes the
+    outputs in place; it returns nothing.  The call goes through the XLA FFI to
+    a compiled handler (a ``numba.cfunc``), so no Python runs per call.
+
+    Args:
+        kernel: a function decorated with ``@numba.njit`` (``parallel=True`` with
+            ``numba.prange`` is fine).
+        outs: one ``jax.ShapeDtypeStruct`` (the call returns one array) or a
+            sequence of them (the call returns a tuple).
+        vmap_method: how ``jax.vmap`` treats the call. ``None`` (default) runs a
+            correct sequential loop over the batch; any ``jax.ffi.ffi_call``
+            method name is honoured.
+        input_output_aliases: ``{input_index: output_index}`` for outputs
+            written in place into an input's buffer.
+
+    Returns:
+        A function of JAX arrays that returns the output array(s). It works
+        under ``jax.jit`` and ``jax.vmap``. For ``jax.grad`` wrap the kernel in
+        an :class:`evjax.XLACustomKernel` with rules.
+
+    Raises:
+        TypeError: ``kernel`` is not ``@numba.njit``, ``outs`` are not
+            ``ShapeDtypeStruct``s, or a call's arity or dtypes contradict the
+            kernel.
+        ValueError: an unknown ``vmap_method`` or bad ``input_output_aliases``.
+    """
+    _check_njit(kernel)
+    out_structs, single = normalize_outs(outs, who="numba_kernel")
+    if vmap_method is not None and vmap_method not in VMAP_METHODS:
+        raise ValueError(f"numba_kernel: unknown vmap_method {vmap_method!r}; use one of {VMAP_METHODS}.")
+    return NumbaKernelCall(kernel, out_structs, single, vmap_method, input_output_aliases)

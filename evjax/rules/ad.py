@@ -1,0 +1,117 @@
+"""Helpers for JVP and transpose rules: linear arguments and symbolic zeros."""
+from __future__ import annotations
+
+from typing import Callable, Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import _compat
+
+UndefinedPrimal = _compat.UndefinedPrimal
+Zero = _compat.Zero
+
+
+def is_zero(tangent) -> bool:
+    """Whether ``tangent`` is a symbolic zero (the input does not vary)."""
+    return type(tangent) is Zero
+
+
+def is_undefined(x) -> bool:
+    """Whether ``x`` is a linear input of a transpose rule (an UndefinedPrimal)."""
+    return _compat.is_undefined_primal(x)
+
+
+def aval_of(x):
+    """The abstract value of an array, tracer or UndefinedPrimal."""
+    if is_undefined(x):
+        return x.aval
+    return jax.typeof(x) if hasattr(jax, "typeof") else jax.core.get_aval(x)
+
+
+def instantiate(tangent, like):
+    """Replace a symbolic zero by a zero array shaped like ``like`` (aval or struct)."""
+    if is_zero(tangent):
+        return jnp.zeros(like.shape, like.dtype)
+    return tangent
+
+
+def zero_tangents(outs: Sequence) -> list:
+    """Symbolic-zero tangents for outputs described by ``outs``."""
+    return [Zero(_compat.ShapedArray(o.shape, o.dtype).to_tangent_aval()) for o in outs]
+
+
+def float0_zero(x):
+    """A float0 zero cotangent for an integer/bool operand (indices, indptr, events)."""
+    return np.zeros(aval_of(x).shape, _compat.float0)
+
+
+def apply_per_input_jvp(op_name, primitive, rules, primals, tangents, *, outs, **params):
+    """Evaluate per-input JVP rules and add their contributions.
+
+    Maths: for y = f(x_1, ..., x_n),  dy = sum_i (df/dx_i) . dx_i ; the term of
+    an input whose tangent is a symbolic zero, or whose rule is ``None``, is 0.
+    """
+    if len(rules) != len(primals):
+        raise ValueError(
+            f"op '{op_name}' has {len(rules)} per-input JVP rules but was called with {len(primals)} "
+            f"operands; give exactly one rule (or None) per operand"
+        )
+    primals_out = primitive.bind(*primals, outs=outs, **params)
+    total = None
+    for rule, tangent in zip(rules, tangents):
+        if rule is None or is_zero(tangent):
+            continue
+        term = rule(tangent, *primals, outs=outs, **params)
+        term = list(term) if isinstance(term, (list, tuple)) else [term]
+        total = term if total is None else [a + b for a, b in zip(total, term)]
+    return primals_out, (zero_tangents(outs) if total is None else total)
+
+
+def linear_jvp_rules(op, n_args: int, linear_argnums: Sequence[int]) -> tuple:
+    """Per-input JVP rules for an op that is linear in each of ``linear_argnums``.
+
+    Maths: if f is linear in x_i (others fixed), df/dx_i . t = f(..., t, ...),
+    i.e. the op itself applied with the tangent in place of x_i.  Arguments not
+    listed (indices, events) get ``None``: no derivative.
+
+    Use as ``op.def_jvp_rule2(*linear_jvp_rules(op, 4, (0, 3)))``.
+    """
+
+    def rule_for(i: int) -> Callable:
+        def rule(tangent, *primals, outs, **params):
+            args = list(primals)
+            args[i] = tangent
+            return op.primitive.bind(*args, outs=outs, **params)
+
+        return rule
+
+    return tuple(rule_for(i) if i in linear_argnums else None for i in range(n_args))
+
+
+def linear_transpose_rule(per_argument: Mapping[int, Callable]) -> Callable:
+    """A transpose rule from one function per linear argument.
+
+    ``per_argument[i](cotangents, *args, outs=..., **params)`` returns the
+    cotangent of argument ``i`` (it is called only when that argument is
+    undefined, i.e. linear in the traced computation).  Other arguments get
+    ``None``, or a float0 zero when they are undefined integers.
+    """
+
+    def rule(cotangents, *args, outs, **params):
+        result = []
+        for i, arg in enumerate(args):
+            if not is_undefined(arg):
+                result.append(None)
+            elif i in per_argument:
+                result.append(per_argument[i](cotangents, *args, outs=outs, **params))
+            elif not jnp.issubdtype(arg.aval.dtype, jnp.inexact):
+                result.append(None)
+            else:
+                raise NotImplementedError(
+                    f"transpose w.r.t. argument {i} is not defined; the op is not linear in it"
+                )
+        return result
+
+    return rule
