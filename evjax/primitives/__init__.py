@@ -1,0 +1,1 @@
+"""Operator families: one module per family (CSR synaptic ops, neuron dynamics)."""
