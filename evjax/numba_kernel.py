@@ -11,6 +11,11 @@ import numpy as np
 from .backends import numba_cpu
 from .outs import normalize_outs
 
+# numba has no float16 arithmetic on CPU: such buffers reach the kernel as float32
+# (converted by XLA around the call) and results are rounded back to float16.
+_KERNEL_DTYPE = {np.dtype(np.float16): np.dtype(np.float32)}
+SUPPORTED_DTYPES = frozenset(numba_cpu.NUMBA_TYPE_NAMES) | frozenset(_KERNEL_DTYPE)
+
 VMAP_METHODS = ("sequential", "sequential_unrolled", "expand_dims", "broadcast_all", "legacy_vectorized")
 
 
@@ -93,13 +98,13 @@ class NumbaKernelCall:
         types = []
         for i, a in enumerate(list(args) + list(self.outs)):
             dt = np.dtype(a.dtype)
-            if dt not in numba_cpu.NUMBA_TYPE_NAMES:
+            if dt not in SUPPORTED_DTYPES:
                 what = f"input {i}" if i < n_in else f"output {i - n_in}"
                 raise TypeError(
                     f"numba kernel '{name}': {what} has dtype {dt}, which numba cannot take. Supported: "
-                    f"{', '.join(sorted(str(d) for d in numba_cpu.NUMBA_TYPE_NAMES))}."
+                    f"{', '.join(sorted(str(d) for d in SUPPORTED_DTYPES))}."
                 )
-            types.append((dt, len(a.shape)))
+            types.append((_KERNEL_DTYPE.get(dt, dt), len(a.shape)))
         message = _declared_signature_error(self.kernel, types)
         if message:
             raise TypeError(message)
@@ -121,13 +126,16 @@ class NumbaKernelCall:
         types = self._check(args)
         n_in = len(args)
         handler = numba_cpu.get_handler(self.kernel, types[:n_in], types[n_in:])
+        kernel_outs = [jax.ShapeDtypeStruct(o.shape, dt) for o, (dt, _) in zip(self.outs, types[n_in:])]
         call = jax.ffi.ffi_call(
             handler.target_name,
-            list(self.outs),
+            kernel_outs,
             vmap_method=self.vmap_method,
             input_output_aliases=self.input_output_aliases or None,
         )
-        return tuple(call(*args))
+        kernel_args = [a.astype(dt) if a.dtype != dt else a for a, (dt, _) in zip(args, types)]
+        results = call(*kernel_args)
+        return tuple(r.astype(o.dtype) if r.dtype != o.dtype else r for r, o in zip(results, self.outs))
 
     def __call__(self, *args):
         args = [a if isinstance(a, jax.Array) or hasattr(a, "aval") else jnp.asarray(a) for a in args]

@@ -45,6 +45,9 @@ NUMBA_TYPE_NAMES = {
     np.dtype(np.complex128): "complex128",
 }
 
+# Bump when the generated handler code changes, so stale disk caches are never reused.
+HANDLER_FORMAT = 2
+
 _lock = threading.RLock()
 _handlers: dict[tuple, "CompiledHandler"] = {}
 _by_key: dict[int, "CompiledHandler"] = {}
@@ -100,6 +103,8 @@ def _serial_clone(kernel):
 
     options = dict(kernel.targetoptions)
     options["parallel"] = False
+    options.pop("cache", None)  # the on-disk cache entry belongs to the parallel build
+    options.pop("nopython", None)
     return numba.njit(**options)(kernel.py_func)
 
 
@@ -114,6 +119,13 @@ def prepare_kernel(kernel):
             stacklevel=3,
         )
         return _serial_clone(kernel)
+    if kernel.targetoptions.get("parallel"):
+        # A parallel kernel loaded from numba's disk cache and called from the
+        # handler (not through its dispatcher) finds numba's thread pool not
+        # started, and crashes: start it here.
+        from numba.np.ufunc import parallel
+
+        parallel._launch_threads()
     return kernel
 
 
@@ -156,7 +168,10 @@ def _kernel_fingerprint(kernel) -> tuple[str, bool]:
             cacheable = False
             closure.append(f"<{type(value).__name__}@{id(value)}>")
     options = sorted((k, repr(v)) for k, v in kernel.targetoptions.items())
-    text = "\n".join([source, filename, repr(mtime), repr(closure), repr(options), numba.__version__])
+    text = "\n".join([
+        source, filename, repr(mtime), repr(closure), repr(options), numba.__version__,
+        f"format={HANDLER_FORMAT}", f"threadsafe={threadsafe_layer_available()}",
+    ])
     return hashlib.sha1(text.encode()).hexdigest(), cacheable
 
 
@@ -256,7 +271,8 @@ def get_handler(kernel, in_types: Sequence[tuple[np.dtype, int]], out_types, tra
         handler = _handlers.get(signature)
         if handler is not None:
             return handler
-        fingerprint, cacheable = _kernel_fingerprint(kernel)
+        compiled = prepare_kernel(kernel)
+        fingerprint, cacheable = _kernel_fingerprint(compiled)
         source = _module_source(in_types, out_types, cacheable, traits)
         digest = hashlib.sha1((fingerprint + source).encode()).hexdigest()[:20]
         if not cacheable:  # unique per process: never reuse a stale module
@@ -271,7 +287,6 @@ def get_handler(kernel, in_types: Sequence[tuple[np.dtype, int]], out_types, tra
                 f.write(source)
             os.replace(tmp, path)
         key = int(digest[:15], 16)
-        compiled = prepare_kernel(kernel)
         module = _load_module(path, module_name, {"KERNEL": compiled, "KEY": key})
         if not cacheable:
             try:

@@ -1,0 +1,97 @@
+"""Numba kernels shared by the foundation tests (a real module, so their
+handlers are cached on disk between test runs)."""
+import numba
+import numpy as np
+
+
+@numba.njit(cache=True)
+def add_kernel(x, y, out):
+    for i in range(out.size):
+        out[i] = x[i] + y[i]
+
+
+@numba.njit(cache=True)
+def copy_any_rank(x, out):
+    flat_in = x.reshape(x.size)
+    flat_out = out.reshape(out.size)
+    for i in range(flat_out.size):
+        flat_out[i] = flat_in[i]
+
+
+@numba.njit(cache=True)
+def sum_any_rank(x, out):
+    out[0] = x.sum()
+
+
+@numba.njit(parallel=True, cache=True)
+def parallel_scale_kernel(x, s, out):
+    for i in numba.prange(out.size):
+        out[i] = x[i] * s[0]
+
+
+@numba.njit(cache=True)
+def split_kernel(x, doubled, tripled):
+    for i in range(x.size):
+        doubled[i] = x[i] * 2
+        tripled[i] = x[i] * 3
+
+
+@numba.njit(cache=True)
+def gather_kernel(x, idx, out):
+    for i in range(out.size):
+        out[i] = x[idx[i]]
+
+
+@numba.njit(cache=True)
+def increment_in_place(x, out):
+    for i in range(out.size):
+        out[i] = out[i] + 1.0
+
+
+@numba.njit(boundscheck=True, cache=True)
+def overrun_kernel(x, out):
+    for i in range(out.size + 3):
+        out[i] = x[i]
+
+
+@numba.njit(cache=True)
+def raising_kernel(x, out):
+    if x[0] < 0:
+        raise ValueError("x[0] must be non-negative")
+    out[0] = x[0]
+
+
+@numba.njit(parallel=True, cache=True)
+def parallel_raising_kernel(x, out):
+    for i in numba.prange(out.size):
+        if x[i] < 0:
+            raise ValueError("negative entry")
+        out[i] = x[i]
+
+
+@numba.njit("void(float32[:], float32[:])", cache=True)
+def declared_kernel(x, out):
+    for i in range(out.size):
+        out[i] = x[i]
+
+
+def plain_python(x, out):
+    out[:] = x
+
+
+DTYPES = [
+    np.bool_,
+    np.int8,
+    np.int16,
+    np.int32,
+    np.int64,
+    np.uint8,
+    np.uint16,
+    np.uint32,
+    np.uint64,
+    np.float16,
+    np.float32,
+    np.float64,
+    np.complex64,
+    np.complex128,
+]
