@@ -5,6 +5,7 @@ from . import config, rules
 from .config import set_backend, use_backend
 from .numba_kernel import numba_kernel
 from .xla_custom_kernel import XLACustomKernel
+from .warp_kernel import jaxinfo_to_warpinfo, jaxtype_to_warptype, warp_kernel  # Warp imported lazily
 
 __version__ = "0.1.0"
 
@@ -15,4 +16,7 @@ __all__ = [
     "rules",
     "set_backend",
     "use_backend",
+    "warp_kernel",
+    "jaxinfo_to_warpinfo",
+    "jaxtype_to_warptype",
 ]
