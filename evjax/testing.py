@@ -106,6 +106,13 @@ class OpSpec:
     rtol: float | None = None
     atol: float | None = None
 
+    @property
+    def jitted_reference(self) -> Callable:
+        """The reference under ``jax.jit`` (eager jnp would compile op by op)."""
+        if getattr(self, "_jitted_reference", None) is None:
+            self._jitted_reference = jax.jit(self.reference)
+        return self._jitted_reference
+
     def close(self, actual, desired, what: str) -> None:
         assert_close(actual, desired, what=f"{self.name}: {what}", rtol=self.rtol, atol=self.atol)
 
@@ -119,7 +126,7 @@ def _is_low_precision(x) -> bool:
 
 def _reference_call(spec: OpSpec, args):
     upcast = [jnp.asarray(a, jnp.float32) if _is_low_precision(a) else a for a in args]
-    out = spec.reference(*upcast)
+    out = spec.jitted_reference(*upcast)
     dtypes = jax.tree_util.tree_map(lambda o: o.dtype, jax.eval_shape(spec.fn, *args))
     return jax.tree_util.tree_map(lambda o, dt: jnp.asarray(o).astype(dt), out, dtypes)
 
@@ -240,12 +247,13 @@ def _vmap_cases(spec: OpSpec, args):
 def check_vmap(spec: OpSpec, args: Sequence) -> None:
     """vmap over each argument (in_axes 0 and 1; None elsewhere) and over all at once."""
     ref = lambda *a: _reference_call(spec, a)  # noqa: E731
-    for in_axes, batched in _vmap_cases(spec, args):
-        expected = jax.vmap(ref, in_axes=in_axes)(*batched)
-        spec.close(jax.vmap(spec.fn, in_axes=in_axes)(*batched), expected, f"vmap in_axes={in_axes}")
+    for case, (in_axes, batched) in enumerate(_vmap_cases(spec, args)):
+        expected = jax.jit(jax.vmap(ref, in_axes=in_axes))(*batched)
         spec.close(
             jax.jit(jax.vmap(spec.fn, in_axes=in_axes))(*batched), expected, f"jit(vmap) in_axes={in_axes}"
         )
+        if case == 0:  # eager once: the same rules, without jit
+            spec.close(jax.vmap(spec.fn, in_axes=in_axes)(*batched), expected, f"vmap in_axes={in_axes}")
     argnums = list(range(len(args)) if spec.vmap_argnums is None else spec.vmap_argnums)
     if len(argnums) > 1:
         in_axes = [None] * len(args)
@@ -253,8 +261,8 @@ def check_vmap(spec: OpSpec, args: Sequence) -> None:
         for i in argnums:
             in_axes[i] = 0
             batched[i] = _make_batch(spec, i, args[i], 0)
-        expected = jax.vmap(ref, in_axes=in_axes)(*batched)
-        spec.close(jax.vmap(spec.fn, in_axes=in_axes)(*batched), expected, "vmap over all batched args")
+        expected = jax.jit(jax.vmap(ref, in_axes=in_axes))(*batched)
+        spec.close(jax.jit(jax.vmap(spec.fn, in_axes=in_axes))(*batched), expected, "vmap over all batched args")
 
 
 def check_nested_vmap(spec: OpSpec, args: Sequence) -> None:
@@ -271,7 +279,7 @@ def check_nested_vmap(spec: OpSpec, args: Sequence) -> None:
     outer_axes[outer] = 0
     batched[outer] = _make_batch(spec, outer, batched[outer], 0)
     ref = lambda *a: _reference_call(spec, a)  # noqa: E731
-    expected = jax.vmap(jax.vmap(ref, in_axes=inner_axes), in_axes=outer_axes)(*batched)
+    expected = jax.jit(jax.vmap(jax.vmap(ref, in_axes=inner_axes), in_axes=outer_axes))(*batched)
     actual = jax.vmap(jax.vmap(spec.fn, in_axes=inner_axes), in_axes=outer_axes)(*batched)
     spec.close(actual, expected, f"nested vmap (outer arg {outer}, inner arg {inner})")
 
@@ -303,7 +311,7 @@ def check_jit_grad_vmap(spec: OpSpec, args: Sequence, seed: int = 2) -> None:
         return value
 
     x = jnp.asarray(batched[d])
-    spec.close(jax.jit(jax.grad(loss(spec.fn)))(x), jax.grad(loss(ref))(x), "jit(grad(vmap))")
+    spec.close(jax.jit(jax.grad(loss(spec.fn)))(x), jax.jit(jax.grad(loss(ref)))(x), "jit(grad(vmap))")
 
 
 ALL_CHECKS = {

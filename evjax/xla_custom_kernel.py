@@ -172,13 +172,14 @@ class XLACustomKernel:
         return fn
 
     def set_default(self, platform: str, backend: str) -> None:
-        """Make ``backend`` the default on ``platform``."""
+        """Make ``backend`` the default on ``platform`` (clears JAX's compilation caches)."""
         if backend != REFERENCE and backend not in self._kernels.get(platform, {}):
             raise ValueError(
                 f"op '{self.name}' has no backend {backend!r} on {platform}; "
                 f"registered: {sorted(self._kernels.get(platform, {}))}"
             )
         self.defaults[platform] = backend
+        jax.clear_caches()  # compiled calls made before chose their backend under the old default
 
     def backends(self, platform: str) -> list[str]:
         """The backends available on ``platform``, the reference included."""

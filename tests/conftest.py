@@ -1,4 +1,14 @@
-import pytest
+import os
+
+# Tests check results, not speed: compile XLA programs with fewer optimisation
+# passes, which halves compile time on CPU (set EVJAX_TEST_FULL_OPT=1 to keep them).
+if not os.environ.get("EVJAX_TEST_FULL_OPT"):
+    os.environ["XLA_FLAGS"] = (
+        os.environ.get("XLA_FLAGS", "")
+        + " --xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+    ).strip()
+
+import pytest  # noqa: E402
 
 
 def _has_cuda_gpu() -> bool:
