@@ -6,6 +6,9 @@ from .config import set_backend, use_backend
 from .numba_kernel import numba_kernel
 from .xla_custom_kernel import XLACustomKernel
 from .warp_kernel import jaxinfo_to_warpinfo, jaxtype_to_warptype, warp_kernel  # Warp imported lazily
+from . import surrogate  # noqa: E402  (neuron primitives)
+from .primitives.neuron import detect_spikes, exp_trace, lif_step, spike  # noqa: E402
+from .surrogate import SURROGATES, Surrogate, surrogate_grad  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -19,4 +22,13 @@ __all__ = [
     "warp_kernel",
     "jaxinfo_to_warpinfo",
     "jaxtype_to_warptype",
+    # neuron primitives
+    "SURROGATES",
+    "Surrogate",
+    "detect_spikes",
+    "exp_trace",
+    "lif_step",
+    "spike",
+    "surrogate",
+    "surrogate_grad",
 ]

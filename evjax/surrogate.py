@@ -1,0 +1,127 @@
+"""Surrogate derivatives of the Heaviside step, for training spiking networks.
+
+The forward of a spike is the step ``H(x) = 1 if x >= 0 else 0``, whose true
+derivative is zero almost everywhere.  Gradient-based training replaces
+``H'(x)`` by a smooth bump ``g(x)`` whose sharpness is set by ``alpha``:
+
+========================  ==============================================  =======
+name                      ``g(x)``                                        alpha
+========================  ==============================================  =======
+``"sigmoid"``             ``alpha * s * (1 - s)``, ``s = sigmoid(alpha x)``  4.0
+``"fast_sigmoid"``        ``1 / (1 + alpha |x|)**2`` (SuperSpike)          10.0
+``"arctan"``              ``(alpha / 2) / (1 + (pi/2 * alpha * x)**2)``     2.0
+``"triangle"``            ``alpha * max(0, 1 - alpha |x|)``                 1.0
+========================  ==============================================  =======
+
+``sigmoid``, ``arctan`` and ``triangle`` integrate to 1 (they are derivatives
+of a smoothed step); ``fast_sigmoid`` peaks at 1, as in SuperSpike (Zenke and
+Ganguli, 2018).  Larger ``alpha`` means a narrower, taller bump (for
+``triangle``, ``1 / alpha`` is the half-width).
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+__all__ = ["SURROGATES", "DEFAULT_ALPHA", "Surrogate", "resolve_surrogate", "surrogate_grad", "smooth_step"]
+
+SURROGATES = ("sigmoid", "fast_sigmoid", "arctan", "triangle")
+DEFAULT_ALPHA = {"sigmoid": 4.0, "fast_sigmoid": 10.0, "arctan": 2.0, "triangle": 1.0}
+_ALIASES = {"superspike": "fast_sigmoid", "fastsigmoid": "fast_sigmoid", "atan": "arctan"}
+
+
+class Surrogate(NamedTuple):
+    """A surrogate choice: a name from :data:`SURROGATES` and its ``alpha``.
+
+    It is hashable, so it can travel as a static parameter of a primitive.
+    """
+
+    name: str = "fast_sigmoid"
+    alpha: float | None = None
+
+
+def resolve_surrogate(surrogate: str | Surrogate = "fast_sigmoid", alpha: float | None = None) -> Surrogate:
+    """Validate and normalise a surrogate choice.
+
+    Args:
+        surrogate: a name from :data:`SURROGATES` (aliases ``"superspike"``,
+            ``"atan"``) or a :class:`Surrogate`.
+        alpha: the sharpness; ``None`` takes the surrogate's default (or the
+            ``alpha`` of a :class:`Surrogate` argument).
+
+    Returns:
+        A :class:`Surrogate` with a canonical name and a positive float alpha.
+
+    Raises:
+        ValueError: unknown name, or ``alpha`` not a finite positive number.
+        TypeError: ``surrogate`` is neither a string nor a :class:`Surrogate`.
+    """
+    if isinstance(surrogate, Surrogate):
+        name, alpha = surrogate.name, surrogate.alpha if alpha is None else alpha
+    elif isinstance(surrogate, str):
+        name = surrogate
+    else:
+        raise TypeError(
+            f"surrogate must be a name from {SURROGATES} or an evjax.Surrogate, got "
+            f"{type(surrogate).__name__} {surrogate!r}"
+        )
+    key = name.lower().replace("-", "_")
+    key = _ALIASES.get(key, key)
+    if key not in SURROGATES:
+        raise ValueError(f"unknown surrogate {name!r}; choose one of {SURROGATES} (or 'superspike', 'atan')")
+    alpha = DEFAULT_ALPHA[key] if alpha is None else alpha
+    try:
+        alpha = float(alpha)
+    except (TypeError, ValueError):
+        raise TypeError(f"surrogate alpha must be a Python number, got {type(alpha).__name__}") from None
+    if not (math.isfinite(alpha) and alpha > 0):
+        raise ValueError(f"surrogate alpha must be a finite positive number, got {alpha}")
+    return Surrogate(key, alpha)
+
+
+def surrogate_grad(x: jax.Array, surrogate: str | Surrogate = "fast_sigmoid", alpha: float | None = None) -> jax.Array:
+    """The surrogate derivative ``g(x)`` that replaces ``H'(x)`` (see the module table).
+
+    Args:
+        x: distance to threshold (``v - v_th``), any shape, floating dtype.
+        surrogate: the surrogate's name or a :class:`Surrogate`.
+        alpha: its sharpness (``None``: default).
+
+    Returns:
+        ``g(x)``, same shape and dtype as ``x``.
+    """
+    name, a = resolve_surrogate(surrogate, alpha)
+    x = jnp.asarray(x)
+    if name == "sigmoid":
+        s = jax.nn.sigmoid(a * x)
+        g = a * s * (1.0 - s)
+    elif name == "fast_sigmoid":
+        g = 1.0 / jnp.square(1.0 + a * jnp.abs(x))
+    elif name == "arctan":
+        g = (a / 2.0) / (1.0 + jnp.square((math.pi / 2.0) * a * x))
+    else:  # triangle
+        g = a * jnp.maximum(0.0, 1.0 - a * jnp.abs(x))
+    return g.astype(x.dtype)
+
+
+def smooth_step(x: jax.Array, surrogate: str | Surrogate = "fast_sigmoid", alpha: float | None = None) -> jax.Array:
+    """The Heaviside forward with the surrogate derivative, in plain ``jax.numpy``.
+
+    A ``jax.custom_jvp`` version of :func:`evjax.spike`, used as its dense
+    reference in the tests and handy in models that avoid custom kernels.
+    """
+    choice = resolve_surrogate(surrogate, alpha)
+
+    @jax.custom_jvp
+    def step(x):
+        return (x >= 0).astype(x.dtype)
+
+    @step.defjvp
+    def _(primals, tangents):
+        (x,), (t,) = primals, tangents
+        return step(x), surrogate_grad(x, choice) * t
+
+    return step(jnp.asarray(x))
