@@ -1,0 +1,540 @@
+"""Numba CUDA bridge: ``@cuda.jit`` kernels and Python launchers called from JAX
+on NVIDIA GPUs through the XLA FFI (platform ``"CUDA"``).
+
+Two kinds of handler, both registered once per signature and cached:
+
+* **compiled** (``numba_cuda_kernel``, the default where possible): a
+  ``@numba.cfunc`` from :mod:`evjax.backends.numba_cuda_cfunc` that reads the
+  buffers' device addresses and XLA's stream from the call frame and calls
+  ``cuLaunchKernel`` with the Numba-compiled ``CUfunction`` and parameters
+  packed in Numba's CUDA array ABI.  No Python runs per call.  Before using it
+  evjax checks, once per signature, that its packing equals what the installed
+  Numba itself would pass (``_Kernel._prepare_args``); on any doubt it falls
+  back to the Python handler with a warning.
+* **Python** (``numba_cuda_callable`` always; ``numba_cuda_kernel`` with
+  several GPUs, ``debug=True`` or cooperative kernels, or
+  ``EVJAX_NUMBA_CUDA_LAUNCH=python``): a ctypes callback that wraps the buffers
+  as Numba device arrays (zero-copy, cached per address) and XLA's stream as
+  ``cuda.external_stream``, then launches the already-compiled overload
+  directly (``_Kernel.launch``), skipping Numba's dispatch and type inference.
+
+Neither path synchronises.  Nothing here imports ``numba.cuda`` at import time.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import jax
+import numpy as np
+
+from . import ffi_abi
+
+LAUNCH_ENV = "EVJAX_NUMBA_CUDA_LAUNCH"  # "auto" (default), "compiled" or "python"
+MAX_THREADS_PER_BLOCK = 1024
+MAX_BLOCK_DIMS = (1024, 1024, 64)
+MAX_GRID_DIMS = (2**31 - 1, 65535, 65535)
+MAX_SHARED_MEM_ANY_GPU = 232448  # 227 KiB: the largest opt-in dynamic shared memory of current GPUs
+
+Spec = tuple  # (shape tuple, numpy dtype)
+
+_lock = threading.RLock()
+_handlers: dict[tuple, "Handler"] = {}
+
+
+# ---------------------------------------------------------------------------
+# Environment
+# ---------------------------------------------------------------------------
+def cuda_module():
+    """``numba.cuda`` (imported on first use only)."""
+    from numba import cuda
+
+    return cuda
+
+
+def simulator_enabled() -> bool:
+    """Whether Numba's CUDA simulator is on (``NUMBA_ENABLE_CUDASIM=1`` at numba import)."""
+    try:
+        from numba.core import config
+    except ImportError:  # pragma: no cover - numba is a dependency
+        return False
+    return bool(getattr(config, "ENABLE_CUDASIM", False))
+
+
+def gpu_devices() -> list:
+    """JAX's GPU devices ([] on a CPU-only machine or jaxlib)."""
+    try:
+        return list(jax.devices("gpu"))
+    except RuntimeError:
+        return []
+
+
+def require_gpu(who: str) -> None:
+    """Raise a clear error unless JAX has a CUDA GPU and Numba can use it."""
+    if not gpu_devices():
+        raise RuntimeError(
+            f"{who} launches CUDA kernels and needs an NVIDIA GPU, but JAX found no GPU "
+            f"(backend: {jax.default_backend()!r}). On CPU use the CPU backends instead: "
+            f"evjax.numba_kernel for your own @numba.njit kernels, or backend='numba' / "
+            f"backend='warp' for evjax's operators. To check a kernel's logic on CPU, set "
+            f"NUMBA_ENABLE_CUDASIM=1 before numba is imported: the wrappers then run it in "
+            f"Numba's CUDA simulator."
+        )
+    try:
+        available = cuda_module().is_available()
+    except Exception:  # noqa: BLE001 - any failure means "not usable"
+        available = False
+    if not available:
+        raise RuntimeError(
+            f"{who}: JAX sees a GPU but numba.cuda cannot use it. Install the CUDA target of "
+            f"Numba matching your CUDA major version, e.g. `pip install 'numba-cuda[cu12]'` "
+            f"(or `pip install 'evjax[cuda]'`), and check `python -c 'from numba import cuda; "
+            f"cuda.detect()'`."
+        )
+
+
+def launch_mode() -> str:
+    """The requested launch path: ``auto``, ``compiled`` or ``python``."""
+    mode = os.environ.get(LAUNCH_ENV, "auto").strip().lower() or "auto"
+    if mode not in ("auto", "compiled", "python"):
+        raise ValueError(f"{LAUNCH_ENV}={mode!r}; use 'auto', 'compiled' or 'python'")
+    return mode
+
+
+# ---------------------------------------------------------------------------
+# The CUDA driver, through ctypes (independent of Numba's binding flavour)
+# ---------------------------------------------------------------------------
+CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK = 8
+CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97
+
+
+class LibCuda:
+    """The few driver entry points evjax calls itself."""
+
+    def __init__(self, path: str = "libcuda.so.1"):
+        self.lib = ctypes.CDLL(path)
+        self.lib.cuGetErrorName.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
+        self.lib.cuGetErrorString.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
+        self.lib.cuDeviceGetAttribute.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.c_int]
+        self.lib.cuFuncSetAttribute.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
+        self.lib.cuCtxGetDevice.argtypes = [ctypes.POINTER(ctypes.c_int)]
+        self.lib.cuKernelGetFunction.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
+
+    def address(self, name: str) -> int:
+        return int(ctypes.cast(getattr(self.lib, name), ctypes.c_void_p).value)
+
+    def error_name(self, status: int) -> str:
+        name, text = ctypes.c_char_p(), ctypes.c_char_p()
+        if self.lib.cuGetErrorName(status, ctypes.byref(name)) != 0 or not name.value:
+            return f"CUresult {status}"
+        self.lib.cuGetErrorString(status, ctypes.byref(text))
+        detail = (text.value or b"").decode(errors="replace")
+        return f"{name.value.decode()} ({detail})" if detail else name.value.decode()
+
+    def check(self, status: int, what: str) -> None:
+        if status != 0:
+            raise RuntimeError(f"evjax: {what} failed: {self.error_name(status)}")
+
+    def device_attribute(self, attribute: int, device: int) -> int:
+        value = ctypes.c_int()
+        self.check(self.lib.cuDeviceGetAttribute(ctypes.byref(value), attribute, device), "cuDeviceGetAttribute")
+        return value.value
+
+    def current_device(self) -> int:
+        value = ctypes.c_int()
+        self.check(self.lib.cuCtxGetDevice(ctypes.byref(value)), "cuCtxGetDevice")
+        return value.value
+
+    def set_max_dynamic_shared(self, function: int, size: int) -> None:
+        status = self.lib.cuFuncSetAttribute(function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, size)
+        self.check(status, "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")
+
+    def kernel_function(self, kernel_handle: int) -> int:
+        """The ``CUfunction`` of a ``CUkernel`` in the current context."""
+        out = ctypes.c_void_p()
+        self.check(self.lib.cuKernelGetFunction(ctypes.byref(out), kernel_handle), "cuKernelGetFunction")
+        return int(out.value or 0)
+
+
+_libcuda: LibCuda | None = None
+
+
+def libcuda() -> LibCuda:
+    global _libcuda
+    if _libcuda is None:
+        _libcuda = LibCuda()
+    return _libcuda
+
+
+def handle_address(handle) -> int:
+    """An integer address from a ctypes pointer, a cuda-python handle or an int."""
+    if handle is None:
+        return 0
+    if isinstance(handle, ctypes.c_void_p):
+        return int(handle.value or 0)
+    try:
+        return int(handle)
+    except TypeError:  # older cuda-python handles
+        return int(handle.getPtr())
+
+
+# ---------------------------------------------------------------------------
+# Kernels: overload selection and parameter packing
+# ---------------------------------------------------------------------------
+def numba_array_type(shape, dtype):
+    """The Numba type of a C-contiguous device array."""
+    from numba import types
+    from numba.np.numpy_support import from_dtype
+
+    return types.Array(from_dtype(np.dtype(dtype)), len(shape), "C")
+
+
+def get_overload(kernel, specs: Sequence[Spec]):
+    """The compiled ``_Kernel`` of ``kernel`` for arrays of these specs."""
+    argtypes = tuple(numba_array_type(s, d) for s, d in specs)
+    for types_, overload in kernel.overloads.items():
+        if len(types_) == len(argtypes) and all(
+            getattr(t, "dtype", None) == a.dtype and getattr(t, "ndim", None) == a.ndim
+            for t, a in zip(types_, argtypes)
+        ):
+            return overload
+    if not getattr(kernel, "_can_compile", True):
+        declared = "; ".join(str(s) for s in kernel.overloads) or "none"
+        given = ", ".join(str(t) for t in argtypes)
+        raise TypeError(
+            f"CUDA kernel '{kernel.__name__}' was declared with signatures ({declared}) but is called with "
+            f"inputs+outputs ({given}). Pass arrays of the declared dtypes and ranks, or fix `outs`."
+        )
+    return kernel.compile(argtypes)
+
+
+def pack_plan(specs: Sequence[Spec], n_in: int) -> tuple[list[int], list[tuple[int, bool, int]]]:
+    """Our packing: parameter values (data pointers 0) and the data slots."""
+    from .numba_cuda_cfunc import DATA_FIELD, array_params
+
+    values: list[int] = []
+    slots: list[tuple[int, bool, int]] = []
+    for k, (shape, dtype) in enumerate(specs):
+        is_ret = k >= n_in
+        slots.append((len(values) + DATA_FIELD, is_ret, k - n_in if is_ret else k))
+        values += array_params(shape, np.dtype(dtype).itemsize)
+    return values, slots
+
+
+def numba_packing(overload, specs: Sequence[Spec], make_view: Callable[[Spec], Any]) -> list[int]:
+    """What Numba itself passes for arrays made by ``make_view``, as integers.
+
+    Raises:
+        TypeError: a parameter is not 8 bytes wide (the compiled path assumes it).
+    """
+    from numba.cuda.args import ArgHint
+
+    class _Given(ArgHint):
+        def to_device(self, retr, stream=0):
+            return self.value
+
+    kernelargs: list = []
+    for spec in specs:
+        overload._prepare_args(numba_array_type(*spec), _Given(make_view(spec)), 0, [], kernelargs)
+    values = []
+    for value in kernelargs:
+        if isinstance(value, ctypes._SimpleCData):
+            if ctypes.sizeof(value) != 8:
+                raise TypeError(f"a kernel parameter is {ctypes.sizeof(value)} bytes, not 8")
+            values.append(int(value.value or 0))
+        elif isinstance(value, (int, np.integer)):
+            values.append(int(value))
+        else:
+            values.append(handle_address(value))
+    return values
+
+
+def packing_agrees(overload, specs: Sequence[Spec], n_in: int, make_view, base: int) -> bool:
+    """Whether our packing equals Numba's for views at address ``base``."""
+    ours, slots = pack_plan(specs, n_in)
+    for slot, _, _ in slots:
+        ours[slot] = base
+    try:
+        theirs = numba_packing(overload, specs, make_view)
+    except Exception:  # noqa: BLE001 - any doubt means "use the Python path"
+        return False
+    return ours == theirs
+
+
+# ---------------------------------------------------------------------------
+# Device arrays and streams for the Python path
+# ---------------------------------------------------------------------------
+class DeviceViews:
+    """Zero-copy Numba device arrays over XLA buffers, cached per address."""
+
+    def __init__(self, specs: Sequence[Spec], limit: int = 64):
+        self.specs = [(tuple(s), np.dtype(d)) for s, d in specs]
+        self.cache: list[dict[int, Any]] = [{} for _ in self.specs]
+        self.limit = limit
+
+    def __call__(self, pointers: Sequence[int]) -> list:
+        arrays = []
+        for k, pointer in enumerate(pointers):
+            cache = self.cache[k]
+            array = cache.get(pointer)
+            if array is None:
+                if len(cache) >= self.limit:
+                    cache.clear()
+                shape, dtype = self.specs[k]
+                array = cache[pointer] = device_view(pointer, shape, dtype)
+            arrays.append(array)
+        return arrays
+
+
+def device_view(pointer: int, shape, dtype):
+    """A Numba device array over device memory at ``pointer`` (no copy, no sync)."""
+    cuda = cuda_module()
+    description = {"shape": tuple(shape), "typestr": np.dtype(dtype).str, "data": (pointer, False),
+                   "version": 3, "strides": None}
+    return cuda.from_cuda_array_interface(description, owner=None, sync=False)
+
+
+_streams: dict[int, Any] = {}
+
+
+def external_stream(pointer: int):
+    """A (cached) Numba stream object for XLA's ``cudaStream_t``."""
+    stream = _streams.get(pointer)
+    if stream is None:
+        stream = _streams[pointer] = cuda_module().external_stream(pointer)
+    return stream
+
+
+def buffer_pointers(frame: int, n_args: int, n_rets: int) -> list[int]:
+    """The device addresses of a frame's buffers (arguments, then results)."""
+    got = (ffi_abi._i64(frame + ffi_abi.FRAME_ARGS_SIZE), ffi_abi._i64(frame + ffi_abi.FRAME_RETS_SIZE))
+    if got != (n_args, n_rets):
+        raise RuntimeError(f"call frame has {got[0]} arguments and {got[1]} results, expected {n_args}, {n_rets}")
+    args = ffi_abi._i64(frame + ffi_abi.FRAME_ARGS)
+    rets = ffi_abi._i64(frame + ffi_abi.FRAME_RETS)
+    i64 = ffi_abi._i64
+    return [i64(i64(args + 8 * k) + ffi_abi.BUFFER_DATA) for k in range(n_args)] + [
+        i64(i64(rets + 8 * k) + ffi_abi.BUFFER_DATA) for k in range(n_rets)
+    ]
+
+
+# ---------------------------------------------------------------------------
+# Handlers
+# ---------------------------------------------------------------------------
+@dataclass
+class Handler:
+    """A registered FFI target and whatever keeps its code alive."""
+
+    target_name: str
+    kind: str  # "compiled" or "python"
+    address: int
+    keepalive: list = field(default_factory=list)
+
+
+class PythonHandler:
+    """A ctypes FFI handler running ``run(frame) -> error_or_0`` in Python.
+
+    Exceptions become XLA errors carrying ``who`` and the exception's text.
+    """
+
+    def __init__(self, who: str, run: Callable[[int], int]):
+        self.who = who
+        self.run = run
+        self.callback = ffi_abi.HANDLER_CFUNCTYPE(self._handle)
+        self.address = int(ctypes.cast(self.callback, ctypes.c_void_p).value)
+
+    def _handle(self, frame):
+        try:
+            if ffi_abi.answer_metadata_query(frame):
+                return 0
+            if ffi_abi.frame_stage(frame) != ffi_abi.STAGE_EXECUTE:
+                return 0
+            return self.run(frame) or None
+        except BaseException as exc:  # noqa: BLE001 - must not unwind into XLA
+            try:
+                return ffi_abi.make_error(frame, f"evjax: {self.who} raised {type(exc).__name__}: {exc}")
+            except BaseException:  # noqa: BLE001
+                return None
+
+
+def register(name: str, address: int, platform: str) -> None:
+    jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(address), platform=platform)
+
+
+def _target_name(prefix: str, name: str) -> str:
+    safe = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+    return f"evjax_{prefix}_{safe}_{len(_handlers)}_{os.getpid()}"
+
+
+def check_shared_memory(who: str, static: int, dynamic: int, function: int, device: int, lib: LibCuda) -> None:
+    """Check the shared memory request against the device; opt in above 48 KiB.
+
+    Raises:
+        ValueError: ``static + dynamic`` exceeds what the device allows per block.
+    """
+    default = lib.device_attribute(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK, device)
+    optin = max(default, lib.device_attribute(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, device))
+    if static + dynamic > optin:
+        raise ValueError(
+            f"{who}: shared_mem={dynamic} bytes plus the kernel's {static} bytes of static shared memory "
+            f"exceed the {optin} bytes per block this GPU allows (device {device}). Lower shared_mem or the "
+            f"kernel's cuda.shared.array sizes."
+        )
+    if static + dynamic > default and dynamic:
+        lib.set_max_dynamic_shared(function, dynamic)
+
+
+def kernel_handler(kernel, in_specs, out_specs, grid, block, shared_mem: int, who: str) -> Handler:
+    """The (cached, registered) handler launching ``kernel`` for this signature."""
+    specs = [(tuple(s), np.dtype(d)) for s, d in list(in_specs) + list(out_specs)]
+    key = ("kernel", kernel, tuple(specs), len(in_specs), tuple(grid), tuple(block), shared_mem, launch_mode())
+    with _lock:
+        handler = _handlers.get(key)
+        if handler is None:
+            handler = _build_kernel_handler(kernel, specs, len(in_specs), grid, block, shared_mem, who)
+            _handlers[key] = handler
+        return handler
+
+
+def _build_kernel_handler(kernel, specs, n_in, grid, block, shared_mem, who) -> Handler:
+    cuda = cuda_module()
+    lib = libcuda()
+    overload = get_overload(kernel, specs)
+    cufunc = overload._codelibrary.get_cufunc()  # loads the module into the current context
+    function = handle_address(cufunc.handle)
+    if type(cufunc.handle).__name__ == "CUkernel":  # numba-cuda on cuda.core: a library kernel
+        function = lib.kernel_function(function)
+    threads = block[0] * block[1] * block[2]
+    maxthreads = int(getattr(cufunc.attrs, "maxthreads", MAX_THREADS_PER_BLOCK))
+    if threads > maxthreads:
+        raise ValueError(
+            f"{who}: a block of {threads} threads {tuple(block)} is more than the {maxthreads} this kernel "
+            f"can run per block (its register use limits it). Use a smaller block or threads_per_block."
+        )
+    device = lib.current_device()
+    check_shared_memory(who, int(getattr(cufunc.attrs, "shared", 0)), shared_mem, function, device, lib)
+
+    mode = launch_mode()
+    reason = None
+    if mode == "python":
+        reason = f"{LAUNCH_ENV}=python"
+    elif len(gpu_devices()) > 1:
+        reason = "several GPUs are visible (one CUfunction per device)"
+    elif overload.debug or getattr(overload, "cooperative", False) or overload.extensions:
+        reason = "the kernel uses debug=True, cooperative groups or argument extensions"
+    else:
+        scratch = cuda.device_array(64, np.uint8)
+        base = handle_address(scratch.device_ctypes_pointer)
+
+        def make_view(spec):
+            return device_view(base, spec[0], spec[1])
+
+        if not packing_agrees(overload, specs, n_in, make_view, base):
+            reason = "this Numba version packs kernel parameters differently from what evjax expects"
+    name = _target_name("cuda", kernel.__name__)
+    describe = _describe_failure(who, kernel.__name__, grid, block, shared_mem, lib)
+    if reason is None:
+        from . import numba_cuda_cfunc
+
+        values, slots = pack_plan(specs, n_in)
+        context = handle_address(cuda.current_context().handle)
+        plan = numba_cuda_cfunc.LaunchPlan(
+            tuple(values), tuple(slots), tuple(grid), tuple(block), int(shared_mem), function, context,
+            lib.address("cuLaunchKernel"), lib.address("cuCtxGetCurrent"), lib.address("cuCtxPushCurrent"),
+            lib.address("cuCtxPopCurrent"),
+        )
+        compiled = numba_cuda_cfunc.build(plan, describe)
+        register(name, compiled.address, "CUDA")
+        return Handler(name, "compiled", compiled.address, [compiled, overload])
+    if mode == "compiled":
+        warnings.warn(f"{who}: using the Python launch path because {reason}", RuntimeWarning, stacklevel=4)
+    run = PythonLaunch(overload, DeviceViews(specs), n_in, len(specs) - n_in, grid, block, shared_mem)
+    python = PythonHandler(f"numba_cuda_kernel '{kernel.__name__}'", run)
+    register(name, python.address, "CUDA")
+    return Handler(name, "python", python.address, [python, overload])
+
+
+class PythonLaunch:
+    """The Python path of one kernel signature: ``run(frame) -> error_or_0``.
+
+    ``overload`` is the compiled ``_Kernel``; its ``launch`` skips Numba's
+    dispatch (type inference, overload lookup, configuration objects).
+    """
+
+    def __init__(self, overload, views, n_in, n_out, grid, block, shared_mem,
+                 stream_of=None, wrap_stream=None):
+        self.overload = overload
+        self.views = views
+        self.n_in, self.n_out = n_in, n_out
+        self.grid, self.block = tuple(grid), tuple(block)
+        self.shared_mem = int(shared_mem)
+        self.stream_of = stream_of or ffi_abi.get_stream
+        self.wrap_stream = wrap_stream or external_stream
+
+    def __call__(self, frame: int) -> int:
+        stream, error = self.stream_of(frame)
+        if error:
+            return error
+        if 0 in self.grid:
+            return 0
+        arrays = self.views(buffer_pointers(frame, self.n_in, self.n_out))
+        self.overload.launch(arrays, self.grid, self.block, self.wrap_stream(stream), self.shared_mem)
+        return 0
+
+
+def _describe_failure(who, name, grid, block, shared_mem, lib: LibCuda) -> Callable[[int], str]:
+    def describe(status: int) -> str:
+        return (
+            f"evjax: {who}: CUDA kernel '{name}' failed to launch with grid={tuple(grid)}, "
+            f"block={tuple(block)}, shared_mem={shared_mem}: {lib.error_name(status)}"
+        )
+
+    return describe
+
+
+def callable_handler(
+    func: Callable,
+    in_specs,
+    out_specs,
+    who: str,
+    *,
+    platform: str = "CUDA",
+    views: Callable[[Sequence[Spec]], Callable] | None = None,
+    stream_of: Callable[[int], tuple[int, int]] | None = None,
+    wrap_stream: Callable[[int], Any] | None = None,
+) -> Handler:
+    """The (cached, registered) handler calling ``func(*ins, *outs, stream)``.
+
+    The keyword arguments exist for the tests, which run the handler on CPU
+    with host arrays: ``views(specs)`` builds the array wrapper,
+    ``stream_of(frame)`` returns ``(stream, error)`` and ``wrap_stream`` wraps it.
+    """
+    specs = [(tuple(s), np.dtype(d)) for s, d in list(in_specs) + list(out_specs)]
+    key = ("callable", func, tuple(specs), len(in_specs), platform, views, stream_of, wrap_stream)
+    with _lock:
+        handler = _handlers.get(key)
+        if handler is not None:
+            return handler
+        wrap = (views or DeviceViews)(specs)
+        get_stream = stream_of or ffi_abi.get_stream
+        stream_object = wrap_stream or external_stream
+        n_in, n_out = len(in_specs), len(out_specs)
+
+        def run(frame: int) -> int:
+            stream, error = get_stream(frame)
+            if error:
+                return error
+            arrays = wrap(buffer_pointers(frame, n_in, n_out))
+            func(*arrays, stream_object(stream))
+            return 0
+
+        python = PythonHandler(who, run)
+        name = _target_name("cuda_callable", getattr(func, "__name__", "func"))
+        register(name, python.address, platform)
+        handler = _handlers[key] = Handler(name, "python", python.address, [python, func])
+        return handler

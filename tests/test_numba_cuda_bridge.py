@@ -1,0 +1,221 @@
+"""The CUDA bridge's handlers, exercised on CPU with fake frames and a fake driver.
+
+What a GPU would add (the driver really launching) is in test_numba_cuda_gpu.py.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import types
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from evjax.backends import ffi_abi
+from evjax.backends import numba_cuda as bridge
+from evjax.backends import numba_cuda_cfunc as cfunc
+
+sys.path.insert(0, os.path.dirname(__file__))
+from numba_cuda_fakes import FakeApi, FakeDriver, Frame, address, call_handler, duck_device_array  # noqa: E402
+
+SPECS = [((3, 4), np.dtype(np.float32)), ((5,), np.dtype(np.int64)), ((3, 4), np.dtype(np.float32))]
+
+
+def _arrays():
+    return [np.arange(12, dtype=np.float32).reshape(3, 4), np.arange(5, dtype=np.int64),
+            np.zeros((3, 4), np.float32)]
+
+
+def _build(driver: FakeDriver, *, grid=(2, 1, 1), block=(128, 1, 1), shared=64, context=0, describe=None):
+    values, slots = bridge.pack_plan(SPECS, 2)
+    plan = cfunc.LaunchPlan(
+        tuple(values), tuple(slots), grid, block, shared, 0x1234, context, address(driver.launch),
+        address(driver.get_current), address(driver.push), address(driver.pop),
+    )
+    return cfunc.build(plan, describe or (lambda status: f"kernel 'k' failed: CUresult {status}"))
+
+
+def test_array_params_match_numpy_layout():
+    for shape, dtype in [((7,), np.float32), ((3, 4), np.float64), ((2, 3, 5), np.int8), ((), np.float32)]:
+        a = np.empty(shape, dtype)
+        assert cfunc.array_params(shape, a.itemsize) == [0, 0, a.size, a.itemsize, 0, *a.shape, *a.strides]
+    # empty arrays: C strides as Numba computes them for device arrays
+    assert cfunc.array_params((0, 3), 4) == [0, 0, 0, 4, 0, 0, 3, 12, 4]
+
+
+def test_packing_equals_numbas_own():
+    """Our parameter layout equals what the installed Numba's _Kernel._prepare_args passes."""
+    from numba.cuda.dispatcher import _Kernel
+
+    fake = types.SimpleNamespace(extensions=[])
+    overload = types.SimpleNamespace(_prepare_args=types.MethodType(_Kernel._prepare_args, fake))
+    specs = [((3, 4), np.dtype(np.float32)), ((5,), np.dtype(np.bool_)), ((2, 3, 4), np.dtype(np.int64)),
+             ((6,), np.dtype(np.float16))]
+    base = 0x7F00_0000_1000
+    assert bridge.packing_agrees(overload, specs, 2, lambda s: duck_device_array(s[0], s[1], base), base)
+    wrong = lambda s: duck_device_array(tuple(d + 1 for d in s[0]), s[1], base)  # noqa: E731
+    assert not bridge.packing_agrees(overload, specs, 2, wrong, base)
+
+
+def test_compiled_handler_launches_with_frame_buffers_and_stream():
+    ins_outs = _arrays()
+    driver = FakeDriver(n_params=len(bridge.pack_plan(SPECS, 2)[0]))
+    handler = _build(driver)
+    api = FakeApi(stream=0xABC0)
+    frame = Frame(api, ins_outs[:2], ins_outs[2:])
+    assert call_handler(handler.address, frame) == 0
+    (launch,) = driver.launches
+    assert launch["function"] == 0x1234
+    assert launch["grid"] == (2, 1, 1) and launch["block"] == (128, 1, 1) and launch["shared"] == 64
+    assert launch["stream"] == 0xABC0 and launch["extra"] is None
+    expected = []
+    for a in ins_outs:
+        expected += [0, 0, a.size, a.itemsize, a.ctypes.data, *a.shape, *a.strides]
+    assert launch["values"] == expected
+    assert driver.pushed == [] and api.messages == []
+
+
+def test_compiled_handler_makes_the_kernel_context_current():
+    driver = FakeDriver(n_params=len(bridge.pack_plan(SPECS, 2)[0]), current_context=0x5555)
+    handler = _build(driver, context=0x9999)
+    arrays = _arrays()
+    assert call_handler(handler.address, Frame(FakeApi(), arrays[:2], arrays[2:])) == 0
+    assert driver.pushed == [0x9999] and driver.popped == 1 and len(driver.launches) == 1
+
+    same = FakeDriver(n_params=driver.n_params, current_context=0x9999)
+    handler = _build(same, context=0x9999)
+    assert call_handler(handler.address, Frame(FakeApi(), arrays[:2], arrays[2:])) == 0
+    assert same.pushed == [] and same.popped == 0
+
+
+def test_compiled_handler_reports_a_failed_launch():
+    driver = FakeDriver(n_params=len(bridge.pack_plan(SPECS, 2)[0]), status=701)
+    handler = _build(driver, describe=lambda status: f"evjax: kernel 'k' failed to launch: CUresult {status}")
+    api = FakeApi()
+    arrays = _arrays()
+    error = call_handler(handler.address, Frame(api, arrays[:2], arrays[2:]))
+    assert error == 0xE001
+    assert api.messages == ["evjax: kernel 'k' failed to launch: CUresult 701"]
+
+
+def test_compiled_handler_passes_on_stream_errors_and_skips_empty_launches():
+    driver = FakeDriver(n_params=len(bridge.pack_plan(SPECS, 2)[0]))
+    arrays = _arrays()
+    handler = _build(driver)
+    assert call_handler(handler.address, Frame(FakeApi(stream_error=0xBAD), arrays[:2], arrays[2:])) == 0xBAD
+    empty = _build(driver, grid=(0, 1, 1))
+    assert call_handler(empty.address, Frame(FakeApi(), arrays[:2], arrays[2:])) == 0
+    not_execute = Frame(FakeApi(), arrays[:2], arrays[2:], stage=1)
+    assert call_handler(handler.address, not_execute) == 0
+    assert driver.launches == []
+
+
+def test_compiled_handler_answers_the_metadata_query():
+    driver = FakeDriver(n_params=len(bridge.pack_plan(SPECS, 2)[0]))
+    handler = _build(driver)
+    arrays = _arrays()
+    api = FakeApi()
+    ctypes.c_int32.from_address(ctypes.addressof(api.table) + ffi_abi.API_VERSION_MAJOR).value = 0
+    ctypes.c_int32.from_address(ctypes.addressof(api.table) + ffi_abi.API_VERSION_MINOR).value = 3
+    frame = Frame(api, arrays[:2], arrays[2:], metadata=True)
+    assert call_handler(handler.address, frame) == 0
+    md = frame.metadata
+    assert (md[ffi_abi.METADATA_API_MAJOR // 4], md[ffi_abi.METADATA_API_MINOR // 4]) == (0, 3)
+    assert md[ffi_abi.METADATA_TRAITS // 4] == 0 and driver.launches == []
+
+
+class _HostViews:
+    """Host numpy views of the frame's buffers (stand-ins for device arrays)."""
+
+    def __init__(self, specs):
+        self.specs = specs
+
+    def __call__(self, pointers):
+        views = []
+        for pointer, (shape, dtype) in zip(pointers, self.specs):
+            count = int(np.prod(shape, dtype=np.int64))
+            raw = (ctypes.c_char * max(count * dtype.itemsize, 1)).from_address(pointer)
+            views.append(np.frombuffer(raw, dtype=dtype, count=count).reshape(shape))
+        return views
+
+
+def test_python_launch_path_launches_the_overload_on_the_stream():
+    launched = []
+
+    class FakeOverload:
+        def launch(self, arrays, grid, block, stream, shared):
+            launched.append((grid, block, stream, shared))
+            arrays[2][...] = arrays[0] * 2
+
+    arrays = _arrays()
+    run = bridge.PythonLaunch(FakeOverload(), _HostViews(SPECS), 2, 1, (3, 1, 1), (32, 1, 1), 16,
+                              stream_of=ffi_abi.get_stream, wrap_stream=lambda s: ("stream", s))
+    handler = bridge.PythonHandler("numba_cuda_kernel 'k'", run)
+    assert call_handler(handler.address, Frame(FakeApi(stream=0x42), arrays[:2], arrays[2:])) == 0
+    assert launched == [((3, 1, 1), (32, 1, 1), ("stream", 0x42), 16)]
+    np.testing.assert_array_equal(arrays[2], arrays[0] * 2)
+
+
+def test_python_handler_turns_exceptions_into_xla_errors():
+    def run(frame):
+        raise ValueError("bad launch config")
+
+    api = FakeApi()
+    arrays = _arrays()
+    handler = bridge.PythonHandler("numba_cuda_kernel 'k'", run)
+    assert call_handler(handler.address, Frame(api, arrays[:2], arrays[2:])) == 0xE001
+    assert api.messages == ["evjax: numba_cuda_kernel 'k' raised ValueError: bad launch config"]
+
+
+def test_callable_handler_runs_under_jit_through_xla():
+    """The Python handler, registered on CPU with host views, inside jax.jit."""
+    seen = []
+
+    def double_then_add(x, y, out, scratch, stream):
+        seen.append(stream)
+        scratch[...] = 2 * x
+        out[...] = scratch + y
+
+    in_specs = [((6,), np.float32), ((6,), np.float32)]
+    out_specs = [((6,), np.float32), ((6,), np.float32)]
+    handler = bridge.callable_handler(
+        double_then_add, in_specs, out_specs, "numba_cuda_callable 'double_then_add'", platform="cpu",
+        views=_HostViews, stream_of=lambda frame: (0x99, 0), wrap_stream=lambda s: ("stream", s),
+    )
+    outs = [jax.ShapeDtypeStruct((6,), jnp.float32)] * 2
+    call = jax.jit(lambda x, y: jax.ffi.ffi_call(handler.target_name, outs)(x, y)[0])
+    x = jnp.arange(6, dtype=jnp.float32)
+    np.testing.assert_allclose(call(x, x + 1), 3 * np.arange(6) + 1)
+    assert seen == [("stream", 0x99)]
+
+
+def test_callable_handler_errors_reach_python():
+    def broken(x, out, stream):
+        raise RuntimeError("kernel config rejected")
+
+    handler = bridge.callable_handler(
+        broken, [((4,), np.float32)], [((4,), np.float32)], "numba_cuda_callable 'broken'", platform="cpu",
+        views=_HostViews, stream_of=lambda frame: (0, 0), wrap_stream=lambda s: s,
+    )
+    call = jax.jit(lambda x: jax.ffi.ffi_call(handler.target_name, jax.ShapeDtypeStruct((4,), jnp.float32))(x))
+    with pytest.raises(Exception, match="numba_cuda_callable 'broken' raised RuntimeError: kernel config rejected"):
+        jax.block_until_ready(call(jnp.ones(4, jnp.float32)))
+
+
+def test_buffer_pointers_checks_the_frame_arity():
+    arrays = _arrays()
+    frame = Frame(FakeApi(), arrays[:2], arrays[2:])
+    assert bridge.buffer_pointers(frame.address, 2, 1) == [a.ctypes.data for a in arrays]
+    with pytest.raises(RuntimeError, match="expected 3, 1"):
+        bridge.buffer_pointers(frame.address, 3, 1)
+
+
+def test_launch_mode_env(monkeypatch):
+    monkeypatch.setenv(bridge.LAUNCH_ENV, "python")
+    assert bridge.launch_mode() == "python"
+    monkeypatch.setenv(bridge.LAUNCH_ENV, "fast")
+    with pytest.raises(ValueError, match="auto"):
+        bridge.launch_mode()
