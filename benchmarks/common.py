@@ -1,0 +1,83 @@
+"""Timing, tables and plots shared by the benchmark scripts.
+
+Timings are medians over many calls, and the candidates of one comparison are
+measured interleaved (round-robin), so machine noise hits all of them alike;
+every claim is a ratio from the same run.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Callable
+
+import numpy as np
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+
+
+def block(x):
+    """Wait for JAX results (no-op for numpy)."""
+    import jax
+
+    return jax.block_until_ready(x)
+
+
+def median_times(candidates: dict[str, Callable[[], object]], *, rounds: int = 15, calls: int = 40,
+                 warmup: int = 3) -> dict[str, float]:
+    """Median seconds per call of each candidate, measured round-robin."""
+    for fn in candidates.values():
+        for _ in range(warmup):
+            block(fn())
+    samples: dict[str, list[float]] = {name: [] for name in candidates}
+    for _ in range(rounds):
+        for name, fn in candidates.items():
+            for _ in range(calls):
+                start = time.perf_counter()
+                block(fn())
+                samples[name].append(time.perf_counter() - start)
+    return {name: float(np.median(v)) for name, v in samples.items()}
+
+
+def fmt_time(seconds: float) -> str:
+    if seconds != seconds:  # nan
+        return "-"
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.1f} us"
+    if seconds < 1:
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds:.2f} s"
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def save_bar_plot(path: str, labels: list[str], series: dict[str, list[float]], *, ylabel: str, title: str,
+                  log: bool = True) -> str | None:
+    """Grouped bar chart; returns the path, or None without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("(matplotlib not installed: no plot)")
+        return None
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(labels) * max(1, len(series)) / 2), 4))
+    width = 0.8 / max(1, len(series))
+    x = np.arange(len(labels))
+    for k, (name, values) in enumerate(series.items()):
+        ax.bar(x + k * width, values, width, label=name)
+    ax.set_xticks(x + width * (len(series) - 1) / 2, labels, rotation=15)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    if log:
+        ax.set_yscale("log")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
