@@ -4,6 +4,7 @@
 from . import config, rules
 from .config import set_backend, use_backend
 from .numba_kernel import numba_kernel
+from .numba_cuda_kernel import numba_cuda_callable, numba_cuda_kernel  # numba.cuda imported lazily
 from .xla_custom_kernel import XLACustomKernel
 from .warp_kernel import jaxinfo_to_warpinfo, jaxtype_to_warptype, warp_kernel  # Warp imported lazily
 from . import surrogate  # noqa: E402  (neuron primitives)
@@ -16,6 +17,8 @@ __all__ = [
     "XLACustomKernel",
     "config",
     "numba_kernel",
+    "numba_cuda_callable",
+    "numba_cuda_kernel",
     "rules",
     "set_backend",
     "use_backend",

@@ -1,0 +1,15 @@
+"""Tests of CUDA kernel logic in Numba's CUDA simulator.
+
+They run only in a process started with NUMBA_ENABLE_CUDASIM=1 (set before
+numba is imported); tests/test_numba_cuda_sim.py starts that process.  In a
+normal pytest run this folder is skipped.
+"""
+import os
+import sys
+
+if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") in ("", "0"):
+    collect_ignore_glob = ["test_*.py"]
+else:
+    # The simulator runs one Python thread per CUDA thread; switching more
+    # often than CPython's default 5 ms makes it markedly faster.
+    sys.setswitchinterval(1e-4)

@@ -1,0 +1,27 @@
+"""Run tests/cudasim in a subprocess with Numba's CUDA simulator on.
+
+NUMBA_ENABLE_CUDASIM must be set before numba is imported, which this pytest
+process has already done, hence the separate process.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FILES = ["test_sim_wrappers.py", "test_sim_csr.py", "test_sim_tutorial.py"]
+
+
+@pytest.mark.cudasim
+@pytest.mark.parametrize("name", FILES)
+def test_under_the_cuda_simulator(name):
+    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu"}
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"tests/cudasim/{name}"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
+    assert " passed" in result.stdout and " failed" not in result.stdout
