@@ -118,15 +118,30 @@ class LibCuda:
 
     def __init__(self, path: str = "libcuda.so.1"):
         self.lib = ctypes.CDLL(path)
-        self.lib.cuGetErrorName.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
-        self.lib.cuGetErrorString.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
-        self.lib.cuDeviceGetAttribute.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.c_int]
-        self.lib.cuFuncSetAttribute.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
-        self.lib.cuCtxGetDevice.argtypes = [ctypes.POINTER(ctypes.c_int)]
-        self.lib.cuKernelGetFunction.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
+        signatures = {
+            "cuGetErrorName": [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)],
+            "cuGetErrorString": [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)],
+            "cuDeviceGetAttribute": [ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.c_int],
+            "cuFuncSetAttribute": [ctypes.c_void_p, ctypes.c_int, ctypes.c_int],
+            "cuCtxGetDevice": [ctypes.POINTER(ctypes.c_int)],
+            "cuKernelGetFunction": [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p],  # CUDA >= 12.0
+        }
+        for name, argtypes in signatures.items():
+            function = getattr(self.lib, name, None)
+            if function is not None:
+                function.argtypes = argtypes
 
-    def address(self, name: str) -> int:
-        return int(ctypes.cast(getattr(self.lib, name), ctypes.c_void_p).value)
+    def address(self, *names: str) -> int:
+        """The address of the first exported symbol among ``names``.
+
+        Pass the ABI-versioned name first: ``cuda.h`` maps e.g.
+        ``cuCtxPushCurrent`` to ``cuCtxPushCurrent_v2``.
+        """
+        for name in names:
+            function = getattr(self.lib, name, None)
+            if function is not None:
+                return int(ctypes.cast(function, ctypes.c_void_p).value)
+        raise RuntimeError(f"evjax: the CUDA driver exports none of {names}")
 
     def error_name(self, status: int) -> str:
         name, text = ctypes.c_char_p(), ctypes.c_char_p()
@@ -310,17 +325,51 @@ def external_stream(pointer: int):
     return stream
 
 
+_FRAME_WORDS = ctypes.c_int64 * 15
+_DATA_WORDS = ctypes.c_int64 * (ffi_abi.BUFFER_DATA // 8 + 1)  # the call frame up to the results' pointer table (offset 112)
+_STREAM_GET = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)
+_STREAM_ARGS = ctypes.c_int64 * 4  # XLA_FFI_Stream_Get_Args {struct_size, extension_start, ctx, stream}
+_stream_getters: dict[int, Any] = {}
+_int64_arrays: dict[int, Any] = {}
+
+
+def _int64_array(count: int):
+    """``ctypes.c_int64 * count``, cached (making an array type costs microseconds)."""
+    kind = _int64_arrays.get(count)
+    if kind is None:
+        kind = _int64_arrays[count] = ctypes.c_int64 * count
+    return kind
+
+
+def frame_words(frame: int):
+    """The call frame as int64 words (one ctypes object instead of one per field)."""
+    return _FRAME_WORDS.from_address(frame)
+
+
+def frame_stream(frame: int) -> tuple[int, int]:
+    """``(stream, error)`` from ``XLA_FFI_Stream_Get``: :func:`ffi_abi.get_stream`, faster."""
+    words = frame_words(frame)
+    api = words[ffi_abi.FRAME_API // 8]
+    getter = _stream_getters.get(api)
+    if getter is None:
+        getter = _stream_getters[api] = _STREAM_GET(ffi_abi._i64(api + ffi_abi.API_STREAM_GET))
+    args = _STREAM_ARGS(ffi_abi.STREAM_GET_ARGS_SIZE, 0, words[ffi_abi.FRAME_CTX // 8], 0)
+    error = getter(ctypes.addressof(args))
+    return args[3], error or 0
+
+
 def buffer_pointers(frame: int, n_args: int, n_rets: int) -> list[int]:
     """The device addresses of a frame's buffers (arguments, then results)."""
-    got = (ffi_abi._i64(frame + ffi_abi.FRAME_ARGS_SIZE), ffi_abi._i64(frame + ffi_abi.FRAME_RETS_SIZE))
+    words = frame_words(frame)
+    got = (words[ffi_abi.FRAME_ARGS_SIZE // 8], words[ffi_abi.FRAME_RETS_SIZE // 8])
     if got != (n_args, n_rets):
         raise RuntimeError(f"call frame has {got[0]} arguments and {got[1]} results, expected {n_args}, {n_rets}")
-    args = ffi_abi._i64(frame + ffi_abi.FRAME_ARGS)
-    rets = ffi_abi._i64(frame + ffi_abi.FRAME_RETS)
-    i64 = ffi_abi._i64
-    return [i64(i64(args + 8 * k) + ffi_abi.BUFFER_DATA) for k in range(n_args)] + [
-        i64(i64(rets + 8 * k) + ffi_abi.BUFFER_DATA) for k in range(n_rets)
-    ]
+    pointers = []
+    for table, count in ((ffi_abi.FRAME_ARGS, n_args), (ffi_abi.FRAME_RETS, n_rets)):
+        if count:
+            for buffer in _int64_array(count).from_address(words[table // 8]):
+                pointers.append(_DATA_WORDS.from_address(buffer)[ffi_abi.BUFFER_DATA // 8])
+    return pointers
 
 
 # ---------------------------------------------------------------------------
@@ -350,10 +399,11 @@ class PythonHandler:
 
     def _handle(self, frame):
         try:
-            if ffi_abi.answer_metadata_query(frame):
-                return 0
-            if ffi_abi.frame_stage(frame) != ffi_abi.STAGE_EXECUTE:
-                return 0
+            words = frame_words(frame)
+            if words[ffi_abi.FRAME_EXTENSION_START // 8] and ffi_abi.answer_metadata_query(frame):
+                return None
+            if words[ffi_abi.FRAME_STAGE // 8] & 0xFFFFFFFF != ffi_abi.STAGE_EXECUTE:  # int32 + padding
+                return None
             return self.run(frame) or None
         except BaseException as exc:  # noqa: BLE001 - must not unwind into XLA
             try:
@@ -445,8 +495,8 @@ def _build_kernel_handler(kernel, specs, n_in, grid, block, shared_mem, who) -> 
         context = handle_address(cuda.current_context().handle)
         plan = numba_cuda_cfunc.LaunchPlan(
             tuple(values), tuple(slots), tuple(grid), tuple(block), int(shared_mem), function, context,
-            lib.address("cuLaunchKernel"), lib.address("cuCtxGetCurrent"), lib.address("cuCtxPushCurrent"),
-            lib.address("cuCtxPopCurrent"),
+            lib.address("cuLaunchKernel"), lib.address("cuCtxGetCurrent"),
+            lib.address("cuCtxPushCurrent_v2", "cuCtxPushCurrent"), lib.address("cuCtxPopCurrent_v2", "cuCtxPopCurrent"),
         )
         compiled = numba_cuda_cfunc.build(plan, describe)
         register(name, compiled.address, "CUDA")
@@ -473,7 +523,7 @@ class PythonLaunch:
         self.n_in, self.n_out = n_in, n_out
         self.grid, self.block = tuple(grid), tuple(block)
         self.shared_mem = int(shared_mem)
-        self.stream_of = stream_of or ffi_abi.get_stream
+        self.stream_of = stream_of or frame_stream
         self.wrap_stream = wrap_stream or external_stream
 
     def __call__(self, frame: int) -> int:
@@ -521,7 +571,7 @@ def callable_handler(
         if handler is not None:
             return handler
         wrap = (views or DeviceViews)(specs)
-        get_stream = stream_of or ffi_abi.get_stream
+        get_stream = stream_of or frame_stream
         stream_object = wrap_stream or external_stream
         n_in, n_out = len(in_specs), len(out_specs)
 
