@@ -10,6 +10,8 @@ from .warp_kernel import jaxinfo_to_warpinfo, jaxtype_to_warptype, warp_kernel  
 from . import surrogate  # noqa: E402  (neuron primitives)
 from .primitives.neuron import detect_spikes, exp_trace, lif_step, spike  # noqa: E402
 from .surrogate import SURROGATES, Surrogate, surrogate_grad  # noqa: E402
+from .primitives.csr import binary_csrmm, binary_csrmv, csr_sddmm, csrmm, csrmv  # noqa: E402
+from .sparse import CSC, CSR, BinaryArray, EventArray  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -34,4 +36,14 @@ __all__ = [
     "spike",
     "surrogate",
     "surrogate_grad",
+    # CSR operators
+    "CSR",
+    "CSC",
+    "BinaryArray",
+    "EventArray",
+    "csrmv",
+    "csrmm",
+    "binary_csrmv",
+    "binary_csrmm",
+    "csr_sddmm",
 ]

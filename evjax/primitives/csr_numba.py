@@ -1,0 +1,413 @@
+"""Numba CPU backend of the CSR operators in :mod:`evjax.primitives.csr`.
+
+The kernels are module-level ``@numba.njit(parallel=True, cache=True)``
+functions, so Numba compiles each once per dtype/rank signature and keeps the
+machine code on disk; the XLA FFI handlers around them (see
+:mod:`evjax.backends.numba_cpu`) are cached the same way.  Shapes are read from
+the buffers at run time, so one compiled kernel serves every shape.
+
+Orientation of the stored matrix ``A`` (``n_rows x n_cols``):
+
+* gather (``transpose=False``, ``y = A @ x``): each output row reads its own
+  synapses; parallel over rows, with row chunks balanced by synapse count.
+* scatter (``transpose=True``, ``y = A.T @ x``): rows whose input is zero are
+  skipped, so the cost follows the synapses of active rows, not ``nnz``.  A
+  vector is split into per-thread row ranges of equal active work, each thread
+  accumulating into a private copy of ``y`` that is summed at the end; a batch
+  is processed sample by sample in parallel, batch-major (the transposes that
+  this needs around the call cancel with the caller's, see :func:`csrmm_generator`).
+
+Every kernel tolerates a malformed structure passed under ``jit`` (where it
+cannot be validated): row spans are clamped to ``[0, nnz]`` and column indices
+outside ``[0, n_cols)`` are ignored, so nothing is read or written out of
+bounds.
+
+Low-precision weights (float16, bfloat16) are converted to float32 around the
+call and the op rounds the result back to the weight dtype.  Gathers and dot
+products accumulate in float64, scatters in the (float32 or float64) compute
+dtype.  Every kernel takes the thread-pool size as a first, one-element operand
+(see :func:`pool_size`).
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numba
+import numpy as np
+from numba import prange
+
+from ..backends import numba_cpu
+
+__all__ = [
+    "csrmv_generator",
+    "csrmm_generator",
+    "binary_csrmv_generator",
+    "binary_csrmm_generator",
+    "sddmm_generator",
+]
+
+# Below these amounts of work (synapses visited) a kernel stays on one thread:
+# waking the pool costs more than it saves.
+PARALLEL_MIN_WORK = 24576
+
+_REASSOC = {"reassoc", "contract"}  # let LLVM vectorise the dot products
+
+
+# ---------------------------------------------------------------------------
+# small helpers (inlined by LLVM)
+# ---------------------------------------------------------------------------
+@numba.njit(cache=True, nogil=True)
+def _span(indptr, i, nnz):
+    """Synapses of row ``i``, clamped to ``[0, nnz]`` (empty when reversed)."""
+    a = np.int64(indptr[i])
+    b = np.int64(indptr[i + 1])
+    if a < 0:
+        a = np.int64(0)
+    if b > nnz:
+        b = np.int64(nnz)
+    return a, b
+
+
+@numba.njit(cache=True, nogil=True)
+def _balanced_rows(indptr, n_rows, nnz, parts):
+    """``parts + 1`` row boundaries that split the synapses evenly."""
+    bounds = np.empty(parts + 1, np.int64)
+    bounds[0] = 0
+    row = 0
+    for p in range(1, parts):
+        target = (nnz * p) // parts
+        while row < n_rows and indptr[row] < target:
+            row += 1
+        bounds[p] = row
+    bounds[parts] = n_rows
+    return bounds
+
+
+@numba.njit(cache=True, nogil=True, fastmath=_REASSOC)
+def _gather_row(data, indices, a, b, x, homogeneous):
+    """``sum_k data[k] * x[indices[k]]`` over ``k in [a, b)``, accumulated in float64."""
+    n = x.shape[0]
+    acc = 0.0
+    if homogeneous:
+        for k in range(a, b):
+            j = indices[k]
+            if j >= 0 and j < n:
+                acc += x[j]
+        return acc * data[0]
+    for k in range(a, b):
+        j = indices[k]
+        if j >= 0 and j < n:
+            acc += data[k] * x[j]
+    return acc
+
+
+@numba.njit(cache=True, nogil=True)
+def _scatter_rows(data, indices, indptr, x, target, lo, hi, homogeneous):
+    """``target[indices[k]] += data[k] * x[i]`` for the active rows ``i`` in ``[lo, hi)``."""
+    n = target.shape[0]
+    nnz = indices.shape[0]
+    for i in range(lo, hi):
+        s = x[i]
+        if s != 0:
+            a, b = _span(indptr, i, nnz)
+            if homogeneous:
+                w = data[0] * s
+                for k in range(a, b):
+                    j = indices[k]
+                    if j >= 0 and j < n:
+                        target[j] += w
+            else:
+                for k in range(a, b):
+                    j = indices[k]
+                    if j >= 0 and j < n:
+                        target[j] += data[k] * s
+
+
+# ---------------------------------------------------------------------------
+# kernels: y = A @ x (gather) and y = A.T @ x (scatter), vector and batch
+# ---------------------------------------------------------------------------
+@numba.njit(parallel=True, cache=True, nogil=True)
+def gather_mv(pool, data, indices, indptr, x, out):
+    """``out[i] = sum_{k in row i} data[k] * x[indices[k]]``; x float or bool."""
+    n_rows = out.shape[0]
+    nnz = indices.shape[0]
+    homogeneous = data.shape[0] != nnz
+    threads = pool[0]
+    if threads < 2 or nnz < PARALLEL_MIN_WORK:
+        for i in range(n_rows):
+            a, b = _span(indptr, i, nnz)
+            out[i] = _gather_row(data, indices, a, b, x, homogeneous)
+        return
+    bounds = _balanced_rows(indptr, n_rows, nnz, threads)
+    for t in prange(threads):
+        for i in range(bounds[t], bounds[t + 1]):
+            a, b = _span(indptr, i, nnz)
+            out[i] = _gather_row(data, indices, a, b, x, homogeneous)
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def scatter_mv(pool, data, indices, indptr, x, out):
+    """``out[j] = sum_i x[i] * sum_{k in row i, indices[k] = j} data[k]``, skipping rows with x[i] == 0."""
+    n_rows = x.shape[0]
+    n = out.shape[0]
+    nnz = indices.shape[0]
+    homogeneous = data.shape[0] != nnz
+    out[:] = 0
+    # exact work: the synapses of the active rows (branch-free pass)
+    work = 0
+    for i in range(n_rows):
+        a, b = _span(indptr, i, nnz)
+        work += (x[i] != 0) * max(b - a, 0)
+    threads = pool[0]
+    if threads < 2 or work < PARALLEL_MIN_WORK or 4 * work < n:
+        _scatter_rows(data, indices, indptr, x, out, 0, n_rows, homogeneous)
+        return
+    # row ranges of equal active work, one per thread
+    bounds = np.empty(threads + 1, np.int64)
+    bounds[0] = 0
+    done = 0
+    row = 0
+    for t in range(1, threads):
+        target = (work * t) // threads
+        while row < n_rows and done < target:
+            a, b = _span(indptr, row, nnz)
+            done += (x[row] != 0) * max(b - a, 0)
+            row += 1
+        bounds[t] = row
+    bounds[threads] = n_rows
+    private = np.zeros((threads - 1, n), out.dtype)
+    for t in prange(threads):
+        if t == 0:
+            _scatter_rows(data, indices, indptr, x, out, bounds[0], bounds[1], homogeneous)
+        else:
+            _scatter_rows(data, indices, indptr, x, private[t - 1], bounds[t], bounds[t + 1], homogeneous)
+    for t in prange(threads):
+        lo = (n * t) // threads
+        hi = (n * (t + 1)) // threads
+        for p in range(threads - 1):
+            row_p = private[p]
+            for j in range(lo, hi):
+                out[j] += row_p[j]
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def gather_mm(pool, data, indices, indptr, x, out):
+    """``out[i, :] = sum_{k in row i} data[k] * x[indices[k], :]``; x (n_cols, K) row-major."""
+    n_rows = out.shape[0]
+    n = x.shape[0]
+    width = x.shape[1]
+    nnz = indices.shape[0]
+    homogeneous = data.shape[0] != nnz
+    threads = pool[0]
+    parts = 1 if threads < 2 or nnz * max(width, 1) < PARALLEL_MIN_WORK else threads
+    bounds = _balanced_rows(indptr, n_rows, nnz, parts)
+    for t in prange(parts):
+        for i in range(bounds[t], bounds[t + 1]):
+            row = out[i]
+            row[:] = 0
+            a, b = _span(indptr, i, nnz)
+            for k in range(a, b):
+                j = indices[k]
+                if j >= 0 and j < n:
+                    xj = x[j]
+                    if homogeneous:
+                        for c in range(width):
+                            row[c] += xj[c]
+                    else:
+                        w = data[k]
+                        for c in range(width):
+                            row[c] += w * xj[c]
+            if homogeneous:
+                w0 = data[0]
+                for c in range(width):
+                    row[c] *= w0
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def scatter_mm_batch_major(pool, data, indices, indptr, xt, out_t):
+    """``out_t[c] = A.T @ xt[c]`` for each sample ``c``; xt (K, n_rows), out_t (K, n_cols)."""
+    width = xt.shape[0]
+    n_rows = xt.shape[1]
+    nnz = indices.shape[0]
+    homogeneous = data.shape[0] != nnz
+    threads = pool[0]
+    if width < threads:  # few samples: parallel inside each one
+        for c in range(width):
+            scatter_mv(pool, data, indices, indptr, xt[c], out_t[c])
+        return
+    active = 0
+    for c in range(width):
+        xc = xt[c]
+        for i in range(n_rows):
+            active += xc[i] != 0
+    work = active * (nnz // max(n_rows, 1) + 1)
+    parts = threads if work >= PARALLEL_MIN_WORK else 1
+    for t in prange(parts):
+        lo = (width * t) // parts
+        hi = (width * (t + 1)) // parts
+        for c in range(lo, hi):
+            row = out_t[c]
+            row[:] = 0
+            _scatter_rows(data, indices, indptr, xt[c], row, 0, n_rows, homogeneous)
+
+
+# ---------------------------------------------------------------------------
+# kernels: g[k] = <r[row k], q[indices[k]]> (the weight gradient, SDDMM)
+# ---------------------------------------------------------------------------
+@numba.njit(cache=True, nogil=True, fastmath=_REASSOC)
+def _dot(u, v):
+    acc = 0.0
+    for c in range(u.shape[0]):
+        acc += u[c] * v[c]
+    return acc
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def sddmm_mv(pool, indices, indptr, r, q, g):
+    """``g[k] = r[i] * q[indices[k]]`` for k in row i; rows with r[i] == 0 get zeros unread."""
+    n_rows = r.shape[0]
+    n = q.shape[0]
+    nnz = indices.shape[0]
+    if n_rows == 0 or indptr[0] != 0 or indptr[n_rows] != nnz:
+        g[:] = 0  # malformed: some entries belong to no row
+    threads = pool[0]
+    parts = 1 if threads < 2 or nnz < PARALLEL_MIN_WORK else threads
+    bounds = _balanced_rows(indptr, n_rows, nnz, parts)
+    for t in prange(parts):
+        for i in range(bounds[t], bounds[t + 1]):
+            a, b = _span(indptr, i, nnz)
+            ri = r[i]
+            if ri == 0:
+                for k in range(a, b):
+                    g[k] = 0
+            else:
+                for k in range(a, b):
+                    j = indices[k]
+                    if j >= 0 and j < n:
+                        g[k] = ri * q[j]
+                    else:
+                        g[k] = 0
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def sddmm_mm(pool, indices, indptr, r, q, g):
+    """``g[k] = sum_c r[i, c] * q[indices[k], c]`` for k in row i; all-zero rows of r are skipped."""
+    n_rows = r.shape[0]
+    n = q.shape[0]
+    width = r.shape[1]
+    nnz = indices.shape[0]
+    if n_rows == 0 or indptr[0] != 0 or indptr[n_rows] != nnz:
+        g[:] = 0
+    threads = pool[0]
+    parts = 1 if threads < 2 or nnz * max(width, 1) < PARALLEL_MIN_WORK else threads
+    bounds = _balanced_rows(indptr, n_rows, nnz, parts)
+    for t in prange(parts):
+        for i in range(bounds[t], bounds[t + 1]):
+            a, b = _span(indptr, i, nnz)
+            ri = r[i]
+            active = False
+            for c in range(width):
+                if ri[c] != 0:
+                    active = True
+                    break
+            if not active:
+                for k in range(a, b):
+                    g[k] = 0
+            else:
+                for k in range(a, b):
+                    j = indices[k]
+                    if j >= 0 and j < n:
+                        g[k] = _dot(ri, q[j])
+                    else:
+                        g[k] = 0
+
+
+# ---------------------------------------------------------------------------
+# generators (the op's backend slot)
+# ---------------------------------------------------------------------------
+_LOW_PRECISION = (np.dtype(np.float16), np.dtype(jnp.bfloat16))
+
+
+def _compute_dtype(dtype) -> np.dtype:
+    dtype = np.dtype(dtype)
+    return np.dtype(np.float32) if dtype in _LOW_PRECISION else dtype
+
+
+def _as_events(x):
+    """Events as bool (nonzero = spike): one byte per entry for the kernel."""
+    return x if x.dtype == jnp.bool_ else x != 0
+
+
+def _as_compute(x, dtype):
+    return x if x.dtype == jnp.bool_ or x.dtype == dtype else x.astype(dtype)
+
+
+def pool_size() -> int:
+    """Threads the kernels split their work into: numba's pool size.
+
+    It reaches the kernels as a one-element operand rather than through
+    ``numba.get_num_threads()``, which would keep Numba from caching them.
+    """
+    return max(int(numba.config.NUMBA_NUM_THREADS), 1)
+
+
+def _ffi(kernel, args, out_shape, out_dtype):
+    """Call a numba kernel through its compiled FFI handler (no Python per call)."""
+    args = (jnp.asarray(np.array([pool_size()], np.int32)),) + tuple(args)
+    in_types = [(np.dtype(a.dtype), a.ndim) for a in args]
+    handler = numba_cpu.get_handler(kernel, in_types, [(np.dtype(out_dtype), len(out_shape))])
+    call = jax.ffi.ffi_call(handler.target_name, [jax.ShapeDtypeStruct(tuple(out_shape), out_dtype)])
+    return call(*args)[0]
+
+
+def _matmul_generator(outs, transpose: bool, event: bool, batched: bool):
+    out = outs[0]
+    dtype = _compute_dtype(out.dtype)
+
+    def kernel(data, indices, indptr, x):
+        data = _as_compute(data, dtype)
+        x = _as_events(x) if event else _as_compute(x, dtype)
+        if not batched:
+            y = _ffi(scatter_mv if transpose else gather_mv, (data, indices, indptr, x), out.shape, dtype)
+        elif transpose:
+            # batch-major inside: x.T and y.T cancel with the caller's transposes
+            # (e.g. ``spikes (K, n) @ W``) under XLA's algebraic simplifier.
+            y = _ffi(scatter_mm_batch_major, (data, indices, indptr, x.T), out.shape[::-1], dtype).T
+        else:
+            y = _ffi(gather_mm, (data, indices, indptr, x), out.shape, dtype)
+        return [y.astype(out.dtype)]
+
+    return kernel
+
+
+def csrmv_generator(outs, transpose: bool):
+    """Numba kernel for ``csrmv_p``: float vector."""
+    return _matmul_generator(outs, transpose, event=False, batched=False)
+
+
+def csrmm_generator(outs, transpose: bool):
+    """Numba kernel for ``csrmm_p``: float matrix (contracted dimension first)."""
+    return _matmul_generator(outs, transpose, event=False, batched=True)
+
+
+def binary_csrmv_generator(outs, transpose: bool):
+    """Numba kernel for ``binary_csrmv_p``: event vector (bool, or float with nonzero = spike)."""
+    return _matmul_generator(outs, transpose, event=True, batched=False)
+
+
+def binary_csrmm_generator(outs, transpose: bool):
+    """Numba kernel for ``binary_csrmm_p``: event matrix."""
+    return _matmul_generator(outs, transpose, event=True, batched=True)
+
+
+def sddmm_generator(outs, ins):
+    """Numba kernel for ``csr_sddmm_p``: ``g[k] = <r[row k], q[indices[k]]>``."""
+    out = outs[0]
+    dtype = _compute_dtype(out.dtype)
+    kernel_fn = sddmm_mv if len(ins[2].shape) == 1 else sddmm_mm
+
+    def kernel(indices, indptr, r, q):
+        args = (indices, indptr, _as_compute(r, dtype), _as_compute(q, dtype))
+        return [_ffi(kernel_fn, args, out.shape, dtype).astype(out.dtype)]
+
+    return kernel

@@ -1,0 +1,351 @@
+"""Sparse matrices and event arrays: ``CSR``, its transposed view ``CSC``, ``BinaryArray``.
+
+``CSR`` and ``CSC`` are pytrees whose children are ``data``, ``indices`` and
+``indptr``; only the shape is static.  A jitted function therefore accepts a
+matrix of another structure with the same shape and nnz without retracing.
+
+Matmul dispatches to the operators of :mod:`evjax.primitives.csr`:
+
+==================  ==========================================  ==============
+expression          op                                          orientation
+==================  ==========================================  ==============
+``W @ x``           ``csrmv`` / ``csrmm``, transpose=False      gather
+``x @ W``           ``csrmv`` / ``csrmm``, transpose=True       scatter
+``W.T @ x``         transpose=True                              scatter
+``x @ W.T``         transpose=False                             gather
+==================  ==========================================  ==============
+
+``x`` may be a vector or a matrix (a batch: rows for ``x @ W``, columns for
+``W @ x``).  A :class:`BinaryArray`, or a plain bool array, selects the event
+ops (``binary_csrmv`` / ``binary_csrmm``).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .primitives import csr as _ops
+
+__all__ = ["CSR", "CSC", "BinaryArray", "EventArray"]
+
+
+# ---------------------------------------------------------------------------
+# events
+# ---------------------------------------------------------------------------
+@jax.tree_util.register_pytree_node_class
+class BinaryArray:
+    """Marks an array as spikes: bool, or float where nonzero means a spike.
+
+    Multiplying it with a :class:`CSR` / :class:`CSC` uses the event-driven
+    operators.  The gradient w.r.t. a float ``value`` is straight-through.
+
+    Args:
+        value: the spike array (any shape; vectors and matrices take part in matmul).
+    """
+
+    __array_ufunc__ = None  # numpy defers ``ndarray @ BinaryArray`` to us
+
+    def __init__(self, value: Any):
+        self.value = value if isinstance(value, jax.Array) else jnp.asarray(value)
+
+    def tree_flatten(self):
+        return (self.value,), None
+
+    @classmethod
+    def tree_unflatten(cls, aux, children):
+        obj = object.__new__(cls)
+        obj.value = children[0]
+        return obj
+
+    @property
+    def shape(self) -> tuple:
+        return tuple(self.value.shape)
+
+    @property
+    def dtype(self):
+        return self.value.dtype
+
+    @property
+    def ndim(self) -> int:
+        return self.value.ndim
+
+    def __repr__(self) -> str:
+        return f"BinaryArray({self.value!r})"
+
+    def _dense(self, dtype):
+        # 0/1 forward, straight-through gradient for float values
+        ones = (self.value != 0).astype(dtype)
+        if jnp.issubdtype(self.value.dtype, jnp.floating):
+            v = self.value.astype(dtype)
+            return v + jax.lax.stop_gradient(ones - v)
+        return ones
+
+    def __matmul__(self, other):
+        if isinstance(other, (CSR, CSC)):
+            return NotImplemented  # -> other.__rmatmul__
+        other = jnp.asarray(other)
+        return self._dense(other.dtype) @ other
+
+    def __rmatmul__(self, other):
+        other = jnp.asarray(other)
+        return other @ self._dense(other.dtype)
+
+
+EventArray = BinaryArray
+
+
+def _split_operand(x):
+    """``(array, is_event)`` for a matmul operand."""
+    if isinstance(x, BinaryArray):
+        return x.value, True
+    if isinstance(x, (CSR, CSC)):
+        raise TypeError("sparse @ sparse is not supported; convert one side with .todense()")
+    x = x if isinstance(x, jax.Array) else jnp.asarray(x)
+    return x, x.dtype == jnp.bool_
+
+
+def _product(data, indices, indptr, stored_shape, x, event: bool, transpose: bool):
+    """``A @ x`` (transpose=False) or ``A.T @ x`` for the stored CSR ``A``; x has the contracted dim first."""
+    rank = x.ndim
+    if rank == 1:
+        fn = _ops.binary_csrmv_p if event else _ops.csrmv_p
+    else:
+        fn = _ops.binary_csrmm_p if event else _ops.csrmm_p
+    x, dtype = _ops._operand(x, data, stored_shape, transpose, rank, event, "matmul")
+    if not event:
+        data, x = data.astype(dtype), x.astype(dtype)
+    return _ops._bind(fn, data, indices, indptr, x, shape=stored_shape, transpose=transpose, dtype=dtype,
+                      backend=None)
+
+
+def _matmul(sparse, x, *, sparse_on_left: bool):
+    """Shared ``@`` for CSR (``stored_transposed=False``) and CSC (its transposed view)."""
+    x, event = _split_operand(x)
+    m, n = sparse.shape
+    contracted = n if sparse_on_left else m
+    if x.ndim not in (1, 2):
+        raise ValueError(f"matmul: the dense side must be a vector or a matrix, got shape {x.shape}")
+    x_dim = x.shape[0] if (sparse_on_left or x.ndim == 1) else x.shape[1]
+    if x_dim != contracted:
+        left, right = (sparse.shape, x.shape) if sparse_on_left else (x.shape, sparse.shape)
+        raise ValueError(f"matmul: shapes {left} and {right} are not aligned ({x_dim} != {contracted})")
+    # transposition of the stored CSR needed for "sparse @ x"
+    transpose = isinstance(sparse, CSC)
+    stored = sparse._stored_shape
+    if sparse_on_left:  # S @ x
+        return _product(sparse.data, sparse.indices, sparse.indptr, stored, x, event, transpose)
+    # x @ S = (S.T @ x.T).T
+    if x.ndim == 1:
+        return _product(sparse.data, sparse.indices, sparse.indptr, stored, x, event, not transpose)
+    return _product(sparse.data, sparse.indices, sparse.indptr, stored, x.T, event, not transpose).T
+
+
+# ---------------------------------------------------------------------------
+# CSR and its transposed view
+# ---------------------------------------------------------------------------
+class _Compressed:
+    __array_ufunc__ = None  # numpy defers ``ndarray @ sparse`` to __rmatmul__
+
+    data: jax.Array
+    indices: jax.Array
+    indptr: jax.Array
+    shape: tuple
+
+    def tree_flatten(self):
+        return (self.data, self.indices, self.indptr), self.shape
+
+    @classmethod
+    def tree_unflatten(cls, shape, children):
+        obj = object.__new__(cls)  # no validation: children may be tracers or placeholders
+        obj.data, obj.indices, obj.indptr = children
+        obj.shape = shape
+        return obj
+
+    @classmethod
+    def _make(cls, data, indices, indptr, shape):
+        return cls.tree_unflatten(tuple(shape), (data, indices, indptr))
+
+    @property
+    def nnz(self) -> int:
+        """Number of stored entries (synapses)."""
+        return int(self.indices.shape[0])
+
+    nse = nnz
+
+    @property
+    def dtype(self):
+        return self.data.dtype
+
+    @property
+    def ndim(self) -> int:
+        return 2
+
+    @property
+    def homogeneous(self) -> bool:
+        """Whether all synapses share one weight (``data`` of shape ``(1,)``)."""
+        return self.data.shape[0] == 1 and self.nnz != 1
+
+    def with_data(self, data):
+        """The same structure with new weights (shape ``(1,)``/scalar or ``(nnz,)``, float)."""
+        data = jnp.asarray(data)
+        if not jnp.issubdtype(data.dtype, jnp.floating):
+            raise TypeError(f"with_data: weights must be floating point, got {data.dtype}")
+        data = data.reshape(1) if data.ndim == 0 else data
+        if data.ndim != 1 or data.shape[0] not in (1, self.nnz):
+            raise ValueError(f"with_data: data must have shape (1,) or (nnz,) = ({self.nnz},), got {data.shape}")
+        return self._make(data, self.indices, self.indptr, self.shape)
+
+    def _weights(self):
+        return jnp.broadcast_to(self.data, (self.nnz,)) if self.data.shape[0] != self.nnz else self.data
+
+    def _dense_stored(self):
+        m, n = self._stored_shape
+        rows = _ops.row_ids(self.indptr, self.nnz)
+        return jnp.zeros((m, n), self.dtype).at[rows, self.indices].add(self._weights(), mode="drop")
+
+    def _scipy_arrays(self):
+        data = np.asarray(self._weights())
+        if data.dtype in (np.dtype(np.float16), np.dtype(jnp.bfloat16)):
+            data = data.astype(np.float32)  # scipy has no arithmetic in these
+        return data, np.asarray(self.indices), np.asarray(self.indptr)
+
+    def __matmul__(self, other):
+        return _matmul(self, other, sparse_on_left=True)
+
+    def __rmatmul__(self, other):
+        return _matmul(self, other, sparse_on_left=False)
+
+    def __repr__(self) -> str:
+        kind = "homogeneous" if self.homogeneous else "per-synapse"
+        return f"{type(self).__name__}(shape={self.shape}, nnz={self.nnz}, {kind} {self.dtype})"
+
+
+@jax.tree_util.register_pytree_node_class
+class CSR(_Compressed):
+    """A compressed-sparse-row matrix (e.g. synapses, ``(n_pre, n_post)``).
+
+    Args:
+        args: ``(data, indices, indptr)``, or ``data`` followed by ``indices``
+            and ``indptr`` as separate arguments.
+        shape: ``(n_rows, n_cols)``.
+
+    ``data`` is a scalar or ``(1,)`` (one weight for all synapses) or ``(nnz,)``;
+    ``indices`` (int32/int64) are the columns of each row's synapses; duplicate
+    columns in a row are summed.  Concrete arrays are validated.
+
+    Example:
+        >>> W = CSR((data, indices, indptr), shape=(n_pre, n_post))
+        >>> I = BinaryArray(spikes) @ W      # event-driven, (n_post,)
+    """
+
+    def __init__(self, data, indices=None, indptr=None, *, shape):
+        if indices is None and indptr is None:
+            data, indices, indptr = data
+        self.data, self.indices, self.indptr, self.shape = _ops.validate_csr(
+            data, indices, indptr, shape, who=type(self).__name__
+        )
+
+    @property
+    def _stored_shape(self) -> tuple:
+        return self.shape
+
+    @property
+    def T(self) -> "CSC":
+        """The transpose, as a view (no copy): a :class:`CSC` sharing the arrays."""
+        return CSC._make(self.data, self.indices, self.indptr, self.shape[::-1])
+
+    def transpose(self) -> "CSC":
+        return self.T
+
+    def todense(self) -> jax.Array:
+        """The dense matrix (duplicates summed)."""
+        return self._dense_stored()
+
+    def to_scipy(self):
+        """A ``scipy.sparse.csr_matrix`` with the same entries (float32 for 16-bit weights)."""
+        import scipy.sparse as sp
+
+        return sp.csr_matrix(self._scipy_arrays(), shape=self.shape)
+
+    @classmethod
+    def from_scipy(cls, matrix, *, dtype=None, index_dtype=None) -> "CSR":
+        """From any ``scipy.sparse`` matrix or array (converted to CSR)."""
+        m = matrix.tocsr()
+        data = m.data if dtype is None else m.data.astype(dtype)
+        idx_dt = index_dtype or m.indices.dtype
+        return cls((data, m.indices.astype(idx_dt), m.indptr.astype(idx_dt)), shape=m.shape)
+
+    @classmethod
+    def fromdense(cls, dense, *, index_dtype=np.int32) -> "CSR":
+        """From a dense (concrete) matrix, keeping its nonzero entries."""
+        import scipy.sparse as sp
+
+        dense = np.asarray(dense)
+        if dense.ndim != 2:
+            raise ValueError(f"fromdense: expected a matrix, got shape {dense.shape}")
+        if dense.dtype in (np.dtype(np.float16), np.dtype(jnp.bfloat16)):
+            m = sp.csr_matrix(dense.astype(np.float32))
+            data = m.data.astype(dense.dtype)
+        else:
+            m = sp.csr_matrix(dense)
+            data = m.data
+        return cls((data, m.indices.astype(index_dtype), m.indptr.astype(index_dtype)), shape=dense.shape)
+
+    from_dense = fromdense
+
+
+@jax.tree_util.register_pytree_node_class
+class CSC(_Compressed):
+    """A compressed-sparse-column matrix; ``CSR.T`` returns one without copying.
+
+    The arrays of a CSC matrix of shape ``(n_rows, n_cols)`` are those of the
+    CSR matrix of its transpose: ``indptr`` has ``n_cols + 1`` entries and
+    ``indices`` are row indices.
+
+    Args:
+        args: ``(data, indices, indptr)`` or three arguments.
+        shape: ``(n_rows, n_cols)``.
+    """
+
+    def __init__(self, data, indices=None, indptr=None, *, shape):
+        if indices is None and indptr is None:
+            data, indices, indptr = data
+        shape = tuple(int(d) for d in shape)
+        if len(shape) != 2:
+            raise ValueError(f"CSC: shape must be (n_rows, n_cols), got {shape}")
+        self.data, self.indices, self.indptr, stored = _ops.validate_csr(
+            data, indices, indptr, shape[::-1], who="CSC (as the CSR of its transpose)"
+        )
+        self.shape = stored[::-1]
+
+    @property
+    def _stored_shape(self) -> tuple:
+        return self.shape[::-1]
+
+    @property
+    def T(self) -> CSR:
+        """The transpose, a :class:`CSR` sharing the arrays."""
+        return CSR._make(self.data, self.indices, self.indptr, self.shape[::-1])
+
+    def transpose(self) -> CSR:
+        return self.T
+
+    def todense(self) -> jax.Array:
+        return self._dense_stored().T
+
+    def to_scipy(self):
+        """A ``scipy.sparse.csc_matrix`` with the same entries."""
+        import scipy.sparse as sp
+
+        return sp.csc_matrix(self._scipy_arrays(), shape=self.shape)
+
+    @classmethod
+    def from_scipy(cls, matrix, *, dtype=None, index_dtype=None) -> "CSC":
+        """From any ``scipy.sparse`` matrix or array (converted to CSC)."""
+        m = matrix.tocsc()
+        data = m.data if dtype is None else m.data.astype(dtype)
+        idx_dt = index_dtype or m.indices.dtype
+        return cls((data, m.indices.astype(idx_dt), m.indptr.astype(idx_dt)), shape=m.shape)
