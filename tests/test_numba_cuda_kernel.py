@@ -170,3 +170,13 @@ def test_raw_kernel_has_no_derivative():
     call = numba_cuda_kernel(_kernel(), OUT, launch_dims=64)
     with pytest.raises(TypeError, match="XLACustomKernel"):
         jax.jvp(call, (jnp.zeros(64, jnp.float32),), (jnp.ones(64, jnp.float32),))
+
+
+@pytest.mark.parametrize("n_rows, k", [(0, 4), (7, 1), (5, 3), (10_000_000, 64), (3, 100_000)])
+def test_csr_mm_launch_covers_the_output_within_cuda_limits(n_rows, k):
+    from evjax.primitives.csr_numba_cuda import mm_launch
+
+    grid, block = mm_launch(n_rows, k)
+    grid3, block3 = launch_config(grid=grid, block=block)  # raises beyond CUDA's limits
+    assert grid3[0] * block3[1] >= n_rows and grid3[1] * block3[0] >= k
+    assert block3[0] * block3[1] == 256 and block3[0] <= 32

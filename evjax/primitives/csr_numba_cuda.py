@@ -145,7 +145,10 @@ def csr_cuda_kernels(acc: str, homogeneous: bool, event: bool) -> dict:
 
     @cuda.jit
     def mm_gather(data, indices, indptr, b, out):
-        c, row = cuda.grid(2)
+        # threads: x along the k columns (coalesced), y along rows; blocks: x over rows (up to
+        # 2**31 - 1 blocks, y is limited to 65535), y over column tiles
+        c = cuda.blockIdx.y * cuda.blockDim.x + cuda.threadIdx.x
+        row = cuda.blockIdx.x * cuda.blockDim.y + cuda.threadIdx.y
         nnz = indices.shape[0]
         n_cols = b.shape[0]
         if row < out.shape[0] and c < out.shape[1]:
@@ -169,7 +172,10 @@ def csr_cuda_kernels(acc: str, homogeneous: bool, event: bool) -> dict:
 
     @cuda.jit
     def mm_scatter(data, indices, indptr, b, zeros, out):
-        c, row = cuda.grid(2)
+        # threads: x along the k columns (coalesced), y along rows; blocks: x over rows (up to
+        # 2**31 - 1 blocks, y is limited to 65535), y over column tiles
+        c = cuda.blockIdx.y * cuda.blockDim.x + cuda.threadIdx.x
+        row = cuda.blockIdx.x * cuda.blockDim.y + cuda.threadIdx.y
         nnz = indices.shape[0]
         n_cols = out.shape[0]
         if row < b.shape[0] and c < b.shape[1]:
@@ -194,10 +200,15 @@ def csr_cuda_kernels(acc: str, homogeneous: bool, event: bool) -> dict:
 
 
 def mm_launch(n_rows: int, k: int) -> tuple[tuple[int, int], tuple[int, int]]:
-    """``(grid, block)`` of the mm kernels: x over the ``k`` columns, y over rows."""
+    """``(grid, block)`` of the mm kernels.
+
+    A block is ``bx`` threads along the ``k`` columns (the next power of two of
+    ``k``, at most 32) by ``256 / bx`` along rows; the grid's x covers the rows
+    and its y the column tiles.
+    """
     bx = min(32, 1 << max(int(k) - 1, 0).bit_length())
     by = THREADS // bx
-    return (math.ceil(k / bx), math.ceil(n_rows / by)), (bx, by)
+    return (math.ceil(n_rows / by), math.ceil(k / bx)), (bx, by)
 
 
 def _events(x):
