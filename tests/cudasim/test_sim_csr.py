@@ -144,3 +144,28 @@ def test_generator_with_no_rows_or_no_synapses():
         outs = [jax.ShapeDtypeStruct((3,), np.float32)]
         run = csr_cuda.binary_csrmv_numba_cuda(outs=outs, ins=ins, shape=(3, 3), transpose=transpose)
         np.testing.assert_array_equal(run(data, indices, indptr, v)[0], np.zeros(3))
+
+
+def test_registered_as_the_numba_cuda_backend_of_the_csr_ops():
+    """The ops of evjax.primitives.csr pick these generators for backend='numba_cuda' on GPU;
+    here the chosen kernel runs in the simulator and matches the op's reference backend."""
+    from evjax.primitives import csr
+
+    rng = np.random.default_rng(3)
+    mask, weights, indices, indptr = _csr(rng)
+    data = weights[mask].astype(np.float32)
+    cases = [
+        (csr.csrmv_p, (N_COLS,), False, False), (csr.csrmv_p, (N_ROWS,), True, False),
+        (csr.csrmm_p, (N_COLS, K), False, False), (csr.binary_csrmm_p, (N_ROWS, K), True, True),
+        (csr.binary_csrmv_p, (N_ROWS,), True, True),
+    ]
+    for op, shape_in, transpose, event in cases:
+        assert "numba_cuda" in op.backends("gpu")
+        x = _dense_operand(rng, shape_in, event, np.bool_)
+        params = dict(shape=(N_ROWS, N_COLS), transpose=transpose)
+        want = op(data, indices, indptr, x, outs=[jax.ShapeDtypeStruct(
+            ((N_COLS if transpose else N_ROWS),) + shape_in[1:], np.float32)], backend="reference", **params)[0]
+        avals = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in (data, indices, indptr, x)]
+        kernel = op.kernel_for("gpu", "numba_cuda", avals, (jax.ShapeDtypeStruct(want.shape, want.dtype),), params)
+        got = jax.jit(kernel)(data, indices, indptr, x)[0]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"{op.name} transpose={transpose}")
