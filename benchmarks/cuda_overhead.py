@@ -15,7 +15,6 @@ Run: ``python benchmarks/cuda_overhead.py``
 """
 from __future__ import annotations
 
-import ctypes
 import math
 import os
 import sys

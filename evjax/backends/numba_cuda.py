@@ -325,8 +325,8 @@ def external_stream(pointer: int):
     return stream
 
 
-_FRAME_WORDS = ctypes.c_int64 * 15
-_DATA_WORDS = ctypes.c_int64 * (ffi_abi.BUFFER_DATA // 8 + 1)  # the call frame up to the results' pointer table (offset 112)
+_FRAME_WORDS = ctypes.c_int64 * 15  # the call frame up to the results' pointer table (offset 112)
+_DATA_WORDS = ctypes.c_int64 * (ffi_abi.BUFFER_DATA // 8 + 1)  # an XLA_FFI_Buffer up to its data pointer
 _STREAM_GET = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)
 _STREAM_ARGS = ctypes.c_int64 * 4  # XLA_FFI_Stream_Get_Args {struct_size, extension_start, ctx, stream}
 _stream_getters: dict[int, Any] = {}
@@ -496,7 +496,8 @@ def _build_kernel_handler(kernel, specs, n_in, grid, block, shared_mem, who) -> 
         plan = numba_cuda_cfunc.LaunchPlan(
             tuple(values), tuple(slots), tuple(grid), tuple(block), int(shared_mem), function, context,
             lib.address("cuLaunchKernel"), lib.address("cuCtxGetCurrent"),
-            lib.address("cuCtxPushCurrent_v2", "cuCtxPushCurrent"), lib.address("cuCtxPopCurrent_v2", "cuCtxPopCurrent"),
+            lib.address("cuCtxPushCurrent_v2", "cuCtxPushCurrent"),
+            lib.address("cuCtxPopCurrent_v2", "cuCtxPopCurrent"),
         )
         compiled = numba_cuda_cfunc.build(plan, describe)
         register(name, compiled.address, "CUDA")
