@@ -1,0 +1,154 @@
+"""The CSR operator family with ``backend='warp'`` (Warp's CPU device here; CUDA where a GPU exists).
+
+Reuses the CSR property cases of ``tests/test_csr_ops.py`` (random structures
+with empty rows, nnz 0, duplicate columns; homogeneous and per-synapse
+weights; every transform of the harness) with the Warp kernels of
+:mod:`evjax.primitives.csr_warp`.
+"""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+
+wp = pytest.importorskip("warp")
+
+import evjax  # noqa: E402
+from evjax.primitives import csr, csr_warp  # noqa: E402
+from tests.test_csr_ops import SETTINGS, cases, dense_matrix, op_fn, random_structure, run_case  # noqa: E402
+from evjax.testing import ALL_CHECKS  # noqa: E402
+
+wp.config.quiet = True
+OPS = (csr.csrmv_p, csr.csrmm_p, csr.binary_csrmv_p, csr.binary_csrmm_p)
+NOT_FORWARD = tuple(c for c in ALL_CHECKS if c != "forward")
+
+
+def test_warp_is_a_registered_backend_of_every_csr_op():
+    for op in OPS:
+        assert "warp" in op.backends("cpu") and "warp" in op.backends("gpu")
+        assert op.defaults["cpu"] != "warp"  # registering Warp never changes the CPU default
+
+
+def fixed_case(rank, transpose, event, homogeneous, seed=0, float_spikes=False):
+    """A non-trivial case (4 x 5, an empty row, duplicates possible) for the full transform checks."""
+    rng = np.random.default_rng(seed)
+    indices, indptr = random_structure(rng, 4, 5)
+    indptr[2:] = indptr[2:] - (indptr[2] - indptr[1])  # row 1 empty
+    indices = indices[: indptr[-1]]
+    data = rng.uniform(0.5, 1.5, 1 if homogeneous else indices.shape[0]).astype(np.float32)
+    n_in = 5 if not transpose else 4
+    x_shape = (n_in,) if rank == 1 else (n_in, 3)
+    if event:
+        x = rng.random(x_shape) < 0.5
+        x = x.astype(np.float32) if float_spikes else x
+    else:
+        x = rng.standard_normal(x_shape).astype(np.float32)
+    return (4, 5), (data, indices, indptr, x)
+
+
+COMBOS = [(e, r, t) for e in (False, True) for r in (1, 2) for t in (False, True)]
+
+
+@pytest.mark.parametrize("event, rank, transpose", COMBOS)
+def test_csr_every_transform_warp(event, rank, transpose):
+    """jit, jvp, vjp, grad, finite differences, vmap (in_axes 0/1/None), nested vmap, jit(grad(vmap))."""
+    homogeneous = (rank + transpose) % 2 == 0
+    case = fixed_case(rank, transpose, event, homogeneous, seed=rank + 2 * transpose)
+    run_case(case, rank=rank, transpose=transpose, event=event, backend="warp")
+
+
+@pytest.mark.parametrize("event, rank, transpose", COMBOS)
+def test_csr_forward_random_structures_warp(event, rank, transpose):
+    """Eager and jit forward on Hypothesis structures (nnz 0, size-0 dims, duplicates, no/all spikes)."""
+    @settings(max_examples=8, **SETTINGS)
+    @given(cases(rank=rank, transpose=transpose, event=event))
+    def check(case):
+        run_case(case, rank=rank, transpose=transpose, event=event, backend="warp", skip=NOT_FORWARD)
+
+    check()
+
+
+@pytest.mark.parametrize("rank, transpose", [(1, True), (2, False)])
+def test_event_ops_float_spikes_warp(rank, transpose):
+    """Float spikes: forward on 1[s != 0], straight-through gradient."""
+    case = fixed_case(rank, transpose, True, False, seed=7, float_spikes=True)
+    run_case(case, rank=rank, transpose=transpose, event=True, backend="warp", float_spikes=True,
+             skip=("nested_vmap", "check_grads"))
+
+
+@pytest.mark.parametrize("event", [False, True])
+@pytest.mark.parametrize("transpose", [False, True])
+def test_float64_int64_indices_warp(transpose, event):
+    with jax.enable_x64(True):
+        @settings(max_examples=3, **SETTINGS)
+        @given(cases(rank=2, transpose=transpose, event=event, dtype=np.float64, index_dtype=np.int64))
+        def check(case):
+            shape, (data, indices, indptr, x) = case
+            out = op_fn(2, event, shape, transpose, "warp")(data, indices, indptr, x)
+            assert out.dtype == jnp.float64
+            run_case(case, rank=2, transpose=transpose, event=event, backend="warp",
+                     skip=("vmap", "nested_vmap", "jit_grad_vmap", "check_grads"))
+
+        check()
+
+
+@pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16])
+@pytest.mark.parametrize("transpose", [False, True])
+@pytest.mark.parametrize("event", [False, True])
+def test_low_precision_accumulates_in_float32_like_numba(dtype, transpose, event):
+    """float16 and bfloat16 (which Warp lacks) go through float32, rounded once at the end."""
+    rng = np.random.default_rng(3)
+    indptr = np.array([0, 300, 300, 600], np.int32)
+    indices = np.concatenate([np.arange(300), rng.integers(0, 300, 300)]).astype(np.int32)
+    data = jnp.asarray(rng.uniform(0.9, 1.1, 600), dtype)
+    n_in = 300 if not transpose else 3
+    x = rng.random((n_in, 2)) < 0.9
+    if not event:
+        x = jnp.asarray(x, dtype)
+    fn = op_fn(2, event, (3, 300), transpose, "warp")
+    out = fn(data, indices, indptr, x)
+    assert out.dtype == dtype
+    exact = np.asarray(dense_matrix(jnp.asarray(data, jnp.float32), indices, indptr, (3, 300)))
+    exact = exact.T if transpose else exact
+    expected = (exact @ np.asarray(x, np.float32)).astype(np.float32)
+    np.testing.assert_allclose(
+        np.asarray(out, np.float32), np.asarray(jnp.asarray(expected, dtype), np.float32),
+        rtol=0, atol=1e-6 + np.abs(expected).max() * float(jnp.finfo(dtype).eps),
+    )
+
+
+def test_malformed_structure_under_jit_stays_in_bounds():
+    """Row spans past nnz and out-of-range columns are clamped / ignored, never read or written."""
+    data = jnp.asarray([1.0, 2.0, 4.0], jnp.float32)
+    indices = jnp.asarray([0, 7, -1], jnp.int32)  # 7 and -1 are outside [0, 3)
+    indptr = jnp.asarray([0, 2, 99], jnp.int32)  # last row claims 97 synapses that do not exist
+    v = jnp.ones(3, jnp.float32)
+    f = jax.jit(lambda d, i, p, x: evjax.csrmv(d, i, p, x, shape=(2, 3), backend="warp"))
+    np.testing.assert_allclose(f(data, indices, indptr, v), [1.0, 0.0])
+    s = jnp.asarray([True, True])
+    g = jax.jit(lambda d, i, p, x: evjax.binary_csrmv(d, i, p, x, shape=(2, 3), transpose=True, backend="warp"))
+    np.testing.assert_allclose(g(data, indices, indptr, s), [1.0, 0.0, 0.0])
+
+
+def test_larger_problem_against_scipy():
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(0)
+    a = sp.random(700, 500, density=0.05, format="csr", random_state=1, dtype=np.float32)
+    data, indices, indptr = (jnp.asarray(v) for v in (a.data, a.indices, a.indptr))
+    s = rng.random(700) < 0.2
+    x = rng.standard_normal(500).astype(np.float32)
+    X = rng.standard_normal((700, 8)).astype(np.float32)
+    af = a.astype(np.float64)
+    got = evjax.binary_csrmv(data, indices, indptr, s, shape=a.shape, transpose=True, backend="warp")
+    np.testing.assert_allclose(got, af.T @ s, rtol=2e-5, atol=2e-4)
+    got = evjax.csrmv(data, indices, indptr, x, shape=a.shape, backend="warp")
+    np.testing.assert_allclose(got, af @ x, rtol=2e-5, atol=2e-4)
+    got = evjax.csrmm(data, indices, indptr, X, shape=a.shape, transpose=True, backend="warp")
+    np.testing.assert_allclose(got, af.T @ X, rtol=2e-5, atol=2e-4)
+
+
+def test_register_is_idempotent_and_keeps_defaults():
+    before = [dict(op.defaults) for op in OPS]
+    csr_warp.register(*OPS)
+    assert [dict(op.defaults) for op in OPS] == before
