@@ -135,3 +135,18 @@ def duck_device_array(shape, dtype, pointer: int):
         device_ctypes_pointer=ctypes.c_void_p(pointer), ptr=pointer,
         _layout=types.SimpleNamespace(strides_in_bytes=a.strides, is_contiguous_c=True, is_contiguous_f=a.ndim <= 1),
     )
+
+
+class HostViews:
+    """Host numpy views of a frame's buffers: stand-ins for device arrays on CPU."""
+
+    def __init__(self, specs):
+        self.specs = [(tuple(shape), np.dtype(dtype)) for shape, dtype in specs]
+
+    def __call__(self, pointers):
+        views = []
+        for pointer, (shape, dtype) in zip(pointers, self.specs):
+            count = int(np.prod(shape, dtype=np.int64))
+            raw = (ctypes.c_char * max(count * dtype.itemsize, 1)).from_address(pointer)
+            views.append(np.frombuffer(raw, dtype=dtype, count=count).reshape(shape))
+        return views

@@ -19,7 +19,9 @@ from evjax.backends import numba_cuda as bridge
 from evjax.backends import numba_cuda_cfunc as cfunc
 
 sys.path.insert(0, os.path.dirname(__file__))
-from numba_cuda_fakes import FakeApi, FakeDriver, Frame, address, call_handler, duck_device_array  # noqa: E402
+from numba_cuda_fakes import (  # noqa: E402
+    FakeApi, FakeDriver, Frame, HostViews, address, call_handler, duck_device_array,
+)
 
 SPECS = [((3, 4), np.dtype(np.float32)), ((5,), np.dtype(np.int64)), ((3, 4), np.dtype(np.float32))]
 
@@ -127,21 +129,6 @@ def test_compiled_handler_answers_the_metadata_query():
     assert md[ffi_abi.METADATA_TRAITS // 4] == 0 and driver.launches == []
 
 
-class _HostViews:
-    """Host numpy views of the frame's buffers (stand-ins for device arrays)."""
-
-    def __init__(self, specs):
-        self.specs = specs
-
-    def __call__(self, pointers):
-        views = []
-        for pointer, (shape, dtype) in zip(pointers, self.specs):
-            count = int(np.prod(shape, dtype=np.int64))
-            raw = (ctypes.c_char * max(count * dtype.itemsize, 1)).from_address(pointer)
-            views.append(np.frombuffer(raw, dtype=dtype, count=count).reshape(shape))
-        return views
-
-
 def test_python_launch_path_launches_the_overload_on_the_stream():
     launched = []
 
@@ -151,7 +138,7 @@ def test_python_launch_path_launches_the_overload_on_the_stream():
             arrays[2][...] = arrays[0] * 2
 
     arrays = _arrays()
-    run = bridge.PythonLaunch(FakeOverload(), _HostViews(SPECS), 2, 1, (3, 1, 1), (32, 1, 1), 16,
+    run = bridge.PythonLaunch(FakeOverload(), HostViews(SPECS), 2, 1, (3, 1, 1), (32, 1, 1), 16,
                               stream_of=ffi_abi.get_stream, wrap_stream=lambda s: ("stream", s))
     handler = bridge.PythonHandler("numba_cuda_kernel 'k'", run)
     assert call_handler(handler.address, Frame(FakeApi(stream=0x42), arrays[:2], arrays[2:])) == 0
@@ -183,7 +170,7 @@ def test_callable_handler_runs_under_jit_through_xla():
     out_specs = [((6,), np.float32), ((6,), np.float32)]
     handler = bridge.callable_handler(
         double_then_add, in_specs, out_specs, "numba_cuda_callable 'double_then_add'", platform="cpu",
-        views=_HostViews, stream_of=lambda frame: (0x99, 0), wrap_stream=lambda s: ("stream", s),
+        views=HostViews, stream_of=lambda frame: (0x99, 0), wrap_stream=lambda s: ("stream", s),
     )
     outs = [jax.ShapeDtypeStruct((6,), jnp.float32)] * 2
     call = jax.jit(lambda x, y: jax.ffi.ffi_call(handler.target_name, outs)(x, y)[0])
@@ -198,7 +185,7 @@ def test_callable_handler_errors_reach_python():
 
     handler = bridge.callable_handler(
         broken, [((4,), np.float32)], [((4,), np.float32)], "numba_cuda_callable 'broken'", platform="cpu",
-        views=_HostViews, stream_of=lambda frame: (0, 0), wrap_stream=lambda s: s,
+        views=HostViews, stream_of=lambda frame: (0, 0), wrap_stream=lambda s: s,
     )
     call = jax.jit(lambda x: jax.ffi.ffi_call(handler.target_name, jax.ShapeDtypeStruct((4,), jnp.float32))(x))
     with pytest.raises(Exception, match="numba_cuda_callable 'broken' raised RuntimeError: kernel config rejected"):

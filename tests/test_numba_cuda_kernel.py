@@ -9,6 +9,7 @@ import sys
 import jax
 import jax.numpy as jnp
 import numba
+import numpy as np
 import pytest
 
 import evjax
@@ -18,6 +19,7 @@ from evjax.numba_cuda_kernel import launch_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = jax.ShapeDtypeStruct((64,), jnp.float32)
+_keep_alive: list = []  # XLA holds only a handler's address: test handlers live as long as the process
 
 
 def _kernel():
@@ -180,3 +182,61 @@ def test_csr_mm_launch_covers_the_output_within_cuda_limits(n_rows, k):
     grid3, block3 = launch_config(grid=grid, block=block)  # raises beyond CUDA's limits
     assert grid3[0] * block3[1] >= n_rows and grid3[1] * block3[0] >= k
     assert block3[0] * block3[1] == 256 and block3[0] <= 32
+
+
+def test_ffi_plumbing_under_jit_and_vmap_with_host_handlers(monkeypatch):
+    """The wrappers' path through jax.ffi (scratch outputs dropped, aliases, vmap,
+    jit), with handlers registered on CPU that run numpy code on host views in
+    place of CUDA launches."""
+    sys.path.insert(0, os.path.dirname(__file__))
+    from numba_cuda_fakes import HostViews
+
+    monkeypatch.setattr(bridge, "simulator_enabled", lambda: False)
+    monkeypatch.setattr(bridge, "require_gpu", lambda who: None)
+    real_callable_handler = bridge.callable_handler
+
+    def callable_on_cpu(func, in_specs, out_specs, who):
+        return real_callable_handler(func, in_specs, out_specs, who, platform="cpu", views=HostViews,
+                                     stream_of=lambda frame: (0, 0), wrap_stream=lambda stream: None)
+
+    class AddInto:  # stands for a compiled kernel: out (aliased to zeros) += x
+        def launch(self, arrays, grid, block, stream, shared):
+            arrays[2][...] += arrays[0]
+
+    def kernel_on_cpu(kernel, in_specs, out_specs, grid, block, shared_mem, who):
+        specs = list(in_specs) + list(out_specs)
+        run = bridge.PythonLaunch(AddInto(), HostViews(specs), len(in_specs), len(out_specs), grid, block,
+                                  shared_mem, stream_of=lambda frame: (0, 0), wrap_stream=lambda s: s)
+        handler = bridge.PythonHandler(who, run)
+        name = f"evjax_test_host_kernel_{len(_keep_alive)}"
+        bridge.register(name, handler.address, "cpu")
+        _keep_alive.append(bridge.Handler(name, "python", handler.address, [handler]))
+        return _keep_alive[-1]
+
+    monkeypatch.setattr(bridge, "callable_handler", callable_on_cpu)
+    monkeypatch.setattr(bridge, "kernel_handler", kernel_on_cpu)
+
+    def twice_plus_one(x, out, tmp, stream):
+        tmp[...] = 2 * x
+        out[...] = tmp + 1
+
+    spec = jax.ShapeDtypeStruct((5,), jnp.float32)
+    call = numba_cuda_callable(twice_plus_one, spec, scratch=[spec])
+    x = jnp.arange(5, dtype=jnp.float32)
+    assert call(x).shape == (5,)
+    np.testing.assert_allclose(jax.jit(call)(x), 2 * x + 1)
+    batch = jnp.stack([x, -x, 3 * x])
+    np.testing.assert_allclose(jax.vmap(call)(batch), 2 * batch + 1)
+
+    from numba import cuda
+
+    @cuda.jit
+    def add_into_kernel(x, zeros, out):
+        i = cuda.grid(1)
+        if i < out.size:
+            out[i] += x[i]
+
+    add_into = numba_cuda_kernel(add_into_kernel, spec, launch_dims=5, input_output_aliases={1: 0})
+    np.testing.assert_allclose(jax.jit(add_into)(x, jnp.zeros(5, jnp.float32)), x)
+    np.testing.assert_allclose(jax.jit(jax.vmap(add_into, in_axes=(0, None)))(batch, jnp.ones(5, jnp.float32)),
+                               batch + 1)

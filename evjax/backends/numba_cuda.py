@@ -23,6 +23,7 @@ Neither path synchronises.  Nothing here imports ``numba.cuda`` at import time.
 from __future__ import annotations
 
 import ctypes
+import itertools
 import os
 import threading
 import warnings
@@ -416,9 +417,12 @@ def register(name: str, address: int, platform: str) -> None:
     jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(address), platform=platform)
 
 
+_serial = itertools.count()
+
+
 def _target_name(prefix: str, name: str) -> str:
     safe = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
-    return f"evjax_{prefix}_{safe}_{len(_handlers)}_{os.getpid()}"
+    return f"evjax_{prefix}_{safe}_{next(_serial)}_{os.getpid()}"
 
 
 def check_shared_memory(who: str, static: int, dynamic: int, function: int, device: int, lib: LibCuda) -> None:
