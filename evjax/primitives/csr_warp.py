@@ -15,11 +15,14 @@ Kernels, with ``W`` the ``(n_rows, n_cols)`` CSR matrix:
   synapse adds with ``wp.atomic_add`` into an in-out buffer of zeros.
 
 Homogeneous (``data.shape == (1,)``) and per-synapse weights share a kernel (a
-runtime branch).  Accumulation is in float32 for float16/float32 and in
-float64 for float64; Warp has no bfloat16, so bfloat16 operands are cast to
-float32 in JAX first and the result is cast back.  All kernels of one dtype
-signature are built together in one Warp module, so a signature compiles
-once (then loads from Warp's kernel cache in milliseconds).
+runtime branch).  As in the Numba backend, float16 and bfloat16 (which Warp
+lacks) are converted to float32 around the call, the kernels accumulate in
+float32 (float64 for float64) and the result is rounded back to the output
+dtype; events are passed as bool (nonzero = spike); a malformed structure
+(possible under ``jit``, where it cannot be validated) never reads or writes
+out of bounds: row spans are clamped and out-of-range columns ignored.  The
+eight kernels of one dtype signature live in one Warp module, so a signature
+compiles once and then loads from Warp's kernel cache in milliseconds.
 """
 # No `from __future__ import annotations`: Warp reads the kernels' annotations as objects.
 
@@ -39,186 +42,147 @@ __all__ = [
     "csr_kernels",
 ]
 
-_WARP_FLOATS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+_LOW_PRECISION = (np.dtype(np.float16), np.dtype(jnp.bfloat16))
 _lock = threading.Lock()
 
 
-def _acc_dtype(*dtypes) -> np.dtype:
-    """float64 if any operand or the output is float64, else float32."""
-    return np.dtype(np.float64) if any(np.dtype(d) == np.float64 for d in dtypes) else np.dtype(np.float32)
-
-
-def _warp_float(dtype) -> np.dtype:
-    """The dtype a float operand is handed to Warp in (bfloat16 -> float32)."""
-    dt = np.dtype(dtype)
-    if dt in _WARP_FLOATS or dt == np.bool_ or np.issubdtype(dt, np.integer):
-        return dt
-    if dt == np.dtype(jnp.bfloat16):
-        return np.dtype(np.float32)
-    raise TypeError(f"the Warp CSR kernels do not support dtype {dt}")
+def compute_dtype(dtype) -> np.dtype:
+    """The dtype the kernels compute and accumulate in: float32 for float16/bfloat16."""
+    dtype = np.dtype(dtype)
+    return np.dtype(np.float32) if dtype in _LOW_PRECISION else dtype
 
 
 @functools.lru_cache(maxsize=None)
-def csr_kernels(data_dt: str, index_dt: str, indptr_dt: str, dense_dt: str, out_dt: str, acc_dt: str) -> dict:
-    """Build (once per dtype signature) the CSR Warp kernels in one Warp module.
+def csr_kernels(compute_dt: str, index_dt: str, indptr_dt: str) -> dict:
+    """Build (once per dtype signature) the eight CSR Warp kernels in one Warp module.
+
+    Weights and float operands arrive in ``compute_dt``, events as bool.
 
     Returns:
         ``{(kind, binary, transpose): kernel}`` with kind ``"mv"`` or ``"mm"``.
-        Float (non-event) kernels exist only for a floating dense operand.
     """
     import warp as wp
 
     from ..warp_kernel import jaxtype_to_warptype
 
-    D = jaxtype_to_warptype(data_dt)
+    F = jaxtype_to_warptype(compute_dt)
     I = jaxtype_to_warptype(index_dt)  # noqa: E741
     P = jaxtype_to_warptype(indptr_dt)
-    V = jaxtype_to_warptype(dense_dt)
-    O = jaxtype_to_warptype(out_dt)  # noqa: E741 - gather output
-    A = jaxtype_to_warptype(acc_dt)  # accumulator and scatter buffer
-    event_bool = np.dtype(dense_dt) == np.bool_
-    module = wp.get_module(f"evjax_csr_{data_dt}_{index_dt}_{indptr_dt}_{dense_dt}_{out_dt}_{acc_dt}")
+    B = wp.bool
+    module = wp.get_module(f"evjax_csr_{compute_dt}_{index_dt}_{indptr_dt}")
     opts = dict(enable_backward=False, module=module)
-    a1 = lambda t: wp.array(dtype=t, ndim=1)  # noqa: E731
-    a2 = lambda t: wp.array(dtype=t, ndim=2)  # noqa: E731
+    v1 = lambda t: wp.array(dtype=t, ndim=1)  # noqa: E731
+    v2 = lambda t: wp.array(dtype=t, ndim=2)  # noqa: E731
 
     @wp.func(module=module)
-    def fired(x: V):
-        if wp.static(event_bool):
-            return x
-        else:
-            return x != V(0)
+    def span(indptr: v1(P), i: int, nnz: int):
+        """Row ``i``'s synapses, clamped to [0, nnz] (a malformed structure never reads out of bounds)."""
+        return wp.max(int(indptr[i]), 0), wp.min(int(indptr[i + 1]), nnz)
 
+    @wp.func(module=module)
+    def weight(data: v1(F), j: int):
+        if data.shape[0] == 1:
+            return data[0]
+        return data[j]
+
+    # ---- gather: y = A @ x (one thread per output row / element; pure output)
     @wp.kernel(**opts)
-    def ev_mv_gather(data: a1(D), indices: a1(I), indptr: a1(P), v: a1(V), out: a1(O)):
+    def mv_gather(data: v1(F), indices: v1(I), indptr: v1(P), x: v1(F), out: v1(F)):
         i = wp.tid()
-        acc = A(0)
-        homo = data.shape[0] == 1
-        for j in range(int(indptr[i]), int(indptr[i + 1])):
-            if fired(v[int(indices[j])]):
-                if homo:
-                    acc += A(1)
-                else:
-                    acc += A(data[j])
-        if homo:
-            acc = acc * A(data[0])
-        out[i] = O(acc)
+        a, b = span(indptr, i, indices.shape[0])
+        acc = F(0)
+        for j in range(a, b):
+            col = int(indices[j])
+            if col >= 0 and col < x.shape[0]:
+                acc += weight(data, j) * x[col]
+        out[i] = acc
 
     @wp.kernel(**opts)
-    def ev_mv_scatter(data: a1(D), indices: a1(I), indptr: a1(P), v: a1(V), out: a1(A)):
+    def ev_mv_gather(data: v1(F), indices: v1(I), indptr: v1(P), x: v1(B), out: v1(F)):
         i = wp.tid()
-        if fired(v[i]):
-            homo = data.shape[0] == 1
-            for j in range(int(indptr[i]), int(indptr[i + 1])):
-                w = A(0)
-                if homo:
-                    w = A(data[0])
-                else:
-                    w = A(data[j])
-                wp.atomic_add(out, int(indices[j]), w)
+        a, b = span(indptr, i, indices.shape[0])
+        acc = F(0)
+        for j in range(a, b):
+            col = int(indices[j])
+            if col >= 0 and col < x.shape[0]:
+                if x[col]:
+                    acc += weight(data, j)
+        out[i] = acc
 
     @wp.kernel(**opts)
-    def ev_mm_gather(data: a1(D), indices: a1(I), indptr: a1(P), b: a2(V), out: a2(O)):
+    def mm_gather(data: v1(F), indices: v1(I), indptr: v1(P), x: v2(F), out: v2(F)):
         i, c = wp.tid()
-        acc = A(0)
-        homo = data.shape[0] == 1
-        for j in range(int(indptr[i]), int(indptr[i + 1])):
-            if fired(b[int(indices[j]), c]):
-                if homo:
-                    acc += A(1)
-                else:
-                    acc += A(data[j])
-        if homo:
-            acc = acc * A(data[0])
-        out[i, c] = O(acc)
+        a, b = span(indptr, i, indices.shape[0])
+        acc = F(0)
+        for j in range(a, b):
+            col = int(indices[j])
+            if col >= 0 and col < x.shape[0]:
+                acc += weight(data, j) * x[col, c]
+        out[i, c] = acc
 
     @wp.kernel(**opts)
-    def ev_mm_scatter(data: a1(D), indices: a1(I), indptr: a1(P), b: a2(V), out: a2(A)):
+    def ev_mm_gather(data: v1(F), indices: v1(I), indptr: v1(P), x: v2(B), out: v2(F)):
         i, c = wp.tid()
-        if fired(b[i, c]):
-            homo = data.shape[0] == 1
-            for j in range(int(indptr[i]), int(indptr[i + 1])):
-                w = A(0)
-                if homo:
-                    w = A(data[0])
-                else:
-                    w = A(data[j])
-                wp.atomic_add(out, int(indices[j]), c, w)
+        a, b = span(indptr, i, indices.shape[0])
+        acc = F(0)
+        for j in range(a, b):
+            col = int(indices[j])
+            if col >= 0 and col < x.shape[0]:
+                if x[col, c]:
+                    acc += weight(data, j)
+        out[i, c] = acc
 
-    kernels = {
+    # ---- scatter: y = A.T @ x (one thread per source row; atomics into zeros)
+    @wp.kernel(**opts)
+    def mv_scatter(data: v1(F), indices: v1(I), indptr: v1(P), x: v1(F), out: v1(F)):
+        i = wp.tid()
+        xi = x[i]
+        a, b = span(indptr, i, indices.shape[0])
+        for j in range(a, b):
+            col = int(indices[j])
+            if col >= 0 and col < out.shape[0]:
+                wp.atomic_add(out, col, weight(data, j) * xi)
+
+    @wp.kernel(**opts)
+    def ev_mv_scatter(data: v1(F), indices: v1(I), indptr: v1(P), x: v1(B), out: v1(F)):
+        i = wp.tid()
+        if x[i]:  # silent rows cost nothing
+            a, b = span(indptr, i, indices.shape[0])
+            for j in range(a, b):
+                col = int(indices[j])
+                if col >= 0 and col < out.shape[0]:
+                    wp.atomic_add(out, col, weight(data, j))
+
+    @wp.kernel(**opts)
+    def mm_scatter(data: v1(F), indices: v1(I), indptr: v1(P), x: v2(F), out: v2(F)):
+        i, c = wp.tid()
+        xi = x[i, c]
+        a, b = span(indptr, i, indices.shape[0])
+        for j in range(a, b):
+            col = int(indices[j])
+            if col >= 0 and col < out.shape[0]:
+                wp.atomic_add(out, col, c, weight(data, j) * xi)
+
+    @wp.kernel(**opts)
+    def ev_mm_scatter(data: v1(F), indices: v1(I), indptr: v1(P), x: v2(B), out: v2(F)):
+        i, c = wp.tid()
+        if x[i, c]:
+            a, b = span(indptr, i, indices.shape[0])
+            for j in range(a, b):
+                col = int(indices[j])
+                if col >= 0 and col < out.shape[0]:
+                    wp.atomic_add(out, col, c, weight(data, j))
+
+    return {
+        ("mv", False, False): mv_gather,
+        ("mv", False, True): mv_scatter,
+        ("mm", False, False): mm_gather,
+        ("mm", False, True): mm_scatter,
         ("mv", True, False): ev_mv_gather,
         ("mv", True, True): ev_mv_scatter,
         ("mm", True, False): ev_mm_gather,
         ("mm", True, True): ev_mm_scatter,
     }
-    if event_bool:
-        return kernels
-
-    @wp.kernel(**opts)
-    def mv_gather(data: a1(D), indices: a1(I), indptr: a1(P), v: a1(V), out: a1(O)):
-        i = wp.tid()
-        acc = A(0)
-        homo = data.shape[0] == 1
-        for j in range(int(indptr[i]), int(indptr[i + 1])):
-            x = A(v[int(indices[j])])
-            if homo:
-                acc += x
-            else:
-                acc += A(data[j]) * x
-        if homo:
-            acc = acc * A(data[0])
-        out[i] = O(acc)
-
-    @wp.kernel(**opts)
-    def mv_scatter(data: a1(D), indices: a1(I), indptr: a1(P), v: a1(V), out: a1(A)):
-        i = wp.tid()
-        x = A(v[i])
-        homo = data.shape[0] == 1
-        for j in range(int(indptr[i]), int(indptr[i + 1])):
-            w = A(0)
-            if homo:
-                w = A(data[0])
-            else:
-                w = A(data[j])
-            wp.atomic_add(out, int(indices[j]), w * x)
-
-    @wp.kernel(**opts)
-    def mm_gather(data: a1(D), indices: a1(I), indptr: a1(P), b: a2(V), out: a2(O)):
-        i, c = wp.tid()
-        acc = A(0)
-        homo = data.shape[0] == 1
-        for j in range(int(indptr[i]), int(indptr[i + 1])):
-            x = A(b[int(indices[j]), c])
-            if homo:
-                acc += x
-            else:
-                acc += A(data[j]) * x
-        if homo:
-            acc = acc * A(data[0])
-        out[i, c] = O(acc)
-
-    @wp.kernel(**opts)
-    def mm_scatter(data: a1(D), indices: a1(I), indptr: a1(P), b: a2(V), out: a2(A)):
-        i, c = wp.tid()
-        x = A(b[i, c])
-        homo = data.shape[0] == 1
-        for j in range(int(indptr[i]), int(indptr[i + 1])):
-            w = A(0)
-            if homo:
-                w = A(data[0])
-            else:
-                w = A(data[j])
-            wp.atomic_add(out, int(indices[j]), c, w * x)
-
-    kernels.update(
-        {
-            ("mv", False, False): mv_gather,
-            ("mv", False, True): mv_scatter,
-            ("mm", False, False): mm_gather,
-            ("mm", False, True): mm_scatter,
-        }
-    )
-    return kernels
 
 
 def _generator(kind: str, binary: bool):
@@ -226,36 +190,35 @@ def _generator(kind: str, binary: bool):
         from ..warp_kernel import warp_kernel
 
         out = outs[0]
-        data_in, index_in, indptr_in, dense_in = ins
-        data_dt = _warp_float(data_in.dtype)
-        dense_dt = _warp_float(dense_in.dtype) if not (binary and np.dtype(dense_in.dtype) == np.bool_) else np.dtype(np.bool_)
-        out_dt = np.dtype(out.dtype)
-        acc_dt = _acc_dtype(data_dt, dense_dt if dense_dt != np.bool_ else np.float32, out_dt if out_dt in _WARP_FLOATS else np.float32)
-        gather_dt = out_dt if out_dt in _WARP_FLOATS else acc_dt
+        _, index_in, indptr_in, dense_in = ins
+        dtype = compute_dtype(out.dtype)
         with _lock:
-            kernels = csr_kernels(
-                str(data_dt), str(np.dtype(index_in.dtype)), str(np.dtype(indptr_in.dtype)), str(dense_dt),
-                str(gather_dt), str(acc_dt),
-            )
+            kernels = csr_kernels(str(dtype), str(np.dtype(index_in.dtype)), str(np.dtype(indptr_in.dtype)))
         kernel = kernels[(kind, binary, bool(transpose))]
-        n_rows = int(shape[0])
         out_shape = tuple(int(d) for d in out.shape)
-        launch = (n_rows,) if kind == "mv" else (n_rows, int(dense_in.shape[1]))
+        launch = (int(shape[0]),) if kind == "mv" else (int(shape[0]), int(dense_in.shape[1]))
 
-        def run(data, indices, indptr, dense):
-            data = data.astype(data_dt) if data.dtype != data_dt else data
-            dense = dense.astype(dense_dt) if dense.dtype != dense_dt else dense
+        def run(data, indices, indptr, x):
+            data = data if data.dtype == dtype else data.astype(dtype)
+            if binary:
+                x = x if x.dtype == jnp.bool_ else x != 0
+            elif x.dtype != dtype:
+                x = x.astype(dtype)
             if transpose:
                 call = warp_kernel(kernel, [], launch_dims=launch, in_out_argnames=("out",))
-                (result,) = call(data, indices, indptr, dense, jnp.zeros(out_shape, acc_dt))
+                (y,) = call(data, indices, indptr, x, jnp.zeros(out_shape, dtype))
             else:
-                call = warp_kernel(kernel, jax.ShapeDtypeStruct(out_shape, gather_dt), launch_dims=launch)
-                result = call(data, indices, indptr, dense)
-            return [result.astype(out_dt) if result.dtype != out_dt else result]
+                call = warp_kernel(kernel, jax.ShapeDtypeStruct(out_shape, dtype), launch_dims=launch)
+                y = call(data, indices, indptr, x)
+            return [y if y.dtype == out.dtype else y.astype(out.dtype)]
 
         return run
 
     generator.__name__ = f"{'binary_' if binary else ''}csr{kind}_warp"
+    generator.__doc__ = (
+        f"Warp kernel generator for ``{'binary_' if binary else ''}csr{kind}_p`` "
+        f"({'event' if binary else 'float'} {'vector' if kind == 'mv' else 'matrix'})."
+    )
     return generator
 
 
