@@ -191,6 +191,12 @@ def load_cuda(kernel) -> tuple[list[tuple[int, int]], dict]:
             hooks = exe.get_kernel_hooks(kernel)
             if hooks.forward is None:  # pragma: no cover
                 raise RuntimeError(f"Warp kernel '{kernel.key}' has no CUDA forward entry on {device}")
+            meta = getattr(hooks, "det_launch_meta", None)
+            if meta is not None and getattr(meta, "needs_deterministic", False):
+                raise NotImplementedError(
+                    f"Warp kernel '{kernel.key}' is compiled in Warp's deterministic mode, which needs hidden "
+                    f"buffers that evjax does not provide; use wp.launch, or turn deterministic mode off."
+                )
             if getattr(hooks, "forward_smem_shortfall", None):
                 raise RuntimeError(
                     f"Warp kernel '{kernel.key}' needs more shared memory than {device} offers: "
