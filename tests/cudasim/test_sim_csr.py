@@ -66,18 +66,19 @@ def _launch(kernels, kind, transpose, data, indices, indptr, x, out_shape):
 def test_kernels_match_dense(homogeneous, event):
     rng = np.random.default_rng(int(homogeneous) * 2 + int(event))
     kernels = csr_cuda.csr_cuda_kernels("float32", homogeneous, event)
-    for index_dtype, event_dtype in ((np.int32, np.bool_), (np.int64, np.float32)):
-        mask, weights, indices, indptr = _csr(rng, index_dtype=index_dtype)
-        data = np.array([0.75], np.float32) if homogeneous else weights[mask].astype(np.float32)
-        for kind, transpose in itertools.product(("mv", "mm"), (False, True)):
-            n_in = N_ROWS if transpose else N_COLS
-            n_out = N_COLS if transpose else N_ROWS
-            shape_in = (n_in,) if kind == "mv" else (n_in, K)
-            shape_out = (n_out,) if kind == "mv" else (n_out, K)
-            x = _dense_operand(rng, shape_in, event, event_dtype)
-            got = _launch(kernels, kind, transpose, data, indices, indptr, x, shape_out)
-            want = _reference(mask, weights, data, homogeneous, event, transpose, x)
-            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"{kind} transpose={transpose}")
+    index_dtype = np.int64 if homogeneous else np.int32  # both index and event kinds, across the cases
+    event_dtype = np.float32 if homogeneous else np.bool_
+    mask, weights, indices, indptr = _csr(rng, index_dtype=index_dtype)
+    data = np.array([0.75], np.float32) if homogeneous else weights[mask].astype(np.float32)
+    for kind, transpose in itertools.product(("mv", "mm"), (False, True)):
+        n_in = N_ROWS if transpose else N_COLS
+        n_out = N_COLS if transpose else N_ROWS
+        shape_in = (n_in,) if kind == "mv" else (n_in, K)
+        shape_out = (n_out,) if kind == "mv" else (n_out, K)
+        x = _dense_operand(rng, shape_in, event, event_dtype)
+        got = _launch(kernels, kind, transpose, data, indices, indptr, x, shape_out)
+        want = _reference(mask, weights, data, homogeneous, event, transpose, x)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"{kind} transpose={transpose}")
 
 
 def test_malformed_structure_is_clamped_not_out_of_bounds():
