@@ -110,7 +110,7 @@ def host_handler_benchmark() -> None:
     python = bridge.PythonHandler("bench", run)
     api = FakeApi()
     api.table[ffi_abi.API_STREAM_GET // 8] = stream_get.address
-    frame = Frame(api, arrays[:2], arrays[2:])
+    frame = Frame(api, arrays[:2], arrays[2:], attributes=compiled.attributes)
     rows = []
     for name, handler in (("compiled cfunc handler", compiled.address), ("Python callback handler", python.address)):
         fn = ffi_abi.HANDLER_CFUNCTYPE(handler)

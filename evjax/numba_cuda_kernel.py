@@ -249,7 +249,7 @@ class _CudaCall:
             vmap_method=self.vmap_method,
             input_output_aliases=self.input_output_aliases or None,
         )
-        return tuple(call(*args))[: len(self.outs)]
+        return tuple(call(*args, **handler.attributes))[: len(self.outs)]
 
     def _simulate(self, args):
         outs = list(self.outs)

@@ -84,7 +84,8 @@ class FakeApi:
 class Frame:
     """An ``XLA_FFI_CallFrame`` over host numpy arrays (their data pointers)."""
 
-    def __init__(self, api: FakeApi, ins, outs, stage: int = ffi_abi.STAGE_EXECUTE, metadata: bool = False):
+    def __init__(self, api: FakeApi, ins, outs, stage: int = ffi_abi.STAGE_EXECUTE, metadata: bool = False,
+                 attributes: dict | None = None):
         self.keep: list = []
         self.raw = (ctypes.c_int64 * 24)()
         base = ctypes.addressof(self.raw)
@@ -99,6 +100,21 @@ class Frame:
             self.keep.append(table)
             self.raw[size_off // 8] = len(arrays)
             self.raw[ptr_off // 8] = ctypes.addressof(table)
+        if attributes:  # int64 scalars: XLA_FFI_Scalar {int32 dtype; void* value}
+            n = len(attributes)
+            kinds = (ctypes.c_int32 * n)(*([3] * n))  # XLA_FFI_AttrType_SCALAR
+            table = (ctypes.c_int64 * n)()
+            for i, value in enumerate(attributes.values()):
+                cell = (ctypes.c_int64 * 1)(int(value))
+                scalar = (ctypes.c_int64 * 2)()
+                ctypes.c_int32.from_address(ctypes.addressof(scalar)).value = ffi_abi.FFI_DTYPE_CODES[np.dtype(np.int64)]
+                scalar[1] = ctypes.addressof(cell)
+                table[i] = ctypes.addressof(scalar)
+                self.keep += [cell, scalar]
+            self.keep += [kinds, table]
+            self.raw[ffi_abi.FRAME_ATTRS_SIZE // 8] = n
+            self.raw[144 // 8] = ctypes.addressof(kinds)
+            self.raw[ffi_abi.FRAME_ATTRS // 8] = ctypes.addressof(table)
         if metadata:
             self.metadata = (ctypes.c_int32 * 16)()
             ext = (ctypes.c_int64 * 4)()

@@ -23,12 +23,18 @@ from numba_cuda_fakes import (  # noqa: E402
     FakeApi, FakeDriver, Frame, HostViews, address, call_handler, duck_device_array,
 )
 
+_KEEP: list = []  # handlers registered with XLA must outlive the process's calls
 SPECS = [((3, 4), np.dtype(np.float32)), ((5,), np.dtype(np.int64)), ((3, 4), np.dtype(np.float32))]
 
 
 def _arrays():
     return [np.arange(12, dtype=np.float32).reshape(3, 4), np.arange(5, dtype=np.int64),
             np.zeros((3, 4), np.float32)]
+
+
+def _frame(handler, api, arrays, **kwargs) -> Frame:
+    """A frame over ``arrays`` (2 inputs, 1 output) carrying ``handler``'s plan attribute."""
+    return Frame(api, arrays[:2], arrays[2:], attributes=handler.attributes, **kwargs)
 
 
 def _build(driver: FakeDriver, *, grid=(2, 1, 1), block=(128, 1, 1), shared=64, context=0, describe=None):
@@ -62,13 +68,34 @@ def test_packing_equals_numbas_own():
     assert not bridge.packing_agrees(overload, specs, 2, wrong, base)
 
 
+def test_xla_passes_an_int64_attribute_as_a_scalar_pointer():
+    """The ABI the compiled handler relies on to find its plan, seen from a real XLA call."""
+    seen = []
+
+    def run(frame):
+        words = (ctypes.c_int64 * 21).from_address(frame)
+        n, types_, attrs = words[ffi_abi.FRAME_ATTRS_SIZE // 8], words[144 // 8], words[ffi_abi.FRAME_ATTRS // 8]
+        scalar = ctypes.c_int64.from_address(attrs).value
+        value = ctypes.c_int64.from_address(ctypes.c_int64.from_address(scalar + cfunc.SCALAR_VALUE).value).value
+        seen.append((n, ctypes.c_int32.from_address(types_).value, ctypes.c_int32.from_address(scalar).value, value))
+        return 0
+
+    handler = bridge.PythonHandler("attribute probe", run)
+    bridge.register("evjax_test_attribute_probe", handler.address, "cpu")
+    out = jax.ShapeDtypeStruct((2,), jnp.float32)
+    call = jax.ffi.ffi_call("evjax_test_attribute_probe", out, vmap_method="sequential")
+    jax.block_until_ready(jax.jit(lambda x: call(x, **{cfunc.PLAN_ATTRIBUTE: np.int64(0x7F12_3456_7890)}))(
+        jnp.ones(2, jnp.float32)))
+    assert seen == [(1, 3, ffi_abi.FFI_DTYPE_CODES[np.dtype(np.int64)], 0x7F12_3456_7890)]
+    _KEEP.append(handler)
+
+
 def test_compiled_handler_launches_with_frame_buffers_and_stream():
     ins_outs = _arrays()
     driver = FakeDriver(n_params=len(bridge.pack_plan(SPECS, 2)[0]))
     handler = _build(driver)
     api = FakeApi(stream=0xABC0)
-    frame = Frame(api, ins_outs[:2], ins_outs[2:])
-    assert call_handler(handler.address, frame) == 0
+    assert call_handler(handler.address, _frame(handler, api, ins_outs)) == 0
     (launch,) = driver.launches
     assert launch["function"] == 0x1234
     assert launch["grid"] == (2, 1, 1) and launch["block"] == (128, 1, 1) and launch["shared"] == 64
@@ -84,13 +111,14 @@ def test_compiled_handler_makes_the_kernel_context_current():
     driver = FakeDriver(n_params=len(bridge.pack_plan(SPECS, 2)[0]), current_context=0x5555)
     handler = _build(driver, context=0x9999)
     arrays = _arrays()
-    assert call_handler(handler.address, Frame(FakeApi(), arrays[:2], arrays[2:])) == 0
+    assert call_handler(handler.address, _frame(handler, FakeApi(), arrays)) == 0
     assert driver.pushed == [0x9999] and driver.popped == 1 and len(driver.launches) == 1
 
     same = FakeDriver(n_params=driver.n_params, current_context=0x9999)
     handler = _build(same, context=0x9999)
-    assert call_handler(handler.address, Frame(FakeApi(), arrays[:2], arrays[2:])) == 0
+    assert call_handler(handler.address, _frame(handler, FakeApi(), arrays)) == 0
     assert same.pushed == [] and same.popped == 0
+    assert handler.address == _build(driver).address  # one generic handler; the plans differ
 
 
 def test_compiled_handler_reports_a_failed_launch():
@@ -98,7 +126,7 @@ def test_compiled_handler_reports_a_failed_launch():
     handler = _build(driver, describe=lambda status: f"evjax: kernel 'k' failed to launch: CUresult {status}")
     api = FakeApi()
     arrays = _arrays()
-    error = call_handler(handler.address, Frame(api, arrays[:2], arrays[2:]))
+    error = call_handler(handler.address, _frame(handler, api, arrays))
     assert error == 0xE001
     assert api.messages == ["evjax: kernel 'k' failed to launch: CUresult 701"]
 
@@ -107,12 +135,14 @@ def test_compiled_handler_passes_on_stream_errors_and_skips_empty_launches():
     driver = FakeDriver(n_params=len(bridge.pack_plan(SPECS, 2)[0]))
     arrays = _arrays()
     handler = _build(driver)
-    assert call_handler(handler.address, Frame(FakeApi(stream_error=0xBAD), arrays[:2], arrays[2:])) == 0xBAD
+    assert call_handler(handler.address, _frame(handler, FakeApi(stream_error=0xBAD), arrays)) == 0xBAD
     empty = _build(driver, grid=(0, 1, 1))
-    assert call_handler(empty.address, Frame(FakeApi(), arrays[:2], arrays[2:])) == 0
-    not_execute = Frame(FakeApi(), arrays[:2], arrays[2:], stage=1)
-    assert call_handler(handler.address, not_execute) == 0
+    assert call_handler(empty.address, _frame(empty, FakeApi(), arrays)) == 0
+    assert call_handler(handler.address, _frame(handler, FakeApi(), arrays, stage=1)) == 0
     assert driver.launches == []
+    api = FakeApi()
+    assert call_handler(handler.address, Frame(api, arrays[:2], arrays[2:])) == 0xE001  # no plan attribute
+    assert "without its single 'evjax_plan' attribute" in api.messages[0]
 
 
 def test_compiled_handler_answers_the_metadata_query():
@@ -122,7 +152,7 @@ def test_compiled_handler_answers_the_metadata_query():
     api = FakeApi()
     ctypes.c_int32.from_address(ctypes.addressof(api.table) + ffi_abi.API_VERSION_MAJOR).value = 0
     ctypes.c_int32.from_address(ctypes.addressof(api.table) + ffi_abi.API_VERSION_MINOR).value = 3
-    frame = Frame(api, arrays[:2], arrays[2:], metadata=True)
+    frame = _frame(handler, api, arrays, metadata=True)
     assert call_handler(handler.address, frame) == 0
     md = frame.metadata
     assert (md[ffi_abi.METADATA_API_MAJOR // 4], md[ffi_abi.METADATA_API_MINOR // 4]) == (0, 3)

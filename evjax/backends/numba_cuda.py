@@ -3,11 +3,13 @@ on NVIDIA GPUs through the XLA FFI (platform ``"CUDA"``).
 
 Two kinds of handler, both registered once per signature and cached:
 
-* **compiled** (``numba_cuda_kernel``, the default where possible): a
-  ``@numba.cfunc`` from :mod:`evjax.backends.numba_cuda_cfunc` that reads the
-  buffers' device addresses and XLA's stream from the call frame and calls
+* **compiled** (``numba_cuda_kernel``, the default where possible): one
+  generic ``@numba.cfunc`` from :mod:`evjax.backends.numba_cuda_cfunc`, the
+  handler of every kernel, reads a per-signature launch plan (passed as an
+  FFI attribute), the buffers' device addresses and XLA's stream, and calls
   ``cuLaunchKernel`` with the Numba-compiled ``CUfunction`` and parameters
-  packed in Numba's CUDA array ABI.  No Python runs per call.  Before using it
+  packed in Numba's CUDA array ABI.  No Python runs per call, and a new
+  signature costs no compilation beyond the kernel's own.  Before using it
   evjax checks, once per signature, that its packing equals what the installed
   Numba itself would pass (``_Kernel._prepare_args``); on any doubt it falls
   back to the Python handler with a warning.
@@ -378,12 +380,29 @@ def buffer_pointers(frame: int, n_args: int, n_rets: int) -> list[int]:
 # ---------------------------------------------------------------------------
 @dataclass
 class Handler:
-    """A registered FFI target and whatever keeps its code alive."""
+    """A registered FFI target, the attributes to call it with, and what keeps it alive."""
 
     target_name: str
     kind: str  # "compiled" or "python"
     address: int
     keepalive: list = field(default_factory=list)
+    attributes: dict = field(default_factory=dict)
+
+
+COMPILED_TARGET = f"evjax_numba_cuda_launch_{os.getpid()}"
+_compiled_registered = False
+
+
+def compiled_target() -> str:
+    """The FFI target of the generic compiled launch handler (registered on first use)."""
+    global _compiled_registered
+    from . import numba_cuda_cfunc
+
+    with _lock:
+        if not _compiled_registered:
+            register(COMPILED_TARGET, numba_cuda_cfunc.handler_address(), "CUDA")
+            _compiled_registered = True
+    return COMPILED_TARGET
 
 
 class PythonHandler:
@@ -490,7 +509,6 @@ def _build_kernel_handler(kernel, specs, n_in, grid, block, shared_mem, who) -> 
 
         if not packing_agrees(overload, specs, n_in, make_view, base):
             reason = "this Numba version packs kernel parameters differently from what evjax expects"
-    name = _target_name("cuda", kernel.__name__)
     describe = _describe_failure(who, kernel.__name__, grid, block, shared_mem, lib)
     if reason is None:
         from . import numba_cuda_cfunc
@@ -504,12 +522,13 @@ def _build_kernel_handler(kernel, specs, n_in, grid, block, shared_mem, who) -> 
             lib.address("cuCtxPopCurrent_v2", "cuCtxPopCurrent"),
         )
         compiled = numba_cuda_cfunc.build(plan, describe)
-        register(name, compiled.address, "CUDA")
-        return Handler(name, "compiled", compiled.address, [compiled, overload])
+        target = compiled_target()
+        return Handler(target, "compiled", compiled.address, [compiled, overload], compiled.attributes)
     if mode == "compiled":
         warnings.warn(f"{who}: using the Python launch path because {reason}", RuntimeWarning, stacklevel=4)
     run = PythonLaunch(overload, DeviceViews(specs), n_in, len(specs) - n_in, grid, block, shared_mem)
     python = PythonHandler(f"numba_cuda_kernel '{kernel.__name__}'", run)
+    name = _target_name("cuda", kernel.__name__)
     register(name, python.address, "CUDA")
     return Handler(name, "python", python.address, [python, overload])
 

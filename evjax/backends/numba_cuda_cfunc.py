@@ -1,26 +1,29 @@
-"""A compiled XLA FFI handler that launches one CUDA kernel with no Python per call.
+"""A compiled XLA FFI handler that launches CUDA kernels with no Python per call.
 
-For a fixed signature (buffer shapes and dtypes, grid, block, dynamic shared
-memory) everything a launch needs is known before the first call, except the
-buffers' device addresses and XLA's stream.  So the handler is a
-``@numba.cfunc`` generated per signature that
+Everything a launch needs is known once a call is traced, except the buffers'
+device addresses and XLA's stream: the ``CUfunction``, grid, block, dynamic
+shared memory and the kernel's parameters in Numba's CUDA array ABI (per
+array: meminfo, parent, nitems, itemsize, data, shape..., strides...; every
+field 8 bytes and passed as its own parameter).  That is written once per
+signature into a *plan*, an int64 array whose address travels to the handler
+as an FFI attribute of the call.
+
+One generic ``@numba.cfunc``, compiled once per process, is the handler of
+every kernel.  Per call it
 
 1. answers XLA's metadata query (API version, no traits);
-2. asks XLA for the stream (``XLA_FFI_Stream_Get``);
-3. builds, on its own stack, the kernel parameters in Numba's CUDA array ABI
-   (per array: meminfo, parent, nitems, itemsize, data, shape..., strides...;
-   every field 8 bytes and passed as its own parameter), filling in the data
-   pointers read from the call frame;
-4. calls the driver's ``cuLaunchKernel`` through its address, with the
-   ``CUfunction`` of the Numba-compiled kernel, making the kernel's CUDA
-   context current first if XLA's thread has another one.
+2. reads the plan's address from the call's only attribute;
+3. asks XLA for the stream (``XLA_FFI_Stream_Get``);
+4. copies the plan's parameters to its own stack, fills in the data pointers
+   read from the call frame, and builds the parameter pointer array;
+5. makes the kernel's CUDA context current if XLA's thread has another one,
+   and calls the driver's ``cuLaunchKernel`` through its address.
 
 Nothing here synchronises.  A failed launch becomes an XLA error carrying the
 driver's error name (that path enters Python to format the message).
 
-The module needs no GPU to be imported or compiled: every address (driver
-functions, ``CUfunction``, context) is a number baked into the generated
-source, so the tests build handlers with fake addresses on CPU.
+Nothing here needs a GPU to be imported or compiled: the driver's functions
+are addresses in the plan, so the tests run the handler on CPU with fakes.
 """
 from __future__ import annotations
 
@@ -29,6 +32,7 @@ import threading
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
@@ -164,11 +168,20 @@ def call_launch(typingctx, function, kernel, gx, gy, gz, bx, by, bz, shared, str
 
 
 # ---------------------------------------------------------------------------
-# Code generation
+# The launch plan and the one generic handler
 # ---------------------------------------------------------------------------
+# Plan words (int64), then ``values`` and 3 words per data slot.
+P_LAUNCH, P_FUNCTION, P_CONTEXT, P_CTX_GET, P_CTX_PUSH, P_CTX_POP = range(6)
+P_GRID, P_BLOCK, P_SHARED, P_N_VALUES, P_N_SLOTS, P_KEY = 6, 9, 12, 13, 14, 15
+PLAN_HEADER = 16
+MAX_PARAMS = 512  # kernel parameters (8 bytes each) the handler packs on its stack
+PLAN_ATTRIBUTE = "evjax_plan"  # the FFI attribute carrying the plan's address
+SCALAR_VALUE = 8  # offset of ``void* value`` in XLA_FFI_Scalar {int32 dtype; void* value}
+
+
 @dataclass(frozen=True)
 class LaunchPlan:
-    """Everything baked into one compiled handler.
+    """Everything one launch needs except the buffers' addresses and the stream.
 
     Attributes:
         values: the kernel parameters, 8 bytes each, with 0 in data slots.
@@ -181,7 +194,7 @@ class LaunchPlan:
         context: the CUDA context to make current (0: leave as it is).
         launch: address of ``cuLaunchKernel``.
         ctx_get_current, ctx_push, ctx_pop: addresses of the driver's context
-            functions (0 when ``context`` is 0).
+            functions (used when ``context`` is not 0).
     """
 
     values: tuple[int, ...]
@@ -196,130 +209,152 @@ class LaunchPlan:
     ctx_push: int = 0
     ctx_pop: int = 0
 
+    def words(self, key: int) -> np.ndarray:
+        """The plan as the int64 array the handler reads."""
+        if len(self.values) > MAX_PARAMS:
+            raise ValueError(f"{len(self.values)} kernel parameters; the compiled launch packs at most {MAX_PARAMS}")
+        header = [0] * PLAN_HEADER
+        header[P_LAUNCH], header[P_FUNCTION], header[P_CONTEXT] = self.launch, self.function, self.context
+        header[P_CTX_GET], header[P_CTX_PUSH], header[P_CTX_POP] = self.ctx_get_current, self.ctx_push, self.ctx_pop
+        header[P_GRID:P_GRID + 3] = self.grid
+        header[P_BLOCK:P_BLOCK + 3] = self.block
+        header[P_SHARED], header[P_N_VALUES], header[P_N_SLOTS] = self.shared_mem, len(self.values), len(self.data_slots)
+        header[P_KEY] = key
+        slots = [int(x) for slot in self.data_slots for x in slot]
+        return np.array(header + [int(v) for v in self.values] + slots, dtype=np.int64)
 
-def _source(plan: LaunchPlan, key: int) -> str:
+
+def _source() -> str:
     major, minor = _compat.ffi_api_header_version()
-    n = max(len(plan.values), 1)
-    lines = [
-        "# Generated by evjax.backends.numba_cuda_cfunc: a CUDA launch as an XLA FFI handler.",
-        "import numba",
-        "from numba import types",
-        "from evjax.backends.numba_cuda_cfunc import (peek_i64, peek_i32, poke_i64, poke_i32, stack_i64,",
-        "    as_int, as_voidptr, call_ptr_ptr, call_status_ptr, call_launch)",
-        "from evjax.backends.numba_cuda_cfunc import report_launch_error",
-        "",
-        "@numba.cfunc(types.voidptr(types.voidptr), nogil=True)",
-        "def handler(frame_ptr):",
-        "    frame = as_int(frame_ptr)",
-        f"    ext = peek_i64(frame + {ffi_abi.FRAME_EXTENSION_START})",
-        f"    if ext != 0 and peek_i32(ext + {ffi_abi.EXT_TYPE}) == {ffi_abi.EXT_TYPE_METADATA}:",
-        f"        metadata = peek_i64(ext + {ffi_abi.EXT_METADATA_PTR})",
-        f"        api = peek_i64(frame + {ffi_abi.FRAME_API})",
-        f"        major = numba.int32({major})",
-        f"        minor = numba.int32({minor})",
-        "        if api != 0:",
-        f"            major = peek_i32(api + {ffi_abi.API_VERSION_MAJOR})",
-        f"            minor = peek_i32(api + {ffi_abi.API_VERSION_MINOR})",
-        f"        poke_i32(metadata + {ffi_abi.METADATA_API_MAJOR}, major)",
-        f"        poke_i32(metadata + {ffi_abi.METADATA_API_MINOR}, minor)",
-        f"        poke_i32(metadata + {ffi_abi.METADATA_TRAITS}, numba.int32(0))",
-        "        return as_voidptr(0)",
-        f"    if peek_i32(frame + {ffi_abi.FRAME_STAGE}) != {ffi_abi.STAGE_EXECUTE}:",
-        "        return as_voidptr(0)",
-    ]
-    if 0 in plan.grid:  # an empty launch: nothing to do (outputs stay as XLA made them)
-        lines += ["    return as_voidptr(0)", ""]
-        return "\n".join(lines)
-    lines += [
-        # XLA_FFI_Stream_Get_Args {struct_size, extension_start, ctx, stream}
-        "    stream_args = stack_i64(4)",
-        f"    poke_i64(stream_args, {ffi_abi.STREAM_GET_ARGS_SIZE})",
-        "    poke_i64(stream_args + 8, 0)",
-        f"    poke_i64(stream_args + 16, peek_i64(frame + {ffi_abi.FRAME_CTX}))",
-        "    poke_i64(stream_args + 24, 0)",
-        f"    api = peek_i64(frame + {ffi_abi.FRAME_API})",
-        f"    error = call_ptr_ptr(peek_i64(api + {ffi_abi.API_STREAM_GET}), stream_args)",
-        "    if error != 0:",
-        "        return as_voidptr(error)",
-        "    stream = peek_i64(stream_args + 24)",
-        f"    args = peek_i64(frame + {ffi_abi.FRAME_ARGS})",
-        f"    rets = peek_i64(frame + {ffi_abi.FRAME_RETS})",
-        f"    values = stack_i64({n})",
-        f"    params = stack_i64({n})",
-    ]
-    data = {slot: (is_ret, index) for slot, is_ret, index in plan.data_slots}
-    for slot, value in enumerate(plan.values):
-        if slot in data:
-            is_ret, index = data[slot]
-            table = "rets" if is_ret else "args"
-            value_expr = f"peek_i64(peek_i64({table} + {8 * index}) + {ffi_abi.BUFFER_DATA})"
-        else:
-            value_expr = str(int(value))
-        lines.append(f"    poke_i64(values + {8 * slot}, {value_expr})")
-    lines += [
-        f"    for k in range({len(plan.values)}):",
-        "        poke_i64(params + 8 * k, values + 8 * k)",
-    ]
-    if plan.context:
-        lines += [
-            "    current = stack_i64(1)",
-            "    poke_i64(current, 0)",
-            f"    call_status_ptr({plan.ctx_get_current}, current)",
-            "    pushed = False",
-            f"    if peek_i64(current) != {plan.context}:",
-            f"        status = call_status_ptr({plan.ctx_push}, {plan.context})",
-            "        if status != 0:",
-            f"            return as_voidptr(report_launch_error(frame, {key}, status))",
-            "        pushed = True",
-        ]
-    gx, gy, gz = plan.grid
-    bx, by, bz = plan.block
-    lines.append(
-        f"    status = call_launch({plan.launch}, {plan.function}, {gx}, {gy}, {gz}, {bx}, {by}, {bz}, "
-        f"{plan.shared_mem}, stream, params)"
-    )
-    if plan.context:
-        lines += ["    if pushed:", f"        call_status_ptr({plan.ctx_pop}, current)"]
-    lines += [
-        "    if status != 0:",
-        f"        return as_voidptr(report_launch_error(frame, {key}, status))",
-        "    return as_voidptr(0)",
-        "",
-    ]
-    return "\n".join(lines)
+    f = ffi_abi
+    return f"""
+import numba
+from numba import types
+from evjax.backends.numba_cuda_cfunc import (peek_i64, peek_i32, poke_i64, poke_i32, stack_i64,
+    as_int, as_voidptr, call_ptr_ptr, call_status_ptr, call_launch, report_launch_error, report_missing_plan)
+
+@numba.cfunc(types.voidptr(types.voidptr), nogil=True)
+def handler(frame_ptr):
+    frame = as_int(frame_ptr)
+    ext = peek_i64(frame + {f.FRAME_EXTENSION_START})
+    if ext != 0 and peek_i32(ext + {f.EXT_TYPE}) == {f.EXT_TYPE_METADATA}:
+        metadata = peek_i64(ext + {f.EXT_METADATA_PTR})
+        api = peek_i64(frame + {f.FRAME_API})
+        major = numba.int32({major})
+        minor = numba.int32({minor})
+        if api != 0:
+            major = peek_i32(api + {f.API_VERSION_MAJOR})
+            minor = peek_i32(api + {f.API_VERSION_MINOR})
+        poke_i32(metadata + {f.METADATA_API_MAJOR}, major)
+        poke_i32(metadata + {f.METADATA_API_MINOR}, minor)
+        poke_i32(metadata + {f.METADATA_TRAITS}, numba.int32(0))
+        return as_voidptr(0)
+    if peek_i32(frame + {f.FRAME_STAGE}) != {f.STAGE_EXECUTE}:
+        return as_voidptr(0)
+    if peek_i64(frame + {f.FRAME_ATTRS_SIZE}) != 1:
+        return as_voidptr(report_missing_plan(frame))
+    plan = peek_i64(peek_i64(peek_i64(peek_i64(frame + {f.FRAME_ATTRS})) + {SCALAR_VALUE}))
+    gx = peek_i64(plan + {8 * P_GRID})
+    gy = peek_i64(plan + {8 * (P_GRID + 1)})
+    gz = peek_i64(plan + {8 * (P_GRID + 2)})
+    if gx == 0 or gy == 0 or gz == 0:  # an empty launch: nothing to do
+        return as_voidptr(0)
+    # XLA_FFI_Stream_Get_Args {{struct_size, extension_start, ctx, stream}}
+    stream_args = stack_i64(4)
+    poke_i64(stream_args, {f.STREAM_GET_ARGS_SIZE})
+    poke_i64(stream_args + 8, 0)
+    poke_i64(stream_args + 16, peek_i64(frame + {f.FRAME_CTX}))
+    poke_i64(stream_args + 24, 0)
+    api = peek_i64(frame + {f.FRAME_API})
+    error = call_ptr_ptr(peek_i64(api + {f.API_STREAM_GET}), stream_args)
+    if error != 0:
+        return as_voidptr(error)
+    stream = peek_i64(stream_args + 24)
+    args = peek_i64(frame + {f.FRAME_ARGS})
+    rets = peek_i64(frame + {f.FRAME_RETS})
+    n_values = peek_i64(plan + {8 * P_N_VALUES})
+    n_slots = peek_i64(plan + {8 * P_N_SLOTS})
+    values = stack_i64({MAX_PARAMS})
+    params = stack_i64({MAX_PARAMS})
+    for k in range(n_values):
+        poke_i64(values + 8 * k, peek_i64(plan + {8 * PLAN_HEADER} + 8 * k))
+        poke_i64(params + 8 * k, values + 8 * k)
+    slots = plan + {8 * PLAN_HEADER} + 8 * n_values
+    for j in range(n_slots):
+        slot = peek_i64(slots + 24 * j)
+        table = rets if peek_i64(slots + 24 * j + 8) != 0 else args
+        buffer = peek_i64(table + 8 * peek_i64(slots + 24 * j + 16))
+        poke_i64(values + 8 * slot, peek_i64(buffer + {f.BUFFER_DATA}))
+    key = peek_i64(plan + {8 * P_KEY})
+    context = peek_i64(plan + {8 * P_CONTEXT})
+    current = stack_i64(1)
+    pushed = False
+    if context != 0:
+        poke_i64(current, 0)
+        call_status_ptr(peek_i64(plan + {8 * P_CTX_GET}), current)
+        if peek_i64(current) != context:
+            status = call_status_ptr(peek_i64(plan + {8 * P_CTX_PUSH}), context)
+            if status != 0:
+                return as_voidptr(report_launch_error(frame, key, status))
+            pushed = True
+    status = call_launch(peek_i64(plan + {8 * P_LAUNCH}), peek_i64(plan + {8 * P_FUNCTION}), gx, gy, gz,
+                         peek_i64(plan + {8 * P_BLOCK}), peek_i64(plan + {8 * (P_BLOCK + 1)}),
+                         peek_i64(plan + {8 * (P_BLOCK + 2)}), peek_i64(plan + {8 * P_SHARED}), stream, params)
+    if pushed:
+        call_status_ptr(peek_i64(plan + {8 * P_CTX_POP}), current)
+    if status != 0:
+        return as_voidptr(report_launch_error(frame, key, status))
+    return as_voidptr(0)
+"""
 
 
 _lock = threading.Lock()
 _keys = itertools.count(1)
 _describers: dict[int, Callable[[int], str]] = {}
+_handler_namespace: dict | None = None
+
+
+def handler_address() -> int:
+    """The address of the generic launch handler (compiled on first use, once per process)."""
+    global _handler_namespace
+    with _lock:
+        if _handler_namespace is None:
+            namespace: dict = {"__name__": "_evjax_cuda_launch"}
+            exec(compile(_source(), "<evjax cuda launch handler>", "exec"), namespace)
+            _handler_namespace = namespace
+        return int(_handler_namespace["handler"].address)
 
 
 @dataclass
 class CompiledLaunch:
-    """A compiled handler; keep this object alive as long as XLA may call it."""
+    """A launch plan for the generic handler; keep it alive as long as XLA may call it.
+
+    Attributes:
+        address: the handler's address (the same for every plan).
+        key: identifies the plan's error message.
+        words: the plan (int64 array) the handler reads.
+        attributes: the FFI attributes to pass with each call (the plan's address).
+    """
 
     address: int
     key: int
-    source: str
-    namespace: dict
+    words: np.ndarray
+    attributes: dict
 
 
 def build(plan: LaunchPlan, describe: Callable[[int], str]) -> CompiledLaunch:
-    """Compile a handler for ``plan``.
+    """Prepare ``plan`` for the generic handler.
 
     Args:
-        plan: the launch to bake in.
+        plan: the launch.
         describe: ``describe(status)`` formats the message of a failed launch
             (``status`` is the driver's ``CUresult``).
     """
     with _lock:
         key = next(_keys)
         _describers[key] = describe
-    source = _source(plan, key)
-    namespace: dict = {"__name__": f"_evjax_cuda_launch_{key}"}
-    exec(compile(source, f"<evjax cuda launch {key}>", "exec"), namespace)
-    address = namespace["handler"].address
-    return CompiledLaunch(address, key, source, namespace)
+    words = plan.words(key)
+    return CompiledLaunch(handler_address(), key, words, {PLAN_ATTRIBUTE: np.int64(words.ctypes.data)})
 
 
 # ---------------------------------------------------------------------------
@@ -334,7 +369,13 @@ def _report_launch_error_py(frame: int, key: int, status: int) -> int:
     return ffi_abi.make_error(frame, message, ffi_abi.ERRC_INTERNAL)
 
 
-def _build_reporter():
+def _report_missing_plan_py(frame: int) -> int:
+    message = (f"evjax: the CUDA launch handler was called without its single '{PLAN_ATTRIBUTE}' attribute; "
+               f"call it through evjax.numba_cuda_kernel")
+    return ffi_abi.make_error(frame, message, ffi_abi.ERRC_INVALID_ARGUMENT)
+
+
+def _build_reporters():
     import numba
 
     @numba.njit(cache=False)
@@ -343,10 +384,16 @@ def _build_reporter():
             error = _report_launch_error_py(frame, key, status)
         return error
 
-    return report_launch_error
+    @numba.njit(cache=False)
+    def report_missing_plan(frame):
+        with numba.objmode(error="int64"):
+            error = _report_missing_plan_py(frame)
+        return error
+
+    return report_launch_error, report_missing_plan
 
 
-report_launch_error = _build_reporter()
+report_launch_error, report_missing_plan = _build_reporters()
 
 
 def array_params(shape: Sequence[int], itemsize: int) -> list[int]:
