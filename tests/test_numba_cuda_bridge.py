@@ -236,3 +236,20 @@ def test_launch_mode_env(monkeypatch):
     monkeypatch.setenv(bridge.LAUNCH_ENV, "fast")
     with pytest.raises(ValueError, match="auto"):
         bridge.launch_mode()
+
+
+def test_compiled_handler_reads_its_plan_through_xla():
+    """Registered on CPU and called by XLA: an empty-grid plan returns at once; a real
+    plan goes on to ask XLA for a stream, which XLA's CPU runtime refuses (on a GPU the
+    handler would launch there) -- so the plan was found through the call's attribute."""
+    driver = FakeDriver(n_params=len(bridge.pack_plan(SPECS, 2)[0]))
+    empty, real = _build(driver, grid=(0, 1, 1)), _build(driver)
+    bridge.register("evjax_test_compiled_on_cpu", empty.address, "cpu")
+    out = jax.ShapeDtypeStruct((3, 4), jnp.float32)
+    call = jax.ffi.ffi_call("evjax_test_compiled_on_cpu", out)
+    x, y = jnp.ones((3, 4), jnp.float32), jnp.ones(5, jnp.int64 if jax.config.jax_enable_x64 else jnp.int32)
+    jax.block_until_ready(jax.jit(lambda a, b: call(a, b, **empty.attributes))(x, y))
+    with pytest.raises(Exception, match="GPU context is not available"):  # from XLA_FFI_Stream_Get
+        jax.block_until_ready(jax.jit(lambda a, b: call(a, b, **real.attributes))(x, y))
+    assert driver.launches == []
+    _KEEP.extend([empty, real])
