@@ -1,7 +1,7 @@
 """Numba CUDA bridge: ``@cuda.jit`` kernels and Python launchers called from JAX
 on NVIDIA GPUs through the XLA FFI (platform ``"CUDA"``).
 
-Two kinds of handler, both registered once per signature and cached:
+Two kinds of handler (what a signature needs is built once and cached):
 
 * **compiled** (``numba_cuda_kernel``, the default where possible): one
   generic ``@numba.cfunc`` from :mod:`evjax.backends.numba_cuda_cfunc`, the
@@ -12,7 +12,8 @@ Two kinds of handler, both registered once per signature and cached:
   signature costs no compilation beyond the kernel's own.  Before using it
   evjax checks, once per signature, that its packing equals what the installed
   Numba itself would pass (``_Kernel._prepare_args``); on any doubt it falls
-  back to the Python handler with a warning.
+  back to the Python handler (with a warning under
+  ``EVJAX_NUMBA_CUDA_LAUNCH=compiled``).
 * **Python** (``numba_cuda_callable`` always; ``numba_cuda_kernel`` with
   several GPUs, ``debug=True`` or cooperative kernels, or
   ``EVJAX_NUMBA_CUDA_LAUNCH=python``): a ctypes callback that wraps the buffers
