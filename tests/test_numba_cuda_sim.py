@@ -18,7 +18,8 @@ FILES = ["test_sim_wrappers.py", "test_sim_csr.py", "test_sim_tutorial.py"]
 @pytest.mark.cudasim
 @pytest.mark.parametrize("name", FILES)
 def test_under_the_cuda_simulator(name):
-    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu"}
+    path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONPATH": path, "JAX_PLATFORMS": "cpu"}
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"tests/cudasim/{name}"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
