@@ -15,8 +15,10 @@ wp = pytest.importorskip("warp")
 
 import evjax  # noqa: E402
 from evjax.primitives import csr, csr_warp  # noqa: E402
-from tests.test_csr_ops import SETTINGS, cases, dense_matrix, op_fn, random_structure, run_case  # noqa: E402
-from evjax.testing import ALL_CHECKS  # noqa: E402
+from evjax.testing import ALL_CHECKS, OpSpec, check_all  # noqa: E402
+from tests.test_csr_ops import (  # noqa: E402
+    SETTINGS, cases, dense_matrix, keep_spikes, op_fn, random_structure, reference, run_case,
+)
 
 wp.config.quiet = True
 OPS = (csr.csrmv_p, csr.csrmm_p, csr.binary_csrmv_p, csr.binary_csrmm_p)
@@ -49,18 +51,37 @@ def fixed_case(rank, transpose, event, homogeneous, seed=0, float_spikes=False):
 COMBOS = [(e, r, t) for e in (False, True) for r in (1, 2) for t in (False, True)]
 
 
-@pytest.mark.parametrize("event, rank, transpose", COMBOS)
+# One orientation per op for the full transform checks: the rules call the other
+# orientation (transposes) and the matrix ops (batching), so every kernel runs.
+TRANSFORM_COMBOS = [(False, 1, False), (False, 2, True), (True, 1, True), (True, 2, False)]
+
+
+@pytest.mark.parametrize("event, rank, transpose", TRANSFORM_COMBOS)
 def test_csr_every_transform_warp(event, rank, transpose):
-    """jit, jvp, vjp, grad, finite differences, vmap (in_axes 0/1/None), nested vmap, jit(grad(vmap))."""
+    """jit, jvp, vjp, grad, finite differences, vmap (in_axes 0/1/None), nested vmap, jit(grad(vmap)).
+
+    vmap runs over the weights and the dense operand (the batching rules, shared
+    by every backend, are tested over all operands with Numba in test_csr_ops).
+    """
     homogeneous = (rank + transpose) % 2 == 0
-    case = fixed_case(rank, transpose, event, homogeneous, seed=rank + 2 * transpose)
-    run_case(case, rank=rank, transpose=transpose, event=event, backend="warp")
+    shape, args = fixed_case(rank, transpose, event, homogeneous, seed=rank + 2 * transpose)
+    spec = OpSpec(
+        fn=op_fn(rank, event, shape, transpose, "warp"),
+        reference=reference(shape, transpose, event),
+        diff_argnums=(0,) if event else (0, 3),
+        vmap_argnums=(0, 3),
+        smooth=not event,
+        perturb=keep_spikes if event else None,
+        batch_size=2,
+        name=f"{'binary_' if event else ''}csrm{'v' if rank == 1 else 'm'}(T={transpose},warp)",
+    )
+    check_all(spec, args)
 
 
 @pytest.mark.parametrize("event, rank, transpose", COMBOS)
 def test_csr_forward_random_structures_warp(event, rank, transpose):
     """Eager and jit forward on Hypothesis structures (nnz 0, size-0 dims, duplicates, no/all spikes)."""
-    @settings(max_examples=8, **SETTINGS)
+    @settings(max_examples=6, **SETTINGS)
     @given(cases(rank=rank, transpose=transpose, event=event))
     def check(case):
         run_case(case, rank=rank, transpose=transpose, event=event, backend="warp", skip=NOT_FORWARD)
@@ -76,20 +97,16 @@ def test_event_ops_float_spikes_warp(rank, transpose):
              skip=("nested_vmap", "check_grads"))
 
 
-@pytest.mark.parametrize("event", [False, True])
-@pytest.mark.parametrize("transpose", [False, True])
-def test_float64_int64_indices_warp(transpose, event):
+@pytest.mark.parametrize("event, rank, transpose", COMBOS)
+def test_float64_int64_indices_warp(event, rank, transpose):
+    """float64 weights with int64 indices: forward, jvp and vjp."""
     with jax.enable_x64(True):
-        @settings(max_examples=3, **SETTINGS)
-        @given(cases(rank=2, transpose=transpose, event=event, dtype=np.float64, index_dtype=np.int64))
-        def check(case):
-            shape, (data, indices, indptr, x) = case
-            out = op_fn(2, event, shape, transpose, "warp")(data, indices, indptr, x)
-            assert out.dtype == jnp.float64
-            run_case(case, rank=2, transpose=transpose, event=event, backend="warp",
-                     skip=("vmap", "nested_vmap", "jit_grad_vmap", "check_grads"))
-
-        check()
+        shape, (data, indices, indptr, x) = fixed_case(rank, transpose, event, rank == 2, seed=11)
+        args = (data.astype(np.float64), indices.astype(np.int64), indptr.astype(np.int64),
+                x if x.dtype == np.bool_ else x.astype(np.float64))
+        assert op_fn(rank, event, shape, transpose, "warp")(*args).dtype == jnp.float64
+        run_case((shape, args), rank=rank, transpose=transpose, event=event, backend="warp",
+                 skip=("vmap", "nested_vmap", "jit_grad_vmap", "check_grads"))
 
 
 @pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16])
