@@ -77,7 +77,8 @@ def test_int64_indices_with_x64():
         w = evjax.CSR((a.data, a.indices.astype(np.int64), a.indptr.astype(np.int64)), shape=a.shape)
         assert w.indices.dtype == jnp.int64 and w.indptr.dtype == jnp.int64
         s = np.arange(6) % 2 == 0
-        np.testing.assert_allclose(np.asarray(s @ w), a.T @ s, rtol=1e-6)
+        w64 = w.with_data(a.data.astype(np.float64))
+        np.testing.assert_allclose(np.asarray(s @ w64), a.T @ s, rtol=1e-6)
         np.testing.assert_allclose(np.asarray(w @ np.ones(5)), a @ np.ones(5), rtol=1e-6)
         assert (w @ np.ones(5)).dtype == jnp.float64  # float32 weights, float64 operand
 
@@ -274,32 +275,35 @@ def test_weight_gradient_is_event_driven():
 
 def test_direct_kernels_with_any_pool_size():
     """The Numba kernels split work by the pool size operand; every split gives the same result."""
-    a = sp.random(300, 200, density=0.6, format="csr", random_state=2, dtype=np.float32)
+    a = sp.random(400, 250, density=0.8, format="csr", random_state=2, dtype=np.float32)
     d, i, p = a.data, a.indices.astype(np.int32), a.indptr.astype(np.int32)
     rng = np.random.default_rng(0)
-    s = rng.random(300) < 0.5
-    S = rng.random((5, 300)) < 0.5
-    x = rng.standard_normal(200).astype(np.float32)
-    X = rng.standard_normal((200, 3)).astype(np.float32)
-    rows = np.repeat(np.arange(300), np.diff(p))
-    ct = rng.standard_normal(200).astype(np.float32)
+    s = rng.random(400) < 0.5
+    S = rng.random((5, 400)) < 0.5
+    x = rng.standard_normal(250).astype(np.float32)
+    X = rng.standard_normal((250, 3)).astype(np.float32)
+    rows = np.repeat(np.arange(400), np.diff(p))
+    ct = rng.standard_normal(250).astype(np.float32)
+    CT = rng.standard_normal((250, 5)).astype(np.float32)
     for pool in (1, 2, 3, 8):
         pool = np.array([pool], np.int32)
-        out = np.empty(200, np.float32)
+        out = np.empty(250, np.float32)
         csr_numba.scatter_mv(pool, d, i, p, s, out)
         np.testing.assert_allclose(out, a.T @ s, rtol=1e-5, atol=1e-5)
-        out = np.empty((5, 200), np.float32)
+        out = np.empty((5, 250), np.float32)
         csr_numba.scatter_mm_batch_major(pool, d, i, p, S, out)
         np.testing.assert_allclose(out, (a.T @ S.T).T, rtol=1e-5, atol=1e-5)
-        out = np.empty(300, np.float32)
+        out = np.empty(400, np.float32)
         csr_numba.gather_mv(pool, d, i, p, x, out)
         np.testing.assert_allclose(out, a @ x, rtol=1e-5, atol=1e-5)
-        out = np.empty((300, 3), np.float32)
+        out = np.empty((400, 3), np.float32)
         csr_numba.gather_mm(pool, d, i, p, X, out)
         np.testing.assert_allclose(out, a @ X, rtol=1e-5, atol=1e-5)
         g = np.empty(a.nnz, np.float32)
         csr_numba.sddmm_mv(pool, i, p, s, ct, g)
         np.testing.assert_allclose(g, s[rows] * ct[i], rtol=1e-6)
+        csr_numba.sddmm_mm(pool, i, p, S.T.copy(), CT, g)
+        np.testing.assert_allclose(g, np.sum(S.T[rows] * CT[i], axis=1), rtol=1e-5, atol=1e-5)
 
 
 # ---------------------------------------------------------------------------

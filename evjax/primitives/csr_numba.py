@@ -15,7 +15,14 @@ Orientation of the stored matrix ``A`` (``n_rows x n_cols``):
   vector is split into per-thread row ranges of equal active work, each thread
   accumulating into a private copy of ``y`` that is summed at the end; a batch
   is processed sample by sample in parallel, batch-major (the transposes that
-  this needs around the call cancel with the caller's, see :func:`csrmm_generator`).
+  this needs around the call cancel with the caller's ``spikes (K, n) @ W``
+  under XLA's algebraic simplifier, see :func:`_matmul_generator`).
+* the weight gradient (SDDMM, ``g[k] = <r[row k], q[indices[k]]>``) skips the
+  rows where ``r`` is zero and zero-fills their entries in runs, so for events
+  in the scatter orientation only active rows are computed.
+
+Below ``PARALLEL_MIN_WORK`` synapses a kernel runs on the calling thread; a
+``prange`` is never entered for a single part.
 
 Every kernel tolerates a malformed structure passed under ``jit`` (where it
 cannot be validated): row spans are clamped to ``[0, nnz]`` and column indices
@@ -46,11 +53,11 @@ __all__ = [
     "sddmm_generator",
 ]
 
-# Below these amounts of work (synapses visited) a kernel stays on one thread:
-# waking the pool costs more than it saves.
-PARALLEL_MIN_WORK = 24576
+# Below this many synapses visited a kernel stays on one thread: waking the
+# pool costs more than it saves.
+PARALLEL_MIN_WORK = 32768
 
-_REASSOC = {"reassoc", "contract"}  # let LLVM vectorise the dot products
+_REASSOC = {"reassoc", "contract"}  # let LLVM vectorise the sums
 
 
 # ---------------------------------------------------------------------------
@@ -66,6 +73,13 @@ def _span(indptr, i, nnz):
     if b > nnz:
         b = np.int64(nnz)
     return a, b
+
+
+@numba.njit(cache=True, nogil=True)
+def _column(indices, k):
+    """Column of synapse ``k`` as unsigned: one compare ``< n`` also rejects negatives,
+    and unsigned indexing skips Numba's wrap-around of negative indices."""
+    return np.uint64(np.int64(indices[k]))
 
 
 @numba.njit(cache=True, nogil=True)
@@ -86,17 +100,17 @@ def _balanced_rows(indptr, n_rows, nnz, parts):
 @numba.njit(cache=True, nogil=True, fastmath=_REASSOC)
 def _gather_row(data, indices, a, b, x, homogeneous):
     """``sum_k data[k] * x[indices[k]]`` over ``k in [a, b)``, accumulated in float64."""
-    n = x.shape[0]
+    n = np.uint64(x.shape[0])
     acc = 0.0
     if homogeneous:
         for k in range(a, b):
-            j = indices[k]
-            if j >= 0 and j < n:
+            j = _column(indices, k)
+            if j < n:
                 acc += x[j]
         return acc * data[0]
     for k in range(a, b):
-        j = indices[k]
-        if j >= 0 and j < n:
+        j = _column(indices, k)
+        if j < n:
             acc += data[k] * x[j]
     return acc
 
@@ -104,7 +118,7 @@ def _gather_row(data, indices, a, b, x, homogeneous):
 @numba.njit(cache=True, nogil=True)
 def _scatter_rows(data, indices, indptr, x, target, lo, hi, homogeneous):
     """``target[indices[k]] += data[k] * x[i]`` for the active rows ``i`` in ``[lo, hi)``."""
-    n = target.shape[0]
+    n = np.uint64(target.shape[0])
     nnz = indices.shape[0]
     for i in range(lo, hi):
         s = x[i]
@@ -113,14 +127,22 @@ def _scatter_rows(data, indices, indptr, x, target, lo, hi, homogeneous):
             if homogeneous:
                 w = data[0] * s
                 for k in range(a, b):
-                    j = indices[k]
-                    if j >= 0 and j < n:
+                    j = _column(indices, k)
+                    if j < n:
                         target[j] += w
             else:
                 for k in range(a, b):
-                    j = indices[k]
-                    if j >= 0 and j < n:
+                    j = _column(indices, k)
+                    if j < n:
                         target[j] += data[k] * s
+
+
+@numba.njit(cache=True, nogil=True)
+def _count_active(x):
+    count = 0
+    for i in range(x.shape[0]):
+        count += x[i] != 0
+    return count
 
 
 # ---------------------------------------------------------------------------
@@ -153,16 +175,16 @@ def scatter_mv(pool, data, indices, indptr, x, out):
     nnz = indices.shape[0]
     homogeneous = data.shape[0] != nnz
     out[:] = 0
-    # exact work: the synapses of the active rows (branch-free pass)
+    threads = pool[0]
+    expected = _count_active(x) * (nnz // max(n_rows, 1) + 1)  # synapses to visit, about
+    if threads < 2 or expected < PARALLEL_MIN_WORK or 4 * expected < n:
+        _scatter_rows(data, indices, indptr, x, out, 0, n_rows, homogeneous)
+        return
+    # row ranges of equal active work, one per thread, each into its own copy of out
     work = 0
     for i in range(n_rows):
         a, b = _span(indptr, i, nnz)
         work += (x[i] != 0) * max(b - a, 0)
-    threads = pool[0]
-    if threads < 2 or work < PARALLEL_MIN_WORK or 4 * work < n:
-        _scatter_rows(data, indices, indptr, x, out, 0, n_rows, homogeneous)
-        return
-    # row ranges of equal active work, one per thread
     bounds = np.empty(threads + 1, np.int64)
     bounds[0] = 0
     done = 0
@@ -190,37 +212,53 @@ def scatter_mv(pool, data, indices, indptr, x, out):
                 out[j] += row_p[j]
 
 
+@numba.njit(cache=True, nogil=True)
+def _gather_mm_rows(data, indices, indptr, x, out, lo, hi, homogeneous):
+    n = np.uint64(x.shape[0])
+    width = x.shape[1]
+    nnz = indices.shape[0]
+    for i in range(lo, hi):
+        row = out[i]
+        row[:] = 0
+        a, b = _span(indptr, i, nnz)
+        for k in range(a, b):
+            j = _column(indices, k)
+            if j < n:
+                xj = x[j]
+                if homogeneous:
+                    for c in range(width):
+                        row[c] += xj[c]
+                else:
+                    w = data[k]
+                    for c in range(width):
+                        row[c] += w * xj[c]
+        if homogeneous:
+            w0 = data[0]
+            for c in range(width):
+                row[c] *= w0
+
+
 @numba.njit(parallel=True, cache=True, nogil=True)
 def gather_mm(pool, data, indices, indptr, x, out):
     """``out[i, :] = sum_{k in row i} data[k] * x[indices[k], :]``; x (n_cols, K) row-major."""
     n_rows = out.shape[0]
-    n = x.shape[0]
-    width = x.shape[1]
     nnz = indices.shape[0]
     homogeneous = data.shape[0] != nnz
     threads = pool[0]
-    parts = 1 if threads < 2 or nnz * max(width, 1) < PARALLEL_MIN_WORK else threads
-    bounds = _balanced_rows(indptr, n_rows, nnz, parts)
-    for t in prange(parts):
-        for i in range(bounds[t], bounds[t + 1]):
-            row = out[i]
-            row[:] = 0
-            a, b = _span(indptr, i, nnz)
-            for k in range(a, b):
-                j = indices[k]
-                if j >= 0 and j < n:
-                    xj = x[j]
-                    if homogeneous:
-                        for c in range(width):
-                            row[c] += xj[c]
-                    else:
-                        w = data[k]
-                        for c in range(width):
-                            row[c] += w * xj[c]
-            if homogeneous:
-                w0 = data[0]
-                for c in range(width):
-                    row[c] *= w0
+    if threads < 2 or nnz * max(x.shape[1], 1) < PARALLEL_MIN_WORK:
+        _gather_mm_rows(data, indices, indptr, x, out, 0, n_rows, homogeneous)
+        return
+    bounds = _balanced_rows(indptr, n_rows, nnz, threads)
+    for t in prange(threads):
+        _gather_mm_rows(data, indices, indptr, x, out, bounds[t], bounds[t + 1], homogeneous)
+
+
+@numba.njit(cache=True, nogil=True)
+def _scatter_samples(data, indices, indptr, xt, out_t, lo, hi, homogeneous):
+    for c in range(lo, hi):
+        row = out_t[c]
+        row[:] = 0
+        _scatter_rows(data, indices, indptr, xt[c], row, 0, xt.shape[1], homogeneous)
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
@@ -231,24 +269,19 @@ def scatter_mm_batch_major(pool, data, indices, indptr, xt, out_t):
     nnz = indices.shape[0]
     homogeneous = data.shape[0] != nnz
     threads = pool[0]
-    if width < threads:  # few samples: parallel inside each one
+    if 1 < width < threads:  # few samples: parallel inside each one
         for c in range(width):
             scatter_mv(pool, data, indices, indptr, xt[c], out_t[c])
         return
     active = 0
     for c in range(width):
-        xc = xt[c]
-        for i in range(n_rows):
-            active += xc[i] != 0
-    work = active * (nnz // max(n_rows, 1) + 1)
-    parts = threads if work >= PARALLEL_MIN_WORK else 1
-    for t in prange(parts):
-        lo = (width * t) // parts
-        hi = (width * (t + 1)) // parts
-        for c in range(lo, hi):
-            row = out_t[c]
-            row[:] = 0
-            _scatter_rows(data, indices, indptr, xt[c], row, 0, n_rows, homogeneous)
+        active += _count_active(xt[c])
+    if threads < 2 or active * (nnz // max(n_rows, 1) + 1) < PARALLEL_MIN_WORK:
+        _scatter_samples(data, indices, indptr, xt, out_t, 0, width, homogeneous)
+        return
+    for t in prange(threads):
+        _scatter_samples(data, indices, indptr, xt, out_t, (width * t) // threads, (width * (t + 1)) // threads,
+                         homogeneous)
 
 
 # ---------------------------------------------------------------------------
@@ -262,64 +295,91 @@ def _dot(u, v):
     return acc
 
 
-@numba.njit(parallel=True, cache=True, nogil=True)
-def sddmm_mv(pool, indices, indptr, r, q, g):
-    """``g[k] = r[i] * q[indices[k]]`` for k in row i; rows with r[i] == 0 get zeros unread."""
-    n_rows = r.shape[0]
-    n = q.shape[0]
+@numba.njit(cache=True, nogil=True)
+def _any(u):
+    for c in range(u.shape[0]):
+        if u[c] != 0:
+            return True
+    return False
+
+
+@numba.njit(cache=True, nogil=True)
+def _sddmm_rows_vec(indices, indptr, r, q, g, lo, hi):
+    """Rows ``[lo, hi)`` of ``g[k] = r[i] * q[j]``; rows where r is zero are zero-filled in runs."""
+    n = np.uint64(q.shape[0])
+    nnz = indices.shape[0]
+    zero_from, _ = _span(indptr, lo, nnz)
+    for i in range(lo, hi):
+        ri = r[i]
+        if ri != 0:
+            a, b = _span(indptr, i, nnz)
+            if a > zero_from:
+                g[zero_from:a] = 0
+            for k in range(a, b):
+                j = _column(indices, k)
+                g[k] = ri * q[j] if j < n else 0
+            zero_from = max(zero_from, b)
+    _, end = _span(indptr, hi - 1, nnz)
+    if end > zero_from:
+        g[zero_from:end] = 0
+
+
+@numba.njit(cache=True, nogil=True)
+def _sddmm_rows_mat(indices, indptr, r, q, g, lo, hi):
+    """Rows ``[lo, hi)`` of ``g[k] = <r[i, :], q[j, :]>``; all-zero rows of r are zero-filled in runs."""
+    n = np.uint64(q.shape[0])
+    nnz = indices.shape[0]
+    zero_from, _ = _span(indptr, lo, nnz)
+    for i in range(lo, hi):
+        ri = r[i]
+        if _any(ri):
+            a, b = _span(indptr, i, nnz)
+            if a > zero_from:
+                g[zero_from:a] = 0
+            for k in range(a, b):
+                j = _column(indices, k)
+                g[k] = _dot(ri, q[j]) if j < n else 0
+            zero_from = max(zero_from, b)
+    _, end = _span(indptr, hi - 1, nnz)
+    if end > zero_from:
+        g[zero_from:end] = 0
+
+
+@numba.njit(cache=True, nogil=True)
+def _sddmm_parts(pool, indices, indptr, n_rows, width, g):
+    """Zero g if the structure leaves holes; the row boundaries of the parallel parts."""
     nnz = indices.shape[0]
     if n_rows == 0 or indptr[0] != 0 or indptr[n_rows] != nnz:
-        g[:] = 0  # malformed: some entries belong to no row
+        g[:] = 0  # malformed (or no rows): some entries may belong to no row
     threads = pool[0]
-    parts = 1 if threads < 2 or nnz < PARALLEL_MIN_WORK else threads
-    bounds = _balanced_rows(indptr, n_rows, nnz, parts)
-    for t in prange(parts):
-        for i in range(bounds[t], bounds[t + 1]):
-            a, b = _span(indptr, i, nnz)
-            ri = r[i]
-            if ri == 0:
-                for k in range(a, b):
-                    g[k] = 0
-            else:
-                for k in range(a, b):
-                    j = indices[k]
-                    if j >= 0 and j < n:
-                        g[k] = ri * q[j]
-                    else:
-                        g[k] = 0
+    parts = 1 if threads < 2 or nnz * width < PARALLEL_MIN_WORK else threads
+    return _balanced_rows(indptr, n_rows, nnz, parts)
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def sddmm_mv(pool, indices, indptr, r, q, g):
+    """``g[k] = r[i] * q[indices[k]]`` for k in row i; rows with r[i] == 0 are not read, only zeroed."""
+    bounds = _sddmm_parts(pool, indices, indptr, r.shape[0], 1, g)
+    if bounds.shape[0] == 2:
+        if r.shape[0]:
+            _sddmm_rows_vec(indices, indptr, r, q, g, 0, r.shape[0])
+        return
+    for t in prange(bounds.shape[0] - 1):
+        if bounds[t + 1] > bounds[t]:
+            _sddmm_rows_vec(indices, indptr, r, q, g, bounds[t], bounds[t + 1])
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
 def sddmm_mm(pool, indices, indptr, r, q, g):
-    """``g[k] = sum_c r[i, c] * q[indices[k], c]`` for k in row i; all-zero rows of r are skipped."""
-    n_rows = r.shape[0]
-    n = q.shape[0]
-    width = r.shape[1]
-    nnz = indices.shape[0]
-    if n_rows == 0 or indptr[0] != 0 or indptr[n_rows] != nnz:
-        g[:] = 0
-    threads = pool[0]
-    parts = 1 if threads < 2 or nnz * max(width, 1) < PARALLEL_MIN_WORK else threads
-    bounds = _balanced_rows(indptr, n_rows, nnz, parts)
-    for t in prange(parts):
-        for i in range(bounds[t], bounds[t + 1]):
-            a, b = _span(indptr, i, nnz)
-            ri = r[i]
-            active = False
-            for c in range(width):
-                if ri[c] != 0:
-                    active = True
-                    break
-            if not active:
-                for k in range(a, b):
-                    g[k] = 0
-            else:
-                for k in range(a, b):
-                    j = indices[k]
-                    if j >= 0 and j < n:
-                        g[k] = _dot(ri, q[j])
-                    else:
-                        g[k] = 0
+    """``g[k] = sum_c r[i, c] * q[indices[k], c]`` for k in row i (row-major); all-zero rows of r are skipped."""
+    bounds = _sddmm_parts(pool, indices, indptr, r.shape[0], max(r.shape[1], 1), g)
+    if bounds.shape[0] == 2:
+        if r.shape[0]:
+            _sddmm_rows_mat(indices, indptr, r, q, g, 0, r.shape[0])
+        return
+    for t in prange(bounds.shape[0] - 1):
+        if bounds[t + 1] > bounds[t]:
+            _sddmm_rows_mat(indices, indptr, r, q, g, bounds[t], bounds[t + 1])
 
 
 # ---------------------------------------------------------------------------
@@ -404,6 +464,7 @@ def sddmm_generator(outs, ins):
     """Numba kernel for ``csr_sddmm_p``: ``g[k] = <r[row k], q[indices[k]]>``."""
     out = outs[0]
     dtype = _compute_dtype(out.dtype)
+
     kernel_fn = sddmm_mv if len(ins[2].shape) == 1 else sddmm_mm
 
     def kernel(indices, indptr, r, q):
