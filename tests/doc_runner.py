@@ -31,7 +31,7 @@ def run_markdown(path: str | pathlib.Path, namespace: dict | None = None) -> dic
     namespace = {"__name__": f"doc:{path}"} if namespace is None else namespace
     for number, code in enumerate(blocks, 1):
         try:
-            exec(compile(code, f"{path}#block{number}", "exec"), namespace)
+            exec(compile(code, f"{path}#block{number}", "exec", dont_inherit=True), namespace)
         except Exception as exc:
             exc.add_note(f"in code block {number} of {path}")
             raise
