@@ -35,6 +35,32 @@ lower_fun = mlir.lower_fun
 register_lowering = mlir.register_lowering
 
 
+class VaryingPrimitive(Primitive):
+    """A primitive whose operands are made to vary over the same manual mesh axes.
+
+    Inside ``jax.shard_map`` (with ``check_vma``) every value records the mesh
+    axes it varies over.  Like JAX's own primitives, ``bind`` first casts
+    operands that do not vary (replicated weights, index arrays) to vary like
+    the others (``pvary``, whose transpose is a ``psum``), so that gradients of
+    replicated operands are summed over devices.
+    """
+
+    def bind(self, *args, **params):
+        insert = getattr(_core, "auto_insert_reshard", None)
+        if insert is not None and args:
+            args = tuple(insert(*args))
+        return super().bind(*args, **params)
+
+
+def output_aval(shape, dtype, avals_in):
+    """The aval of a result computed from ``avals_in``: it varies over the same manual axes."""
+    varying = frozenset().union(*(getattr(getattr(a, "mat", None), "varying", frozenset()) for a in avals_in))
+    if not varying:
+        return ShapedArray(shape, dtype)
+    return ShapedArray(shape, dtype, sharding=_core.get_cur_mesh_sharding(),
+                       manual_axis_type=_core.ManualAxisType(varying=varying))
+
+
 def apply_primitive(prim, *args, **params):
     """Eager evaluation of ``prim`` (compile-and-run one op)."""
     return _dispatch.apply_primitive(prim, *args, **params)

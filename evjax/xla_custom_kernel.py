@@ -111,7 +111,7 @@ class XLACustomKernel:
 
     def __init__(self, name: str):
         self.name = name
-        self.primitive = _compat.Primitive(name)
+        self.primitive = _compat.VaryingPrimitive(name)
         self.primitive.multiple_results = True
         self._kernels: dict[str, dict[str, KernelGenerator]] = {}
         self.defaults: dict[str, str] = {}
@@ -284,7 +284,7 @@ class XLACustomKernel:
 
     @staticmethod
     def _abstract_eval(*avals, outs, **params):
-        return [_compat.ShapedArray(o.shape, o.dtype) for o in outs]
+        return [_compat.output_aval(o.shape, o.dtype, avals) for o in outs]
 
     def _choose_backend(self, platform: str, requested: str | None) -> str:
         table = self._kernels.get(platform, {})
