@@ -1,0 +1,456 @@
+"""Train a sparse recurrent spiking network end to end with evjax.
+
+The task is a spike-train classification problem generated here, "Randman"
+(random manifolds, after Zenke and Vogels, 2021): each class is a smooth random
+map from a low-dimensional latent space to the firing times of the input units;
+a trial draws a latent point of one class and emits one spike per input unit.
+
+The model, for one trial::
+
+    I_t   = exp_trace(I_{t-1}, x_t @ W_in + s_{t-1} @ W_rec, syn_decay)   # CSR, event-driven
+    v_t, s_t = lif_step(v_{t-1}, I_t, ...)                                 # surrogate gradient
+    y_t   = exp_trace(y_{t-1}, s_t @ W_out, out_decay)                     # leaky readout
+    logits = max_t y_t
+
+``W_in`` (inputs x hidden) and ``W_rec`` (hidden x hidden) are sparse CSR
+matrices with per-synapse weights, trained by backpropagation through time
+(``lax.scan``) with gradients taken w.r.t. their ``data`` through the
+event-driven CSR ops.  The batch is ``jax.vmap`` over the single-trial model.
+``--dense`` runs the same model (same connectivity, as a masked dense matrix)
+with dense ``jax.numpy`` matmuls, for comparison.
+
+Run::
+
+    python examples/train_sparse_snn.py              # default: 2000 hidden, p = 0.02
+    python examples/train_sparse_snn.py --dense      # same model, dense weights
+    python examples/train_sparse_snn.py --epochs 2 --hidden 300 --n-train 256   # quick look
+
+Needs the ``examples`` extra (``pip install evjax[examples]``: optax, matplotlib).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import os
+import time
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import evjax
+
+
+# ---------------------------------------------------------------------------
+# configuration
+# ---------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Sizes and hyper-parameters; the defaults are the README's run."""
+
+    n_in: int = 100  # input units
+    n_hidden: int = 2000  # recurrent LIF neurons
+    n_classes: int = 10
+    n_steps: int = 50  # time steps per trial
+    p_in: float = 0.1  # input -> hidden connection probability
+    p_rec: float = 0.02  # hidden -> hidden connection probability
+    manifold_dim: int = 1
+    manifold_alpha: float = 2.0  # smoothness of the manifolds (higher: smoother, easier)
+    jitter: float = 1.0  # spike-time noise (time steps, std)
+    n_train: int = 2000
+    n_test: int = 500
+    batch: int = 32
+    epochs: int = 10
+    lr: float = 2e-3
+    tau_mem: float = 10.0
+    tau_syn: float = 5.0
+    tau_out: float = 10.0
+    rate_reg: float = 1.0  # penalty on the hidden rate above rate_target
+    rate_target: float = 0.05
+    seed: int = 0
+
+
+# ---------------------------------------------------------------------------
+# data: random manifolds ("Randman")
+# ---------------------------------------------------------------------------
+def make_randman(cfg: Config, n_samples: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Spike trains and labels of a Randman task.
+
+    Each class ``c`` owns a smooth map ``f_c: [0, 1]^dim -> [0, 1]^n_in`` (a sum
+    of random sinusoids with amplitudes decaying as ``k^-alpha``); a trial
+    draws ``z`` uniformly and input unit ``j`` fires once, at step
+    ``f_c(z)_j * (n_steps - 1)`` plus Gaussian jitter.  The manifolds depend on
+    ``cfg.seed`` only, so train and test sets (other ``seed``) share them.
+
+    Returns:
+        ``(spikes, labels)``: bool ``(n_samples, n_steps, n_in)`` and int32 ``(n_samples,)``.
+    """
+    k_max = 4
+    mrng = np.random.default_rng(cfg.seed + 12345)
+    freq = mrng.uniform(0.5, 1.5, (cfg.n_classes, cfg.manifold_dim, k_max, cfg.n_in)) * np.arange(1, k_max + 1)[
+        None, None, :, None]
+    phase = mrng.uniform(0, 2 * np.pi, freq.shape)
+    amp = mrng.uniform(0, 1, freq.shape) / np.arange(1, k_max + 1)[None, None, :, None] ** cfg.manifold_alpha
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, cfg.n_classes, n_samples).astype(np.int32)
+    z = rng.uniform(0, 1, (n_samples, cfg.manifold_dim))
+    # f[n, j] = sum_{d,k} amp * sin(2 pi freq z_d + phase), for the trial's class
+    arg = 2 * np.pi * freq[labels] * z[:, :, None, None] + phase[labels]
+    f = np.sum(amp[labels] * np.sin(arg), axis=(1, 2))
+    lo = -np.sum(amp, axis=(1, 2))[labels]
+    f = (f - lo) / (-2 * lo)  # into [0, 1]
+    times = f * (cfg.n_steps - 1) + cfg.jitter * rng.standard_normal(f.shape)
+    times = np.clip(np.round(times), 0, cfg.n_steps - 1).astype(np.int64)
+    spikes = np.zeros((n_samples, cfg.n_steps, cfg.n_in), bool)
+    spikes[np.arange(n_samples)[:, None], times, np.arange(cfg.n_in)[None, :]] = True
+    return spikes, labels
+
+
+# ---------------------------------------------------------------------------
+# connectivity and parameters
+# ---------------------------------------------------------------------------
+class Structure(NamedTuple):
+    """A fixed CSR sparsity pattern (rows = presynaptic, columns = postsynaptic)."""
+
+    indices: np.ndarray
+    indptr: np.ndarray
+    shape: tuple[int, int]
+
+    @property
+    def nnz(self) -> int:
+        return int(self.indices.size)
+
+    def row_lengths(self) -> np.ndarray:
+        return np.diff(self.indptr)
+
+    def mask(self) -> np.ndarray:
+        m = np.zeros(self.shape, np.float32)
+        rows = np.repeat(np.arange(self.shape[0]), self.row_lengths())
+        m[rows, self.indices] = 1.0
+        return m
+
+    def to_dense(self, data) -> jax.Array:
+        rows = np.repeat(np.arange(self.shape[0]), self.row_lengths())
+        return jnp.zeros(self.shape, jnp.asarray(data).dtype).at[rows, self.indices].set(data)
+
+
+def random_structure(rng: np.random.Generator, n_pre: int, n_post: int, p: float,
+                     no_self: bool = False) -> Structure:
+    """Each pre neuron connects to ``~Binomial(n_post, p)`` distinct random post neurons."""
+    indptr = [0]
+    indices = []
+    for i in range(n_pre):
+        row = np.flatnonzero(rng.random(n_post) < p)
+        if no_self:
+            row = row[row != i]
+        indices.append(row)
+        indptr.append(indptr[-1] + row.size)
+    return Structure(np.concatenate(indices).astype(np.int32), np.asarray(indptr, np.int32), (n_pre, n_post))
+
+
+def init_params(cfg: Config, seed: int | None = None) -> tuple[dict, Structure, Structure]:
+    """Random structures and initial weights.
+
+    Returns:
+        ``(params, s_in, s_rec)`` where ``params`` holds the CSR weights
+        ``w_in`` and ``w_rec`` (one value per synapse) and the dense readout.
+    """
+    rng = np.random.default_rng(cfg.seed if seed is None else seed)
+    s_in = random_structure(rng, cfg.n_in, cfg.n_hidden, cfg.p_in)
+    s_rec = random_structure(rng, cfg.n_hidden, cfg.n_hidden, cfg.p_rec, no_self=True)
+    fan_in = max(1.0, cfg.n_in * cfg.p_in)
+    fan_rec = max(1.0, cfg.n_hidden * cfg.p_rec)
+    params = {
+        "w_in": (rng.standard_normal(s_in.nnz) * 0.9 / math.sqrt(fan_in) + 0.5 / fan_in).astype(np.float32),
+        "w_rec": (rng.standard_normal(s_rec.nnz) * 0.2 / math.sqrt(fan_rec)).astype(np.float32),
+        "w_out": (rng.standard_normal((cfg.n_hidden, cfg.n_classes)) / math.sqrt(cfg.n_hidden)).astype(np.float32),
+    }
+    return jax.tree_util.tree_map(jnp.asarray, params), s_in, s_rec
+
+
+# ---------------------------------------------------------------------------
+# the model: one trial; the batch is jax.vmap over it
+# ---------------------------------------------------------------------------
+def make_synapses(s_in: Structure, s_rec: Structure, dense: bool) -> Callable:
+    """``synapses(params) -> (input_current_fn, recurrent_current_fn)`` for one trial.
+
+    Sparse: ``spikes @ evjax.CSR(...)``, event-driven (only the rows of neurons
+    that spiked are visited).  Dense: the same weights scattered into a masked
+    matrix and a ``jnp`` matmul.
+    """
+    if dense:
+        mask_in, mask_rec = jnp.asarray(s_in.mask()), jnp.asarray(s_rec.mask())
+
+        def synapses(params):
+            w_in = s_in.to_dense(params["w_in"]) if params["w_in"].ndim == 1 else params["w_in"] * mask_in
+            w_rec = s_rec.to_dense(params["w_rec"]) if params["w_rec"].ndim == 1 else params["w_rec"] * mask_rec
+            return (lambda x: x.astype(w_in.dtype) @ w_in), (lambda s: s @ w_rec)
+
+        return synapses
+
+    idx_in, ptr_in = jnp.asarray(s_in.indices), jnp.asarray(s_in.indptr)
+    idx_rec, ptr_rec = jnp.asarray(s_rec.indices), jnp.asarray(s_rec.indptr)
+
+    def synapses(params):
+        w_in = evjax.CSR((params["w_in"], idx_in, ptr_in), shape=s_in.shape)
+        w_rec = evjax.CSR((params["w_rec"], idx_rec, ptr_rec), shape=s_rec.shape)
+        return (lambda x: x @ w_in), (lambda s: s @ w_rec)
+
+    return synapses
+
+
+def make_trial(cfg: Config, synapses: Callable) -> Callable:
+    """``trial(params, x) -> (logits, hidden_spikes)`` for one trial ``x`` (bool, (n_steps, n_in))."""
+    syn_decay = math.exp(-1.0 / cfg.tau_syn)
+    out_decay = math.exp(-1.0 / cfg.tau_out)
+
+    def trial(params, x):
+        input_current, recurrent_current = synapses(params)
+        # zeros_like(x): under shard_map the state then varies over devices like x does
+        zeros = jnp.zeros_like(x, jnp.float32, shape=(cfg.n_hidden,))
+        carry0 = (zeros, zeros, zeros, jnp.zeros_like(x, jnp.float32, shape=(cfg.n_classes,)))
+
+        def step(carry, x_t):
+            v, i_syn, s, y = carry
+            i_syn = evjax.exp_trace(i_syn, input_current(x_t) + recurrent_current(s), syn_decay)
+            v, s = evjax.lif_step(v, i_syn, tau=cfg.tau_mem, dt=1.0, v_th=1.0, v_reset=0.0,
+                                  surrogate="fast_sigmoid", alpha=10.0, detach_reset=True)
+            y = evjax.exp_trace(y, s @ params["w_out"], out_decay)
+            return (v, i_syn, s, y), (y, s)
+
+        _, (ys, spikes) = jax.lax.scan(step, carry0, x)
+        return jnp.max(ys, axis=0), spikes
+
+    return trial
+
+
+def make_loss(cfg: Config, trial: Callable) -> Callable:
+    """``loss(params, x_batch, labels) -> (loss, (accuracy, spikes))``, the batch by ``jax.vmap``."""
+
+    def loss(params, x, labels):
+        logits, spikes = jax.vmap(trial, in_axes=(None, 0))(params, x)
+        log_p = jax.nn.log_softmax(logits)
+        ce = -jnp.mean(jnp.take_along_axis(log_p, labels[:, None], axis=1))
+        rate = jnp.mean(spikes, axis=1)  # per trial and neuron: the loss is a mean over trials
+        reg = cfg.rate_reg * jnp.mean(jnp.square(jax.nn.relu(rate - cfg.rate_target)))
+        acc = jnp.mean(jnp.argmax(logits, axis=1) == labels)
+        return ce + reg, (acc, spikes)
+
+    return loss
+
+
+def make_train_step(loss: Callable, optimizer) -> Callable:
+    """A jitted Adam step: ``(params, opt_state, x, labels) -> (params, opt_state, loss, acc, spikes)``."""
+    import optax
+
+    @jax.jit
+    def train_step(params, opt_state, x, labels):
+        (value, (acc, spikes)), grads = jax.value_and_grad(loss, has_aux=True)(params, x, labels)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, value, acc, spikes
+
+    return train_step
+
+
+def synaptic_events(spikes: np.ndarray, x: np.ndarray, s_in: Structure, s_rec: Structure) -> int:
+    """Synaptic events of a batch's forward pass: each spike times its neuron's fan-out."""
+    in_events = np.tensordot(np.asarray(x, np.float64), s_in.row_lengths(), axes=([-1], [0])).sum()
+    rec_events = np.tensordot(np.asarray(spikes, np.float64), s_rec.row_lengths(), axes=([-1], [0])).sum()
+    return int(in_events + rec_events)
+
+
+# ---------------------------------------------------------------------------
+# training
+# ---------------------------------------------------------------------------
+@dataclasses.dataclass
+class Result:
+    """What a run measured."""
+
+    history: list = dataclasses.field(default_factory=list)  # per epoch dicts
+    step_time: float = float("nan")  # median seconds per training step
+    events_per_s: float = float("nan")
+    test_acc: float = float("nan")
+    final_params: Any = None
+    raster: Any = None  # (hidden spikes, input spikes) of one test trial
+
+
+def make_predict(trial: Callable) -> Callable:
+    """A jitted ``predict(params, x_batch) -> class indices``, the batch by ``jax.vmap``."""
+    return jax.jit(lambda p, xb: jnp.argmax(jax.vmap(trial, in_axes=(None, 0))(p, xb)[0], axis=1))
+
+
+def evaluate(predict: Callable, params, x: np.ndarray, labels: np.ndarray, batch: int) -> float:
+    """Accuracy over a data set, in batches of ``batch`` (the last one padded)."""
+    correct = 0
+    for start in range(0, len(x), batch):
+        xb = x[start:start + batch]
+        pad = batch - len(xb)
+        if pad:
+            xb = np.concatenate([xb, np.zeros((pad,) + xb.shape[1:], xb.dtype)])
+        pred = np.asarray(predict(params, xb))[:batch - pad]
+        correct += int(np.sum(pred == labels[start:start + batch]))
+    return correct / len(x)
+
+
+def to_dense_params(params: dict, s_in: Structure, s_rec: Structure) -> dict:
+    """The same weights as masked dense matrices (the ``--dense`` parameterisation)."""
+    return {"w_in": s_in.to_dense(params["w_in"]), "w_rec": s_rec.to_dense(params["w_rec"]),
+            "w_out": params["w_out"]}
+
+
+def train(cfg: Config, dense: bool = False, log: Callable[[str], None] = print) -> Result:
+    """Generate the data, build the model and train it; returns the measurements."""
+    import optax
+
+    x_train, y_train = make_randman(cfg, cfg.n_train, seed=cfg.seed + 1)
+    x_test, y_test = make_randman(cfg, cfg.n_test, seed=cfg.seed + 2)
+    params, s_in, s_rec = init_params(cfg)
+    if dense:
+        params = to_dense_params(params, s_in, s_rec)
+    trial = make_trial(cfg, make_synapses(s_in, s_rec, dense))
+    optimizer = optax.adam(cfg.lr)
+    opt_state = optimizer.init(params)
+    train_step = make_train_step(make_loss(cfg, trial), optimizer)
+    predict = make_predict(trial)
+    log(f"{'dense' if dense else 'sparse (evjax CSR)'} model: {cfg.n_in} inputs, {cfg.n_hidden} LIF neurons, "
+        f"{s_in.nnz + s_rec.nnz:,} synapses (p_rec = {cfg.p_rec}), {cfg.n_classes} classes, "
+        f"{cfg.n_steps} steps/trial, batch {cfg.batch}")
+    rng = np.random.default_rng(cfg.seed)
+    result = Result()
+    step_times, events, event_time = [], 0, 0.0
+    n_batches = cfg.n_train // cfg.batch
+    for epoch in range(1, cfg.epochs + 1):
+        order = rng.permutation(cfg.n_train)
+        losses, accs, epoch_times = [], [], []
+        for b in range(n_batches):
+            idx = order[b * cfg.batch:(b + 1) * cfg.batch]
+            xb, yb = x_train[idx], y_train[idx]
+            t0 = time.perf_counter()
+            params, opt_state, value, acc, spikes = train_step(params, opt_state, xb, yb)
+            value = float(value)  # waits for the step
+            elapsed = time.perf_counter() - t0
+            if epoch > 1 or b > 0:  # the first call compiles
+                epoch_times.append(elapsed)
+                events += synaptic_events(np.asarray(spikes), xb, s_in, s_rec)
+                event_time += elapsed
+            losses.append(value)
+            accs.append(float(acc))
+        test_acc = evaluate(predict, params, x_test, y_test, cfg.batch)
+        step_times += epoch_times
+        record = dict(epoch=epoch, loss=float(np.mean(losses)), train_acc=float(np.mean(accs)), test_acc=test_acc,
+                      step_ms=1e3 * float(np.median(epoch_times)) if epoch_times else float("nan"),
+                      events_per_s=events / event_time if event_time else float("nan"))
+        result.history.append(record)
+        log(f"epoch {epoch:3d}  loss {record['loss']:.4f}  train acc {record['train_acc']:.3f}  "
+            f"test acc {test_acc:.3f}  step {record['step_ms']:.1f} ms  "
+            f"synaptic events/s {record['events_per_s']:.3g}")
+    result.step_time = float(np.median(step_times)) if step_times else float("nan")
+    result.events_per_s = events / event_time if event_time else float("nan")
+    result.test_acc = result.history[-1]["test_acc"] if result.history else float("nan")
+    result.final_params = params
+    _, hidden = jax.jit(trial)(params, x_test[0])
+    result.raster = (np.asarray(hidden), x_test[0], int(y_test[0]))
+    return result
+
+
+def time_train_step(cfg: Config, dense: bool, n_steps: int = 5) -> float:
+    """Median seconds of a training step (compiled first), on random data of the configured size."""
+    import optax
+
+    x, y = make_randman(cfg, cfg.batch, seed=cfg.seed + 3)
+    params, s_in, s_rec = init_params(cfg)
+    if dense:
+        params = to_dense_params(params, s_in, s_rec)
+    optimizer = optax.adam(cfg.lr)
+    opt_state = optimizer.init(params)
+    step = make_train_step(make_loss(cfg, make_trial(cfg, make_synapses(s_in, s_rec, dense))), optimizer)
+    jax.block_until_ready(step(params, opt_state, x, y))
+    times = []
+    for _ in range(n_steps):
+        t0 = time.perf_counter()
+        jax.block_until_ready(step(params, opt_state, x, y))
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def plot(result: Result, path: str, title: str) -> None:
+    """Save loss/accuracy curves and a spike raster of one test trial."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    epochs = [r["epoch"] for r in result.history]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    axes[0].plot(epochs, [r["loss"] for r in result.history], "o-")
+    axes[0].set(xlabel="epoch", ylabel="training loss", title="loss")
+    axes[1].plot(epochs, [r["train_acc"] for r in result.history], "o-", label="train")
+    axes[1].plot(epochs, [r["test_acc"] for r in result.history], "s-", label="test")
+    axes[1].set(xlabel="epoch", ylabel="accuracy", ylim=(0, 1), title="accuracy")
+    axes[1].legend()
+    hidden, inputs, label = result.raster
+    t_in, j_in = np.nonzero(inputs)
+    t_h, j_h = np.nonzero(hidden[:, :500])
+    axes[2].scatter(t_h, j_h + inputs.shape[1] + 10, s=1, c="k", label="hidden (first 500)")
+    axes[2].scatter(t_in, j_in, s=2, c="tab:red", label="input")
+    axes[2].set(xlabel="time step", ylabel="neuron", title=f"spike raster, one test trial (class {label})")
+    axes[2].legend(loc="upper right", fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> Result:
+    """Command-line entry point (see ``--help``)."""
+    defaults = Config()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dense", action="store_true", help="dense jnp weights instead of evjax CSR")
+    parser.add_argument("--epochs", type=int, default=defaults.epochs)
+    parser.add_argument("--hidden", type=int, default=defaults.n_hidden)
+    parser.add_argument("--p-rec", type=float, default=defaults.p_rec)
+    parser.add_argument("--batch", type=int, default=defaults.batch)
+    parser.add_argument("--steps", type=int, default=defaults.n_steps, help="time steps per trial")
+    parser.add_argument("--n-train", type=int, default=defaults.n_train)
+    parser.add_argument("--n-test", type=int, default=defaults.n_test)
+    parser.add_argument("--lr", type=float, default=defaults.lr)
+    parser.add_argument("--seed", type=int, default=defaults.seed)
+    parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "out"),
+                        help="folder for the PNG")
+    parser.add_argument("--no-plot", action="store_true")
+    parser.add_argument("--compare-steps", type=int, default=3,
+                        help="training steps timed for the other variant (0: skip the speedup)")
+    args = parser.parse_args(argv)
+    if not 0 < args.p_rec <= 1:
+        parser.error("--p-rec must be in (0, 1]")
+    cfg = dataclasses.replace(defaults, epochs=args.epochs, n_hidden=args.hidden, p_rec=args.p_rec, batch=args.batch,
+                              n_steps=args.steps, n_train=args.n_train, n_test=args.n_test, lr=args.lr,
+                              seed=args.seed)
+    kind = "dense" if args.dense else "sparse"
+    print(f"evjax {evjax.__version__}, jax {jax.__version__}, devices {jax.devices()}")
+    t0 = time.perf_counter()
+    result = train(cfg, dense=args.dense)
+    total = time.perf_counter() - t0
+    print("\nsummary")
+    print(f"  model            {kind}, {cfg.n_hidden} hidden, p_rec {cfg.p_rec}, batch {cfg.batch}")
+    print(f"  test accuracy    {result.test_acc:.3f} (chance {1 / cfg.n_classes:.3f})")
+    print(f"  time per step    {1e3 * result.step_time:.1f} ms (median)")
+    print(f"  synaptic events  {result.events_per_s:.3g} per second of training")
+    print(f"  wall time        {total:.0f} s")
+    if args.compare_steps > 0:
+        other = time_train_step(cfg, dense=not args.dense, n_steps=args.compare_steps)
+        sparse_t, dense_t = (other, result.step_time) if args.dense else (result.step_time, other)
+        print(f"  step time sparse {1e3 * sparse_t:.1f} ms, dense {1e3 * dense_t:.1f} ms: "
+              f"sparse-event speedup {dense_t / sparse_t:.1f}x")
+    if not args.no_plot:
+        path = os.path.join(args.out, f"train_sparse_snn_{kind}.png")
+        plot(result, path, f"{kind} SNN, {cfg.n_hidden} LIF neurons, test accuracy {result.test_acc:.2f}")
+        print(f"  figure           {path}")
+    return result
+
+
+if __name__ == "__main__":
+    main()
