@@ -224,8 +224,9 @@ def test_against_scipy_parallel_sizes(homogeneous):
         a.data[:] = 0.7
     w = evjax.CSR.from_scipy(a) if not homogeneous else evjax.CSR(
         (np.float32(0.7), a.indices, a.indptr), shape=a.shape)
-    s = rng.random(700) < 0.5
+    s = rng.random(700) < 0.8
     S = rng.random((6, 700)) < 0.5
+    assert np.diff(a.indptr)[s].sum() > csr.csr_numba.PARALLEL_MIN_WORK  # the parallel paths run
     x = rng.standard_normal(500).astype(np.float32)
     X = rng.standard_normal((500, 4)).astype(np.float32)
     af = a.astype(np.float64)

@@ -275,14 +275,15 @@ def test_weight_gradient_is_event_driven():
 
 def test_direct_kernels_with_any_pool_size():
     """The Numba kernels split work by the pool size operand; every split gives the same result."""
-    a = sp.random(400, 250, density=0.8, format="csr", random_state=2, dtype=np.float32)
+    a = sp.random(600, 250, density=1.0, format="csr", random_state=2, dtype=np.float32)
     d, i, p = a.data, a.indices.astype(np.int32), a.indptr.astype(np.int32)
     rng = np.random.default_rng(0)
-    s = rng.random(400) < 0.5
-    S = rng.random((5, 400)) < 0.5
+    s = rng.random(600) < 0.5
+    S = rng.random((5, 600)) < 0.5
+    assert np.diff(p)[s].sum() > csr_numba.PARALLEL_MIN_WORK  # the parallel paths run
     x = rng.standard_normal(250).astype(np.float32)
     X = rng.standard_normal((250, 3)).astype(np.float32)
-    rows = np.repeat(np.arange(400), np.diff(p))
+    rows = np.repeat(np.arange(600), np.diff(p))
     ct = rng.standard_normal(250).astype(np.float32)
     CT = rng.standard_normal((250, 5)).astype(np.float32)
     for pool in (1, 2, 3, 8):
@@ -293,10 +294,10 @@ def test_direct_kernels_with_any_pool_size():
         out = np.empty((5, 250), np.float32)
         csr_numba.scatter_mm_batch_major(pool, d, i, p, S, out)
         np.testing.assert_allclose(out, (a.T @ S.T).T, rtol=1e-5, atol=1e-5)
-        out = np.empty(400, np.float32)
+        out = np.empty(600, np.float32)
         csr_numba.gather_mv(pool, d, i, p, x, out)
         np.testing.assert_allclose(out, a @ x, rtol=1e-5, atol=1e-5)
-        out = np.empty((400, 3), np.float32)
+        out = np.empty((600, 3), np.float32)
         csr_numba.gather_mm(pool, d, i, p, X, out)
         np.testing.assert_allclose(out, a @ X, rtol=1e-5, atol=1e-5)
         g = np.empty(a.nnz, np.float32)

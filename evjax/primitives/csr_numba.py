@@ -54,10 +54,17 @@ __all__ = [
 ]
 
 # Below this many synapses visited a kernel stays on one thread: waking the
-# pool costs more than it saves.
-PARALLEL_MIN_WORK = 32768
+# pool, splitting the work and (scatter) summing per-thread outputs would cost
+# about as much as it saves.
+PARALLEL_MIN_WORK = 65536
 
 _REASSOC = {"reassoc", "contract"}  # let LLVM vectorise the sums
+
+# Only explicit ``prange`` loops run on the pool: with plain ``parallel=True``
+# Numba also turns array expressions (``out[:] = 0``, ``np.zeros``) into
+# parallel regions, which would wake every thread even on the serial path.
+_PARALLEL = {"prange": True, "comprehension": False, "reduction": False, "inplace_binop": False,
+             "setitem": False, "numpy": False, "stencil": False, "fusion": False}
 
 
 # ---------------------------------------------------------------------------
@@ -145,10 +152,37 @@ def _count_active(x):
     return count
 
 
+@numba.njit(cache=True, nogil=True)
+def _active_work(indptr, x):
+    """Synapses of the active rows (branch-free, unclamped: only used to split work)."""
+    work = 0
+    for i in range(x.shape[0]):
+        work += (x[i] != 0) * (np.int64(indptr[i + 1]) - np.int64(indptr[i]))
+    return work
+
+
+@numba.njit(cache=True, nogil=True)
+def _split_active_work(indptr, x, work, parts):
+    """Row boundaries of ``parts`` ranges with equal active work."""
+    n_rows = x.shape[0]
+    bounds = np.empty(parts + 1, np.int64)
+    bounds[0] = 0
+    done = 0
+    row = 0
+    for t in range(1, parts):
+        target = (work * t) // parts
+        while row < n_rows and done < target:
+            done += (x[row] != 0) * (np.int64(indptr[row + 1]) - np.int64(indptr[row]))
+            row += 1
+        bounds[t] = row
+    bounds[parts] = n_rows
+    return bounds
+
+
 # ---------------------------------------------------------------------------
 # kernels: y = A @ x (gather) and y = A.T @ x (scatter), vector and batch
 # ---------------------------------------------------------------------------
-@numba.njit(parallel=True, cache=True, nogil=True)
+@numba.njit(parallel=_PARALLEL, cache=True, nogil=True)
 def gather_mv(pool, data, indices, indptr, x, out):
     """``out[i] = sum_{k in row i} data[k] * x[indices[k]]``; x float or bool."""
     n_rows = out.shape[0]
@@ -167,7 +201,7 @@ def gather_mv(pool, data, indices, indptr, x, out):
             out[i] = _gather_row(data, indices, a, b, x, homogeneous)
 
 
-@numba.njit(parallel=True, cache=True, nogil=True)
+@numba.njit(parallel=_PARALLEL, cache=True, nogil=True)
 def scatter_mv(pool, data, indices, indptr, x, out):
     """``out[j] = sum_i x[i] * sum_{k in row i, indices[k] = j} data[k]``, skipping rows with x[i] == 0."""
     n_rows = x.shape[0]
@@ -176,27 +210,12 @@ def scatter_mv(pool, data, indices, indptr, x, out):
     homogeneous = data.shape[0] != nnz
     out[:] = 0
     threads = pool[0]
-    expected = _count_active(x) * (nnz // max(n_rows, 1) + 1)  # synapses to visit, about
-    if threads < 2 or expected < PARALLEL_MIN_WORK or 4 * expected < n:
+    work = _active_work(indptr, x) if threads > 1 else 0
+    if work < PARALLEL_MIN_WORK or 4 * work < n:
         _scatter_rows(data, indices, indptr, x, out, 0, n_rows, homogeneous)
         return
     # row ranges of equal active work, one per thread, each into its own copy of out
-    work = 0
-    for i in range(n_rows):
-        a, b = _span(indptr, i, nnz)
-        work += (x[i] != 0) * max(b - a, 0)
-    bounds = np.empty(threads + 1, np.int64)
-    bounds[0] = 0
-    done = 0
-    row = 0
-    for t in range(1, threads):
-        target = (work * t) // threads
-        while row < n_rows and done < target:
-            a, b = _span(indptr, row, nnz)
-            done += (x[row] != 0) * max(b - a, 0)
-            row += 1
-        bounds[t] = row
-    bounds[threads] = n_rows
+    bounds = _split_active_work(indptr, x, work, threads)
     private = np.zeros((threads - 1, n), out.dtype)
     for t in prange(threads):
         if t == 0:
@@ -238,7 +257,7 @@ def _gather_mm_rows(data, indices, indptr, x, out, lo, hi, homogeneous):
                 row[c] *= w0
 
 
-@numba.njit(parallel=True, cache=True, nogil=True)
+@numba.njit(parallel=_PARALLEL, cache=True, nogil=True)
 def gather_mm(pool, data, indices, indptr, x, out):
     """``out[i, :] = sum_{k in row i} data[k] * x[indices[k], :]``; x (n_cols, K) row-major."""
     n_rows = out.shape[0]
@@ -261,7 +280,7 @@ def _scatter_samples(data, indices, indptr, xt, out_t, lo, hi, homogeneous):
         _scatter_rows(data, indices, indptr, xt[c], row, 0, xt.shape[1], homogeneous)
 
 
-@numba.njit(parallel=True, cache=True, nogil=True)
+@numba.njit(parallel=_PARALLEL, cache=True, nogil=True)
 def scatter_mm_batch_major(pool, data, indices, indptr, xt, out_t):
     """``out_t[c] = A.T @ xt[c]`` for each sample ``c``; xt (K, n_rows), out_t (K, n_cols)."""
     width = xt.shape[0]
@@ -273,10 +292,11 @@ def scatter_mm_batch_major(pool, data, indices, indptr, xt, out_t):
         for c in range(width):
             scatter_mv(pool, data, indices, indptr, xt[c], out_t[c])
         return
-    active = 0
-    for c in range(width):
-        active += _count_active(xt[c])
-    if threads < 2 or active * (nnz // max(n_rows, 1) + 1) < PARALLEL_MIN_WORK:
+    work = 0
+    if threads > 1:
+        for c in range(width):
+            work += _active_work(indptr, xt[c])
+    if work < PARALLEL_MIN_WORK:
         _scatter_samples(data, indices, indptr, xt, out_t, 0, width, homogeneous)
         return
     for t in prange(threads):
@@ -356,7 +376,7 @@ def _sddmm_parts(pool, indices, indptr, n_rows, width, g):
     return _balanced_rows(indptr, n_rows, nnz, parts)
 
 
-@numba.njit(parallel=True, cache=True, nogil=True)
+@numba.njit(parallel=_PARALLEL, cache=True, nogil=True)
 def sddmm_mv(pool, indices, indptr, r, q, g):
     """``g[k] = r[i] * q[indices[k]]`` for k in row i; rows with r[i] == 0 are not read, only zeroed."""
     bounds = _sddmm_parts(pool, indices, indptr, r.shape[0], 1, g)
@@ -369,7 +389,7 @@ def sddmm_mv(pool, indices, indptr, r, q, g):
             _sddmm_rows_vec(indices, indptr, r, q, g, bounds[t], bounds[t + 1])
 
 
-@numba.njit(parallel=True, cache=True, nogil=True)
+@numba.njit(parallel=_PARALLEL, cache=True, nogil=True)
 def sddmm_mm(pool, indices, indptr, r, q, g):
     """``g[k] = sum_c r[i, c] * q[indices[k], c]`` for k in row i (row-major); all-zero rows of r are skipped."""
     bounds = _sddmm_parts(pool, indices, indptr, r.shape[0], max(r.shape[1], 1), g)
