@@ -292,11 +292,11 @@ def scatter_mm_batch_major(pool, data, indices, indptr, xt, out_t):
         for c in range(width):
             scatter_mv(pool, data, indices, indptr, xt[c], out_t[c])
         return
-    work = 0
+    active = 0
     if threads > 1:
         for c in range(width):
-            work += _active_work(indptr, xt[c])
-    if work < PARALLEL_MIN_WORK:
+            active += _count_active(xt[c])
+    if active * (nnz // max(n_rows, 1)) < PARALLEL_MIN_WORK:  # synapses to visit, about
         _scatter_samples(data, indices, indptr, xt, out_t, 0, width, homogeneous)
         return
     for t in prange(threads):
