@@ -332,6 +332,16 @@ def float_fns(case, x):
     return fns
 
 
+def gather_fns(case, x, spikes):
+    """The gather orientation (W @ x: every synapse is read): evjax against scipy."""
+    W = case.W
+    f = jax.jit(lambda W, x: W @ x)
+    xj, sj = jnp.asarray(x), jnp.asarray(spikes)
+    sf = spikes.astype(np.float32)
+    return {"evjax W @ x": lambda: f(W, xj), "scipy A @ x": lambda: case.scipy @ x,
+            "evjax W @ spikes": lambda: f(W, sj), "scipy A @ spikes": lambda: case.scipy @ sf}
+
+
 FIRST_CALL = textwrap.dedent("""
     import sys, time, warnings
     warnings.filterwarnings("ignore")
@@ -416,7 +426,7 @@ def main(argv=None):
          f"(other processes on the same cores) distorts multithreaded timings most.")
     emit()
 
-    forward_rows, grad_rows, float_rows, goals, loads = [], [], [], [], []
+    forward_rows, grad_rows, float_rows, gather_rows, goals, loads = [], [], [], [], [], []
     for n, p in sizes:
         for homogeneous in (False, True):
             case = Case(n, p, homogeneous)
@@ -458,6 +468,9 @@ def main(argv=None):
             t = measure(float_fns(case, x), budget=budget, rounds=rounds)
             float_rows.append((case.label(), t))
             print(f"  float {case.label()}: " + ", ".join(f"{k} {fmt_us(v)}" for k, v in t.items()), flush=True)
+            t = measure(gather_fns(case, x, rng.random(n) < 0.05), budget=budget, rounds=rounds)
+            gather_rows.append((case.label(), t))
+            print(f"  gather {case.label()}: " + ", ".join(f"{k} {fmt_us(v)}" for k, v in t.items()), flush=True)
             del case
 
     peers = ["hand-written serial", "hand-written prange", "brainevent", "scipy", "jax BCSR", "jax BCOO", "dense jnp"]
@@ -488,6 +501,15 @@ def main(argv=None):
     emit()
     table("jit(grad) of sum((spikes @ W)**2) w.r.t. the weights (microseconds)", grad_rows, ["case", "rate"])
     table("Float v @ W (microseconds)", float_rows, ["case"])
+    emit("## Gather orientation, W @ x (all synapses read; spikes at 5 %), microseconds")
+    emit()
+    emit("| case | evjax W @ x | scipy A @ x | ratio | evjax W @ spikes | scipy A @ spikes | ratio |")
+    emit("|---|---|---|---|---|---|---|")
+    for label, t in gather_rows:
+        emit(f"| {label} | {fmt_us(t['evjax W @ x'])} | {fmt_us(t['scipy A @ x'])} | "
+             f"{t['evjax W @ x'] / t['scipy A @ x']:.2f} | {fmt_us(t['evjax W @ spikes'])} | "
+             f"{fmt_us(t['scipy A @ spikes'])} | {t['evjax W @ spikes'] / t['scipy A @ spikes']:.2f} |")
+    emit()
 
     emit("## First jit(grad) call, n=4000, p=0.02, fresh process, Numba cache warm")
     emit()
