@@ -24,7 +24,7 @@ def _load_example():
 
 snn = _load_example()
 TINY = snn.Config(n_in=40, n_hidden=120, n_classes=3, n_steps=20, p_in=0.3, p_rec=0.1, n_train=192, n_test=96,
-                  batch=32, epochs=4, lr=5e-3)
+                  batch=32, epochs=4, lr=5e-3, manifold_dim=1, manifold_alpha=2.0, jitter=1.0)
 
 
 def test_randman_data():
@@ -102,7 +102,7 @@ def test_vmapped_event_ops_are_native_batched_kernels():
     # the only loops are the time loops (forward and backward scans), never one inside another
     loops = [(n, d) for n, d in eqns if n in ("scan", "while")]
     assert loops and all(d == 0 for _, d in loops), loops
-    assert all(d == 1 for n, d in eqns if n in event_ops)
+    assert all(d == 1 for n, d in eqns if n in event_ops)  # in the time loop, one batched call per step
     # the neuron ops are batched too: one call on the (batch, n_hidden) array
     lif = [n for n, _ in eqns if n == "evjax_lif_step"]
     assert lif
@@ -128,5 +128,9 @@ def test_cli_runs_and_reports_speedup(tmp_path, capsys):
     for expected in ("test accuracy", "time per step", "synaptic events", "speedup", "figure"):
         assert expected in out
     assert (tmp_path / "train_sparse_snn_sparse.png").exists()
+    result = snn.main(["--dense", "--epochs", "1", "--hidden", "64", "--steps", "10", "--n-train", "32", "--n-test",
+                       "16", "--batch", "16", "--compare-steps", "0", "--no-plot"])
+    assert "dense, 64 hidden" in capsys.readouterr().out
+    assert result.final_params["w_rec"].shape == (64, 64)  # the dense parameterisation was trained
     with pytest.raises(SystemExit):
         snn.main(["--p-rec", "1.5"])

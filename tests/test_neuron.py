@@ -290,3 +290,9 @@ def test_other_bad_parameters():
         evjax.detect_spikes(jnp.zeros(3), jnp.zeros(2))
     with pytest.raises(TypeError, match="static Python number"):
         jax.jit(lambda tau: evjax.lif_step(jnp.zeros(3), jnp.zeros(3), tau=tau))(2.0)
+
+
+def test_neurons_docs_run():
+    from .doc_runner import run_markdown
+
+    run_markdown("docs/neurons.md")
