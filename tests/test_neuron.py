@@ -296,3 +296,36 @@ def test_neurons_docs_run():
     from .doc_runner import run_markdown
 
     run_markdown("docs/neurons.md")
+
+
+# ---------------------------------------------------------------------------
+# other backends: Warp on its CPU device, Numba CUDA in the simulator
+# ---------------------------------------------------------------------------
+def test_warp_backend_through_the_harness():
+    pytest.importorskip("warp")
+    rng = np.random.default_rng(5)
+    v, i = (rng.uniform(-0.5, 1.5, (3, 4)).astype(np.float32) for _ in range(2))
+    check_all(_lif_spec("warp", False), (v, i), skip=("nested_vmap",))
+    check_all(_detect_spec("warp", True), (v, rng.uniform(0.2, 1, 4).astype(np.float32), np.float32(-0.2)),
+              skip=("nested_vmap", "jit_grad_vmap"))
+    trace, spikes = rng.uniform(0, 2, 6).astype(np.float32), (rng.random(6) < 0.5).astype(np.float32)
+    check_all(_trace_spec("warp"), (trace, spikes, np.float32(0.8)), skip=("nested_vmap", "jit_grad_vmap"))
+    check_all(_spike_spec("warp", "sigmoid"), (v,), skip=("nested_vmap", "jit_grad_vmap"))
+    for op in (neuron.spike_p, neuron.lif_step_p, neuron.exp_trace_p, neuron.detect_spikes_p):
+        assert "warp" in op.backends("cpu") and op.defaults["cpu"] == "numba"
+
+
+@pytest.mark.cudasim
+def test_numba_cuda_kernels_in_the_simulator():
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONPATH": path, "JAX_PLATFORMS": "cpu"}
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                             "tests/cudasim/test_sim_neuron.py"], cwd=root, env=env, capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
+    assert " passed" in result.stdout and " failed" not in result.stdout

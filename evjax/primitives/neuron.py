@@ -70,23 +70,24 @@ def _scalar_or_full(x, shape, dtype):
     return x if x.ndim == 0 else jnp.broadcast_to(x, shape)
 
 
-def _elementwise_generator(serial, parallel, reference, kernel_params=None):
-    """A kernel generator for an elementwise op.
+def make_generator(make_call, reference, kernel_params=None):
+    """A kernel generator for an elementwise op, for any backend.
 
-    Inputs are flattened; size-1 inputs are read with stride 0 (``strides``
-    passed to the kernel); ``kernel_params(**params)`` gives the static floats
-    that go in as a small array of the op's dtype.  Unsupported dtypes (float16, bfloat16) use the reference.
+    The kernels take the flattened inputs, an int32 ``strides`` array (0 for a
+    size-1 input, read with stride 0; else 1), then, if ``kernel_params`` is
+    given, the static floats ``kernel_params(**params)`` as a small array of the
+    op's dtype, then the flattened outputs.  ``make_call(size, flat_outs, dtype)``
+    returns the backend's callable for them.  Dtypes other than float32/float64
+    (float16, bfloat16) and empty arrays use the pure-JAX ``reference``.
     """
 
     def generator(outs, ins, **params):
         dtype = np.dtype(outs[0].dtype)
-        if dtype not in _NUMBA_DTYPES or any(np.dtype(i.dtype) != dtype for i in ins):
-            return lambda *a: reference(*a, outs=outs, **params)
         size = int(np.prod(outs[0].shape, dtype=np.int64))
-        kernel = parallel if size >= PARALLEL_MIN_SIZE else serial
-        flat_outs = [jax.ShapeDtypeStruct((size,), o.dtype) for o in outs]
-        call = numba_kernel(kernel, outs=flat_outs)
-        strides = np.array([0 if int(np.prod(i.shape)) == 1 else 1 for i in ins], np.int64)
+        if dtype not in _NUMBA_DTYPES or any(np.dtype(i.dtype) != dtype for i in ins) or size == 0:
+            return lambda *a: reference(*a, outs=outs, **params)
+        call = make_call(size, [jax.ShapeDtypeStruct((size,), o.dtype) for o in outs], dtype)
+        strides = np.array([0 if int(np.prod(i.shape)) == 1 else 1 for i in ins], np.int32)
         values = None if kernel_params is None else np.array(kernel_params(**params), dtype)
 
         def run(*arrays):
@@ -94,11 +95,21 @@ def _elementwise_generator(serial, parallel, reference, kernel_params=None):
             if values is not None:
                 flat.append(jnp.asarray(values))
             results = call(*flat)
+            results = results if isinstance(results, (list, tuple)) else [results]
             return [r.reshape(o.shape) for r, o in zip(results, outs)]
 
         return run
 
     return generator
+
+
+def _elementwise_generator(serial, parallel, reference, kernel_params=None):
+    """The Numba CPU generator: the parallel (prange) kernel for large arrays."""
+
+    def make_call(size, flat_outs, dtype):
+        return numba_kernel(parallel if size >= PARALLEL_MIN_SIZE else serial, outs=flat_outs)
+
+    return make_generator(make_call, reference, kernel_params)
 
 
 def _elementwise_batching(op: XLACustomKernel):
@@ -306,9 +317,13 @@ def _lif_jvp(primals, tangents, *, outs, tau, dt, v_th, v_reset, v_rest, surroga
 
 
 lif_step_p = XLACustomKernel("evjax_lif_step")
-lif_step_p.def_numba_kernel(_elementwise_generator(
-    _lif_serial, _lif_parallel, _lif_reference,
-    kernel_params=lambda tau, dt, v_rest, v_th, v_reset, **_: (dt / tau, dt, v_rest, v_th, v_reset)))
+def _lif_kernel_params(tau, dt, v_rest, v_th, v_reset, **_):
+    """The kernels' float parameters: (dt / tau, dt, v_rest, v_th, v_reset)."""
+    return (dt / tau, dt, v_rest, v_th, v_reset)
+
+
+lif_step_p.def_numba_kernel(_elementwise_generator(_lif_serial, _lif_parallel, _lif_reference,
+                                                   kernel_params=_lif_kernel_params))
 lif_step_p.def_reference(_lif_reference)
 lif_step_p.def_jvp_rule(_lif_jvp)
 lif_step_p.def_batching_rule(_elementwise_batching(lif_step_p))
@@ -513,3 +528,21 @@ detect_spikes_p.def_numba_kernel(_elementwise_generator(_detect_serial, _detect_
 detect_spikes_p.def_reference(_detect_reference)
 detect_spikes_p.def_jvp_rule(_detect_jvp)
 detect_spikes_p.def_batching_rule(_elementwise_batching(detect_spikes_p))
+
+
+# ===========================================================================
+# other backends: Warp (cpu, gpu) and Numba CUDA (gpu), selectable with backend=
+# ===========================================================================
+# name -> (op, reference, kernel_params); the kernels of every backend share the
+# argument order of make_generator.
+OPS = {
+    "spike": (spike_p, _spike_reference, None),
+    "lif_step": (lif_step_p, _lif_reference, _lif_kernel_params),
+    "exp_trace": (exp_trace_p, _trace_reference, None),
+    "detect_spikes": (detect_spikes_p, _detect_reference, None),
+}
+
+from . import neuron_numba_cuda, neuron_warp  # noqa: E402  (they read OPS and make_generator)
+
+neuron_warp.register()
+neuron_numba_cuda.register()
