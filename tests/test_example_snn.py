@@ -134,3 +134,17 @@ def test_cli_runs_and_reports_speedup(tmp_path, capsys):
     assert result.final_params["w_rec"].shape == (64, 64)  # the dense parameterisation was trained
     with pytest.raises(SystemExit):
         snn.main(["--p-rec", "1.5"])
+
+
+def test_benchmark_script_runs(tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location("snn_training_bench", ROOT / "benchmarks" / "snn_training.py")
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = bench
+    spec.loader.exec_module(bench)
+    rows = bench.main(["--sizes", "48", "--steps", "6", "--batch", "4", "--repeats", "2", "--out", str(tmp_path)])
+    (row,) = rows
+    assert row["n_hidden"] == 48 and row["sparse_ms"] > 0 and row["dense_ms"] > 0
+    assert 0 < row["speedup_min"] <= row["speedup"] <= row["speedup_max"]
+    out = capsys.readouterr().out
+    assert "| 48 |" in out and "dense / sparse" in out
+    assert (tmp_path / "snn_training.png").exists() and (tmp_path / "snn_training.json").exists()
