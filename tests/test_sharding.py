@@ -21,7 +21,12 @@ def _run(code: str, timeout: int = 300) -> str:
     env = dict(os.environ)
     env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4").strip()
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "tests"), env.get("PYTHONPATH", "")])
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, env=env, capture_output=True,
+    # os._exit: a failing script once hung at interpreter exit (thread pools of the 4 devices); the
+    # result is printed and flushed before, so nothing is lost
+    wrapped = ("import os, sys, traceback\ntry:\n" + textwrap.indent(textwrap.dedent(code), "    ") +
+               "\nexcept BaseException:\n    traceback.print_exc()\n    sys.stdout.flush(); sys.stderr.flush()\n"
+               "    os._exit(1)\nsys.stdout.flush(); sys.stderr.flush()\nos._exit(0)\n")
+    proc = subprocess.run([sys.executable, "-c", wrapped], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=timeout)
     assert proc.returncode == 0, f"subprocess failed:\nSTDOUT:\n{proc.stdout}\nSTDERR:\n{proc.stderr[-6000:]}"
     return proc.stdout
