@@ -119,13 +119,12 @@ def prepare_kernel(kernel):
             stacklevel=3,
         )
         return _serial_clone(kernel)
-    if kernel.targetoptions.get("parallel"):
-        # A parallel kernel loaded from numba's disk cache and called from the
-        # handler (not through its dispatcher) finds numba's thread pool not
-        # started, and crashes: start it here.
-        from numba.np.ufunc import parallel
+    # A parallel kernel (or one that calls a parallel function) loaded from
+    # numba's disk cache and called from the handler, not through its
+    # dispatcher, finds numba's thread pool not started and crashes: start it.
+    from numba.np.ufunc import parallel
 
-        parallel._launch_threads()
+    parallel._launch_threads()
     return kernel
 
 
