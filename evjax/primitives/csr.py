@@ -377,6 +377,7 @@ def _csrmv_transpose(cts, data, indices, indptr, v, *, outs, shape, transpose, b
                       dtype=ad_rules.aval_of(v).dtype, backend=backend)
         return [None, None, None, v_bar]
     if ad_rules.is_undefined(data):
+        # w_bar_k = y_bar[i_k] v[j_k]  (or v[i_k] y_bar[j_k]); see _weight_cotangent
         return [_weight_cotangent(csrmv_p, data, indices, indptr, v, ct, shape=shape, transpose=transpose,
                                   backend=backend), None, None, None]
     return [None] * 4
@@ -495,7 +496,8 @@ def _binary_transpose(op, name):
         if ad_rules.is_undefined(data):
             # w_bar_k = y_bar[i_k] 1[s_{j_k} != 0]  (or 1[s_{i_k} != 0] y_bar[j_k]); see _weight_cotangent.
             # In the scatter orientation only the synapses of active rows are computed.
-            return [_weight_cotangent(op, data, indices, indptr, _events_as_bool(s), ct, shape=shape, transpose=transpose,
+            events = _events_as_bool(s)
+            return [_weight_cotangent(op, data, indices, indptr, events, ct, shape=shape, transpose=transpose,
                                       backend=backend), None, None, None]
         return [None] * 4
 

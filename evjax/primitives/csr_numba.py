@@ -30,9 +30,10 @@ outside ``[0, n_cols)`` are ignored, so nothing is read or written out of
 bounds.
 
 Low-precision weights (float16, bfloat16) are converted to float32 around the
-call and the op rounds the result back to the weight dtype.  Gathers and dot
-products accumulate in float64, scatters in the (float32 or float64) compute
-dtype.  Every kernel takes the thread-pool size as a first, one-element operand
+call and the op rounds the result back to the weight dtype.  Gathers
+accumulate in the compute dtype (float32 or float64) with four independent
+partial sums, dot products of batches in float64.  Bool events are read as
+their uint8 bytes.  Every kernel takes the thread-pool size as a first, one-element operand
 (see :func:`pool_size`).
 """
 from __future__ import annotations
@@ -41,7 +42,8 @@ import jax
 import jax.numpy as jnp
 import numba
 import numpy as np
-from numba import prange
+from numba import prange, types
+from numba.extending import overload
 
 from ..backends import numba_cpu
 
@@ -68,21 +70,26 @@ _PARALLEL = {"prange": True, "comprehension": False, "reduction": False, "inplac
 
 
 # ---------------------------------------------------------------------------
-# small helpers (inlined by LLVM)
+# small helpers, inlined into the kernels by Numba (inline="always" gives every
+# specialisation the same, fully optimised loop)
 # ---------------------------------------------------------------------------
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, inline="always")
 def _span(indptr, i, nnz):
-    """Synapses of row ``i``, clamped to ``[0, nnz]`` (empty when reversed)."""
-    a = np.int64(indptr[i])
-    b = np.int64(indptr[i + 1])
-    if a < 0:
-        a = np.int64(0)
-    if b > nnz:
-        b = np.int64(nnz)
+    """Synapses of row ``i``: both ends clamped to ``[0, nnz]`` (empty when reversed)."""
+    a = min(max(np.int64(indptr[i]), np.int64(0)), np.int64(nnz))
+    b = min(max(np.int64(indptr[i + 1]), np.int64(0)), np.int64(nnz))
     return a, b
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, inline="always")
+def _zero(arr, lo, hi):
+    """``arr[lo:hi] = 0`` for a 1-d array, as a plain loop (LLVM makes it a memset;
+    Numba's slice assignment goes through a slow generic path)."""
+    for k in range(lo, hi):
+        arr[k] = 0
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
 def _column(indices, k):
     """Column of synapse ``k`` as unsigned: one compare ``< n`` also rejects negatives,
     and unsigned indexing skips Numba's wrap-around of negative indices."""
@@ -104,25 +111,81 @@ def _balanced_rows(indptr, n_rows, nnz, parts):
     return bounds
 
 
-@numba.njit(cache=True, nogil=True, fastmath=_REASSOC)
-def _gather_row(data, indices, a, b, x, homogeneous):
-    """``sum_k data[k] * x[indices[k]]`` over ``k in [a, b)``, accumulated in float64."""
+def _numeric(x):
+    """A bool array as its uint8 bytes (Numba's bool loads are slow); others unchanged."""
+    return x
+
+
+@overload(_numeric)
+def _numeric_overload(x):
+    if isinstance(x, types.Array) and isinstance(x.dtype, types.Boolean):
+        return lambda x: x.view(np.uint8)
+    return lambda x: x
+
+
+def _zero_of(arr):
+    """A zero scalar of ``arr``'s dtype (the accumulator type)."""
+    return arr.dtype.type(0)
+
+
+@overload(_zero_of)
+def _zero_of_overload(arr):
+    dtype = arr.dtype
+    # (``np.zeros(1, arr.dtype)[0]`` compiles to a slow loop in later
+    # specialisations of a kernel, Numba 0.68)
+    return lambda arr: dtype(0)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _gather_row(data, indices, a, b, x, homogeneous, zero):
+    """``sum_k data[k] * x[indices[k]]`` over ``k in [a, b)``: four independent
+    accumulators (of ``zero``'s type) hide the latency of the additions."""
     n = np.uint64(x.shape[0])
-    acc = 0.0
+    a0 = zero
+    a1 = zero
+    a2 = zero
+    a3 = zero
+    k = a
     if homogeneous:
-        for k in range(a, b):
-            j = _column(indices, k)
-            if j < n:
-                acc += x[j]
-        return acc * data[0]
-    for k in range(a, b):
-        j = _column(indices, k)
-        if j < n:
-            acc += data[k] * x[j]
-    return acc
+        while k + 3 < b:
+            j0, j1, j2, j3 = _column(indices, k), _column(indices, k + 1), _column(indices, k + 2), \
+                _column(indices, k + 3)
+            if j0 < n:
+                a0 += x[j0]
+            if j1 < n:
+                a1 += x[j1]
+            if j2 < n:
+                a2 += x[j2]
+            if j3 < n:
+                a3 += x[j3]
+            k += 4
+        while k < b:
+            j0 = _column(indices, k)
+            if j0 < n:
+                a0 += x[j0]
+            k += 1
+        return ((a0 + a1) + (a2 + a3)) * data[0]
+    while k + 3 < b:
+        j0, j1, j2, j3 = _column(indices, k), _column(indices, k + 1), _column(indices, k + 2), \
+            _column(indices, k + 3)
+        if j0 < n:
+            a0 += data[k] * x[j0]
+        if j1 < n:
+            a1 += data[k + 1] * x[j1]
+        if j2 < n:
+            a2 += data[k + 2] * x[j2]
+        if j3 < n:
+            a3 += data[k + 3] * x[j3]
+        k += 4
+    while k < b:
+        j0 = _column(indices, k)
+        if j0 < n:
+            a0 += data[k] * x[j0]
+        k += 1
+    return (a0 + a1) + (a2 + a3)
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, inline="always")
 def _scatter_rows(data, indices, indptr, x, target, lo, hi, homogeneous):
     """``target[indices[k]] += data[k] * x[i]`` for the active rows ``i`` in ``[lo, hi)``."""
     n = np.uint64(target.shape[0])
@@ -144,7 +207,7 @@ def _scatter_rows(data, indices, indptr, x, target, lo, hi, homogeneous):
                         target[j] += data[k] * s
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, inline="always")
 def _count_active(x):
     count = 0
     for i in range(x.shape[0]):
@@ -152,7 +215,7 @@ def _count_active(x):
     return count
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, inline="always")
 def _active_work(indptr, x):
     """Synapses of the active rows (branch-free, unclamped: only used to split work)."""
     work = 0
@@ -185,6 +248,8 @@ def _split_active_work(indptr, x, work, parts):
 @numba.njit(parallel=_PARALLEL, cache=True, nogil=True)
 def gather_mv(pool, data, indices, indptr, x, out):
     """``out[i] = sum_{k in row i} data[k] * x[indices[k]]``; x float or bool."""
+    x = _numeric(x)
+    zero = _zero_of(out)
     n_rows = out.shape[0]
     nnz = indices.shape[0]
     homogeneous = data.shape[0] != nnz
@@ -192,23 +257,24 @@ def gather_mv(pool, data, indices, indptr, x, out):
     if threads < 2 or nnz < PARALLEL_MIN_WORK:
         for i in range(n_rows):
             a, b = _span(indptr, i, nnz)
-            out[i] = _gather_row(data, indices, a, b, x, homogeneous)
+            out[i] = _gather_row(data, indices, a, b, x, homogeneous, zero)
         return
     bounds = _balanced_rows(indptr, n_rows, nnz, threads)
     for t in prange(threads):
         for i in range(bounds[t], bounds[t + 1]):
             a, b = _span(indptr, i, nnz)
-            out[i] = _gather_row(data, indices, a, b, x, homogeneous)
+            out[i] = _gather_row(data, indices, a, b, x, homogeneous, zero)
 
 
 @numba.njit(parallel=_PARALLEL, cache=True, nogil=True)
 def scatter_mv(pool, data, indices, indptr, x, out):
     """``out[j] = sum_i x[i] * sum_{k in row i, indices[k] = j} data[k]``, skipping rows with x[i] == 0."""
+    x = _numeric(x)
     n_rows = x.shape[0]
     n = out.shape[0]
     nnz = indices.shape[0]
     homogeneous = data.shape[0] != nnz
-    out[:] = 0
+    _zero(out, 0, out.shape[0])
     threads = pool[0]
     work = _active_work(indptr, x) if threads > 1 else 0
     if work < PARALLEL_MIN_WORK or 4 * work < n:
@@ -231,14 +297,14 @@ def scatter_mv(pool, data, indices, indptr, x, out):
                 out[j] += row_p[j]
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, inline="always")
 def _gather_mm_rows(data, indices, indptr, x, out, lo, hi, homogeneous):
     n = np.uint64(x.shape[0])
     width = x.shape[1]
     nnz = indices.shape[0]
     for i in range(lo, hi):
         row = out[i]
-        row[:] = 0
+        _zero(row, 0, row.shape[0])
         a, b = _span(indptr, i, nnz)
         for k in range(a, b):
             j = _column(indices, k)
@@ -260,6 +326,7 @@ def _gather_mm_rows(data, indices, indptr, x, out, lo, hi, homogeneous):
 @numba.njit(parallel=_PARALLEL, cache=True, nogil=True)
 def gather_mm(pool, data, indices, indptr, x, out):
     """``out[i, :] = sum_{k in row i} data[k] * x[indices[k], :]``; x (n_cols, K) row-major."""
+    x = _numeric(x)
     n_rows = out.shape[0]
     nnz = indices.shape[0]
     homogeneous = data.shape[0] != nnz
@@ -272,17 +339,18 @@ def gather_mm(pool, data, indices, indptr, x, out):
         _gather_mm_rows(data, indices, indptr, x, out, bounds[t], bounds[t + 1], homogeneous)
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, inline="always")
 def _scatter_samples(data, indices, indptr, xt, out_t, lo, hi, homogeneous):
     for c in range(lo, hi):
         row = out_t[c]
-        row[:] = 0
+        _zero(row, 0, row.shape[0])
         _scatter_rows(data, indices, indptr, xt[c], row, 0, xt.shape[1], homogeneous)
 
 
 @numba.njit(parallel=_PARALLEL, cache=True, nogil=True)
 def scatter_mm_batch_major(pool, data, indices, indptr, xt, out_t):
     """``out_t[c] = A.T @ xt[c]`` for each sample ``c``; xt (K, n_rows), out_t (K, n_cols)."""
+    xt = _numeric(xt)
     width = xt.shape[0]
     n_rows = xt.shape[1]
     nnz = indices.shape[0]
@@ -315,7 +383,7 @@ def _dot(u, v):
     return acc
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, inline="always")
 def _any(u):
     for c in range(u.shape[0]):
         if u[c] != 0:
@@ -323,7 +391,7 @@ def _any(u):
     return False
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, inline="always")
 def _sddmm_rows_vec(indices, indptr, r, q, g, lo, hi):
     """Rows ``[lo, hi)`` of ``g[k] = r[i] * q[j]``; rows where r is zero are zero-filled in runs."""
     n = np.uint64(q.shape[0])
@@ -334,17 +402,17 @@ def _sddmm_rows_vec(indices, indptr, r, q, g, lo, hi):
         if ri != 0:
             a, b = _span(indptr, i, nnz)
             if a > zero_from:
-                g[zero_from:a] = 0
+                _zero(g, zero_from, a)
             for k in range(a, b):
                 j = _column(indices, k)
                 g[k] = ri * q[j] if j < n else 0
             zero_from = max(zero_from, b)
     _, end = _span(indptr, hi - 1, nnz)
     if end > zero_from:
-        g[zero_from:end] = 0
+        _zero(g, zero_from, end)
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, inline="always")
 def _sddmm_rows_mat(indices, indptr, r, q, g, lo, hi):
     """Rows ``[lo, hi)`` of ``g[k] = <r[i, :], q[j, :]>``; all-zero rows of r are zero-filled in runs."""
     n = np.uint64(q.shape[0])
@@ -355,14 +423,14 @@ def _sddmm_rows_mat(indices, indptr, r, q, g, lo, hi):
         if _any(ri):
             a, b = _span(indptr, i, nnz)
             if a > zero_from:
-                g[zero_from:a] = 0
+                _zero(g, zero_from, a)
             for k in range(a, b):
                 j = _column(indices, k)
                 g[k] = _dot(ri, q[j]) if j < n else 0
             zero_from = max(zero_from, b)
     _, end = _span(indptr, hi - 1, nnz)
     if end > zero_from:
-        g[zero_from:end] = 0
+        _zero(g, zero_from, end)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -370,7 +438,7 @@ def _sddmm_parts(pool, indices, indptr, n_rows, width, g):
     """Zero g if the structure leaves holes; the row boundaries of the parallel parts."""
     nnz = indices.shape[0]
     if n_rows == 0 or indptr[0] != 0 or indptr[n_rows] != nnz:
-        g[:] = 0  # malformed (or no rows): some entries may belong to no row
+        _zero(g, 0, nnz)  # malformed (or no rows): some entries may belong to no row
     threads = pool[0]
     parts = 1 if threads < 2 or nnz * width < PARALLEL_MIN_WORK else threads
     return _balanced_rows(indptr, n_rows, nnz, parts)
@@ -379,6 +447,8 @@ def _sddmm_parts(pool, indices, indptr, n_rows, width, g):
 @numba.njit(parallel=_PARALLEL, cache=True, nogil=True)
 def sddmm_mv(pool, indices, indptr, r, q, g):
     """``g[k] = r[i] * q[indices[k]]`` for k in row i; rows with r[i] == 0 are not read, only zeroed."""
+    r = _numeric(r)
+    q = _numeric(q)
     bounds = _sddmm_parts(pool, indices, indptr, r.shape[0], 1, g)
     if bounds.shape[0] == 2:
         if r.shape[0]:
@@ -392,6 +462,8 @@ def sddmm_mv(pool, indices, indptr, r, q, g):
 @numba.njit(parallel=_PARALLEL, cache=True, nogil=True)
 def sddmm_mm(pool, indices, indptr, r, q, g):
     """``g[k] = sum_c r[i, c] * q[indices[k], c]`` for k in row i (row-major); all-zero rows of r are skipped."""
+    r = _numeric(r)
+    q = _numeric(q)
     bounds = _sddmm_parts(pool, indices, indptr, r.shape[0], max(r.shape[1], 1), g)
     if bounds.shape[0] == 2:
         if r.shape[0]:
