@@ -205,8 +205,15 @@ def measure(fns: dict, *, budget: float, rounds: int) -> dict:
     once = {name: max(_time_once(fn), 1e-6) for name, fn in fns.items()}
     reps = {name: int(np.clip(budget / rounds / t, 1, 200)) for name, t in once.items()}
     samples: dict = {name: [] for name in fns}
+    order = list(fns)
+    shuffle = np.random.default_rng(0)
     for _ in range(rounds):
-        for name, fn in fns.items():
+        shuffle.shuffle(order)  # no method always follows the same neighbour
+        for name in order:
+            # let the previous method's thread pools (XLA's, OpenMP's) stop spinning:
+            # their busy-waiting threads would otherwise slow whatever runs next
+            time.sleep(0.02)
+            fn = fns[name]
             for _ in range(reps[name]):
                 samples[name].append(_time_once(fn))
     return {name: float(np.median(v)) for name, v in samples.items()}
