@@ -73,26 +73,32 @@ _PARALLEL = {"prange": True, "comprehension": False, "reduction": False, "inplac
 # small helpers, inlined into the kernels by Numba (inline="always" gives every
 # specialisation the same, fully optimised loop)
 # ---------------------------------------------------------------------------
+# Synapse positions are unsigned (uint64): indexing with them skips Numba's
+# wrap-around of negative indices, which otherwise costs a compare per access
+# and keeps LLVM from turning zero-fills into memsets.  (uint64 + int64 is
+# float64 in Numba, hence the U1..U4 constants.)
+U0, U1, U2, U3, U4 = np.uint64(0), np.uint64(1), np.uint64(2), np.uint64(3), np.uint64(4)
+
+
 @numba.njit(cache=True, nogil=True, inline="always")
 def _span(indptr, i, nnz):
-    """Synapses of row ``i``: both ends clamped to ``[0, nnz]`` (empty when reversed)."""
+    """Synapses ``[a, b)`` of row ``i``, unsigned, both ends clamped to ``[0, nnz]``."""
     a = min(max(np.int64(indptr[i]), np.int64(0)), np.int64(nnz))
     b = min(max(np.int64(indptr[i + 1]), np.int64(0)), np.int64(nnz))
-    return a, b
+    return np.uint64(a), np.uint64(b)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _zero(arr, lo, hi):
-    """``arr[lo:hi] = 0`` for a 1-d array, as a plain loop (LLVM makes it a memset;
-    Numba's slice assignment goes through a slow generic path)."""
-    for k in range(lo, hi):
+    """``arr[lo:hi] = 0`` for a 1-d array, as a plain unsigned loop (LLVM makes it a
+    memset; Numba's slice assignment and signed loops are several times slower)."""
+    for k in range(np.uint64(lo), np.uint64(hi)):
         arr[k] = 0
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _column(indices, k):
-    """Column of synapse ``k`` as unsigned: one compare ``< n`` also rejects negatives,
-    and unsigned indexing skips Numba's wrap-around of negative indices."""
+    """Column of synapse ``k`` as unsigned: one compare ``< n`` also rejects negatives."""
     return np.uint64(np.int64(indices[k]))
 
 
@@ -147,9 +153,9 @@ def _gather_row(data, indices, a, b, x, homogeneous, zero):
     a3 = zero
     k = a
     if homogeneous:
-        while k + 3 < b:
-            j0, j1, j2, j3 = _column(indices, k), _column(indices, k + 1), _column(indices, k + 2), \
-                _column(indices, k + 3)
+        while k + U3 < b:
+            j0, j1, j2, j3 = _column(indices, k), _column(indices, k + U1), _column(indices, k + U2), \
+                _column(indices, k + U3)
             if j0 < n:
                 a0 += x[j0]
             if j1 < n:
@@ -158,30 +164,30 @@ def _gather_row(data, indices, a, b, x, homogeneous, zero):
                 a2 += x[j2]
             if j3 < n:
                 a3 += x[j3]
-            k += 4
+            k += U4
         while k < b:
             j0 = _column(indices, k)
             if j0 < n:
                 a0 += x[j0]
-            k += 1
+            k += U1
         return ((a0 + a1) + (a2 + a3)) * data[0]
-    while k + 3 < b:
-        j0, j1, j2, j3 = _column(indices, k), _column(indices, k + 1), _column(indices, k + 2), \
-            _column(indices, k + 3)
+    while k + U3 < b:
+        j0, j1, j2, j3 = _column(indices, k), _column(indices, k + U1), _column(indices, k + U2), \
+            _column(indices, k + U3)
         if j0 < n:
             a0 += data[k] * x[j0]
         if j1 < n:
-            a1 += data[k + 1] * x[j1]
+            a1 += data[k + U1] * x[j1]
         if j2 < n:
-            a2 += data[k + 2] * x[j2]
+            a2 += data[k + U2] * x[j2]
         if j3 < n:
-            a3 += data[k + 3] * x[j3]
-        k += 4
+            a3 += data[k + U3] * x[j3]
+        k += U4
     while k < b:
         j0 = _column(indices, k)
         if j0 < n:
             a0 += data[k] * x[j0]
-        k += 1
+        k += U1
     return (a0 + a1) + (a2 + a3)
 
 
