@@ -282,7 +282,11 @@ def scatter_mv(pool, data, indices, indptr, x, out):
     homogeneous = data.shape[0] != nnz
     _zero(out, 0, out.shape[0])
     threads = pool[0]
-    work = _active_work(indptr, x) if threads > 1 else 0
+    expected = _count_active(x) * (nnz // max(n_rows, 1)) if threads > 1 else 0  # cheap: spikes only
+    if expected < PARALLEL_MIN_WORK // 2 or 4 * expected < n:
+        _scatter_rows(data, indices, indptr, x, out, 0, n_rows, homogeneous)
+        return
+    work = _active_work(indptr, x)  # exact: the synapses of the active rows
     if work < PARALLEL_MIN_WORK or 4 * work < n:
         _scatter_rows(data, indices, indptr, x, out, 0, n_rows, homogeneous)
         return
