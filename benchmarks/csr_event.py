@@ -275,6 +275,21 @@ def event_bytes(case, spikes) -> float:
     return active_syn * per_syn + spikes.size + 4.0 * case.n * rows.shape[0]
 
 
+def warp_available() -> bool:
+    """Whether the evjax Warp backend (warp-lang) can run here."""
+    try:
+        import warp  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def with_backend(backend: str, thunk):
+    """Trace ``thunk`` with evjax ops on ``backend`` (the choice is made at trace time)."""
+    with evjax.use_backend(backend):
+        return thunk()
+
+
 def forward_fns(case, spikes, dense_ok: bool):
     s = jnp.asarray(spikes)
     sf = spikes.astype(np.float32)
@@ -283,6 +298,9 @@ def forward_fns(case, spikes, dense_ok: bool):
     out = np.empty((spikes.shape[0], case.n) if spikes.ndim == 2 else case.n, np.float32)
     evj = jax.jit(lambda W, s: s @ W)
     fns = {"evjax": lambda: evj(W, s)}
+    if warp_available():
+        evw = jax.jit(lambda W, s: with_backend("warp", lambda: s @ W))
+        fns["warp"] = lambda: evw(W, s)
     if spikes.ndim == 1:
         fns["hand-written serial"] = lambda: hw_forward(case.data, case.indices, case.indptr, spikes, out, True)
         fns["hand-written prange"] = lambda: hw_forward(case.data, case.indices, case.indptr, spikes, out, False)
@@ -328,6 +346,8 @@ def float_fns(case, x):
     out = np.empty(case.n, np.float32)
     f = jax.jit(lambda W, x: x @ W)
     fns = {"evjax": lambda: f(W, xj),
+           **({"warp": (lambda fw=jax.jit(lambda W, x: with_backend("warp", lambda: x @ W)): fw(W, xj))}
+              if warp_available() else {}),
            "hand-written serial": lambda: hw_float(case.data, case.indices, case.indptr, x, out, True),
            "hand-written prange": lambda: hw_float(case.data, case.indices, case.indptr, x, out, False),
            "scipy": lambda: case.scipy_T @ x}
@@ -480,7 +500,7 @@ def main(argv=None):
             print(f"  gather {case.label()}: " + ", ".join(f"{k} {fmt_us(v)}" for k, v in t.items()), flush=True)
             del case
 
-    peers = ["hand-written serial", "hand-written prange", "brainevent", "scipy", "jax BCSR", "jax BCOO", "dense jnp"]
+    peers = ["warp", "hand-written serial", "hand-written prange", "brainevent", "scipy", "jax BCSR", "jax BCOO", "dense jnp"]
 
     def table(title, rows, keycols):
         emit(f"## {title}")
@@ -552,7 +572,7 @@ def plot(forward_rows, grad_rows, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    methods = ["evjax", "hand-written prange", "hand-written serial", "brainevent", "scipy", "jax BCSR", "jax BCOO",
+    methods = ["evjax", "warp", "hand-written prange", "hand-written serial", "brainevent", "scipy", "jax BCSR", "jax BCOO",
                "dense jnp"]
     fig, axes = plt.subplots(2, 1, figsize=(16, 10))
     for ax, rows, title in ((axes[0], forward_rows, "forward spikes @ W"), (axes[1], grad_rows, "jit(grad) w.r.t. W")):
