@@ -219,14 +219,14 @@ def test_against_scipy_parallel_sizes(homogeneous):
     import scipy.sparse as sp
 
     rng = np.random.default_rng(0)
-    a = sp.random(700, 500, density=0.25, format="csr", random_state=1, dtype=np.float32)  # parallel paths
+    a = sp.random(1200, 500, density=0.6, format="csr", random_state=1, dtype=np.float32)  # parallel paths
     if homogeneous:
         a.data[:] = 0.7
     w = evjax.CSR.from_scipy(a) if not homogeneous else evjax.CSR(
         (np.float32(0.7), a.indices, a.indptr), shape=a.shape)
-    s = rng.random(700) < 0.8
-    S = rng.random((6, 700)) < 0.5
-    assert np.diff(a.indptr)[s].sum() > csr.csr_numba.PARALLEL_MIN_WORK  # the parallel paths run
+    s = rng.random(1200) < 0.8
+    S = rng.random((6, 1200)) < 0.5
+    assert np.diff(a.indptr)[s].sum() > csr.csr_numba.SCATTER_PARALLEL_MIN_WORK  # the parallel paths run
     x = rng.standard_normal(500).astype(np.float32)
     X = rng.standard_normal((500, 4)).astype(np.float32)
     af = a.astype(np.float64)
@@ -243,6 +243,6 @@ def test_against_scipy_parallel_sizes(homogeneous):
     # event-driven weight gradient against the dense gradient
     ct = rng.standard_normal(500).astype(np.float32)
     g = jax.grad(lambda d: jnp.vdot(ct, s @ w.with_data(d)))(w.data)
-    rows = np.repeat(np.arange(700), np.diff(a.indptr))
+    rows = np.repeat(np.arange(1200), np.diff(a.indptr))
     want = s[rows] * ct[a.indices] if not homogeneous else np.sum(s[rows] * ct[a.indices])
     np.testing.assert_allclose(np.asarray(g).ravel(), np.ravel(want), rtol=1e-4, atol=1e-3)

@@ -275,29 +275,29 @@ def test_weight_gradient_is_event_driven():
 
 def test_direct_kernels_with_any_pool_size():
     """The Numba kernels split work by the pool size operand; every split gives the same result."""
-    a = sp.random(600, 250, density=1.0, format="csr", random_state=2, dtype=np.float32)
+    a = sp.random(1000, 400, density=1.0, format="csr", random_state=2, dtype=np.float32)
     d, i, p = a.data, a.indices.astype(np.int32), a.indptr.astype(np.int32)
     rng = np.random.default_rng(0)
-    s = rng.random(600) < 0.5
-    S = rng.random((5, 600)) < 0.5
-    assert np.diff(p)[s].sum() > csr_numba.PARALLEL_MIN_WORK  # the parallel paths run
-    x = rng.standard_normal(250).astype(np.float32)
-    X = rng.standard_normal((250, 3)).astype(np.float32)
-    rows = np.repeat(np.arange(600), np.diff(p))
-    ct = rng.standard_normal(250).astype(np.float32)
-    CT = rng.standard_normal((250, 5)).astype(np.float32)
+    s = rng.random(1000) < 0.8
+    S = rng.random((5, 1000)) < 0.5
+    assert np.diff(p)[s].sum() > csr_numba.SCATTER_PARALLEL_MIN_WORK  # the parallel paths run
+    x = rng.standard_normal(400).astype(np.float32)
+    X = rng.standard_normal((400, 3)).astype(np.float32)
+    rows = np.repeat(np.arange(1000), np.diff(p))
+    ct = rng.standard_normal(400).astype(np.float32)
+    CT = rng.standard_normal((400, 5)).astype(np.float32)
     for pool in (1, 2, 3, 8):
         pool = np.array([pool], np.int32)
-        out = np.empty(250, np.float32)
+        out = np.empty(400, np.float32)
         csr_numba.scatter_mv(pool, d, i, p, s, out)
         np.testing.assert_allclose(out, a.T @ s, rtol=1e-5, atol=1e-5)
-        out = np.empty((5, 250), np.float32)
+        out = np.empty((5, 400), np.float32)
         csr_numba.scatter_mm_batch_major(pool, d, i, p, S, out)
         np.testing.assert_allclose(out, (a.T @ S.T).T, rtol=1e-5, atol=1e-5)
-        out = np.empty(600, np.float32)
+        out = np.empty(1000, np.float32)
         csr_numba.gather_mv(pool, d, i, p, x, out)
         np.testing.assert_allclose(out, a @ x, rtol=1e-5, atol=1e-5)
-        out = np.empty((600, 3), np.float32)
+        out = np.empty((1000, 3), np.float32)
         csr_numba.gather_mm(pool, d, i, p, X, out)
         np.testing.assert_allclose(out, a @ X, rtol=1e-5, atol=1e-5)
         g = np.empty(a.nnz, np.float32)
@@ -338,7 +338,8 @@ def test_vmap_over_weights_both_and_nested():
     H = np.array([[0.5], [2.0], [-1.0]], np.float32)
     wh = evjax.CSR((np.float32(1.0), a.indices, a.indptr), shape=a.shape)
     fn = jax.vmap(lambda h, s: s @ wh.with_data(h), in_axes=(0, 1))
-    np.testing.assert_allclose(np.asarray(fn(H, S.T)), [h[0] * (s @ (a.toarray() != 0).astype(np.float32)) for h, s in zip(H, S)],
+    pattern = (a.toarray() != 0).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(fn(H, S.T)), [h[0] * (s @ pattern) for h, s in zip(H, S)],
                                rtol=1e-5)
     assert not primitives_of(jax.make_jaxpr(fn)(H, S.T).jaxpr) & {"while", "scan"}
     # nested: outer over weights, inner over spikes (in_axes=1)

@@ -21,7 +21,8 @@ Orientation of the stored matrix ``A`` (``n_rows x n_cols``):
   rows where ``r`` is zero and zero-fills their entries in runs, so for events
   in the scatter orientation only active rows are computed.
 
-Below ``PARALLEL_MIN_WORK`` synapses a kernel runs on the calling thread; a
+Below ``PARALLEL_MIN_WORK`` synapses (``SCATTER_PARALLEL_MIN_WORK`` for a vector
+scatter and the weight gradient) a kernel runs on the calling thread; a
 ``prange`` is never entered for a single part.
 
 Every kernel tolerates a malformed structure passed under ``jit`` (where it
@@ -59,6 +60,10 @@ __all__ = [
 # pool, splitting the work and (scatter) summing per-thread outputs would cost
 # about as much as it saves.
 PARALLEL_MIN_WORK = 65536
+# A vector scatter also zero-fills and sums per-thread copies of its output, and
+# the weight gradient's memset-bound zero-fill gains little from a second
+# thread: both go parallel only for this much computed work.
+SCATTER_PARALLEL_MIN_WORK = 262144
 
 _REASSOC = {"reassoc", "contract"}  # let LLVM vectorise the sums
 
@@ -283,11 +288,11 @@ def scatter_mv(pool, data, indices, indptr, x, out):
     _zero(out, 0, out.shape[0])
     threads = pool[0]
     expected = _count_active(x) * (nnz // max(n_rows, 1)) if threads > 1 else 0  # cheap: spikes only
-    if expected < PARALLEL_MIN_WORK // 2 or 4 * expected < n:
+    if expected < SCATTER_PARALLEL_MIN_WORK // 2 or 4 * expected < n:
         _scatter_rows(data, indices, indptr, x, out, 0, n_rows, homogeneous)
         return
     work = _active_work(indptr, x)  # exact: the synapses of the active rows
-    if work < PARALLEL_MIN_WORK or 4 * work < n:
+    if work < SCATTER_PARALLEL_MIN_WORK or 4 * work < n:
         _scatter_rows(data, indices, indptr, x, out, 0, n_rows, homogeneous)
         return
     # row ranges of equal active work, one per thread, each into its own copy of out
@@ -444,13 +449,16 @@ def _sddmm_rows_mat(indices, indptr, r, q, g, lo, hi):
 
 
 @numba.njit(cache=True, nogil=True)
-def _sddmm_parts(pool, indices, indptr, n_rows, width, g):
-    """Zero g if the structure leaves holes; the row boundaries of the parallel parts."""
+def _sddmm_parts(pool, indices, indptr, n_rows, active_rows, width, g):
+    """Zero g if the structure leaves holes; the row boundaries of the parallel parts
+    (one part unless the entries to compute, about ``active_rows * nnz / n_rows * width``,
+    are many)."""
     nnz = indices.shape[0]
     if n_rows == 0 or indptr[0] != 0 or indptr[n_rows] != nnz:
         _zero(g, 0, nnz)  # malformed (or no rows): some entries may belong to no row
     threads = pool[0]
-    parts = 1 if threads < 2 or nnz * width < PARALLEL_MIN_WORK else threads
+    work = active_rows * (nnz // max(n_rows, 1)) * width
+    parts = 1 if threads < 2 or work < SCATTER_PARALLEL_MIN_WORK else threads
     return _balanced_rows(indptr, n_rows, nnz, parts)
 
 
@@ -459,7 +467,7 @@ def sddmm_mv(pool, indices, indptr, r, q, g):
     """``g[k] = r[i] * q[indices[k]]`` for k in row i; rows with r[i] == 0 are not read, only zeroed."""
     r = _numeric(r)
     q = _numeric(q)
-    bounds = _sddmm_parts(pool, indices, indptr, r.shape[0], 1, g)
+    bounds = _sddmm_parts(pool, indices, indptr, r.shape[0], _count_active(r), 1, g)
     if bounds.shape[0] == 2:
         if r.shape[0]:
             _sddmm_rows_vec(indices, indptr, r, q, g, 0, r.shape[0])
@@ -474,7 +482,10 @@ def sddmm_mm(pool, indices, indptr, r, q, g):
     """``g[k] = sum_c r[i, c] * q[indices[k], c]`` for k in row i (row-major); all-zero rows of r are skipped."""
     r = _numeric(r)
     q = _numeric(q)
-    bounds = _sddmm_parts(pool, indices, indptr, r.shape[0], max(r.shape[1], 1), g)
+    active = 0
+    for i in range(r.shape[0]):
+        active += _any(r[i])
+    bounds = _sddmm_parts(pool, indices, indptr, r.shape[0], active, max(r.shape[1], 1), g)
     if bounds.shape[0] == 2:
         if r.shape[0]:
             _sddmm_rows_mat(indices, indptr, r, q, g, 0, r.shape[0])
