@@ -163,7 +163,7 @@ def test_event_ops_float_spikes_straight_through(rank, transpose):
 @pytest.mark.parametrize("event, transpose", [(False, False), (True, True)])
 def test_float64_int64_indices(event, transpose):
     with jax.enable_x64(True):
-        @settings(max_examples=2, **SETTINGS)
+        @settings(max_examples=1, **SETTINGS)
         @given(cases(rank=1, transpose=transpose, event=event, dtype=np.float64, index_dtype=np.int64))
         def check(case):
             shape, (data, indices, indptr, x) = case
