@@ -1,7 +1,7 @@
 """Numba CPU backend of the CSR operators in :mod:`evjax.primitives.csr`.
 
-The kernels are module-level ``@numba.njit(parallel=True, cache=True)``
-functions, so Numba compiles each once per dtype/rank signature and keeps the
+The kernels are module-level ``@numba.njit(parallel=..., cache=True)``
+functions (``prange`` loops only, see ``_PARALLEL``), so Numba compiles each once per dtype/rank signature and keeps the
 machine code on disk; the XLA FFI handlers around them (see
 :mod:`evjax.backends.numba_cpu`) are cached the same way.  Shapes are read from
 the buffers at run time, so one compiled kernel serves every shape.
@@ -34,8 +34,8 @@ Low-precision weights (float16, bfloat16) are converted to float32 around the
 call and the op rounds the result back to the weight dtype.  Gathers
 accumulate in the compute dtype (float32 or float64) with four independent
 partial sums, dot products of batches in float64.  Bool events are read as
-their uint8 bytes.  Every kernel takes the thread-pool size as a first, one-element operand
-(see :func:`pool_size`).
+their uint8 bytes.  Every kernel takes the thread-pool size as a first,
+one-element operand (see :func:`pool_size`).
 """
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ PARALLEL_MIN_WORK = 65536
 # thread: both go parallel only for this much computed work.
 SCATTER_PARALLEL_MIN_WORK = 262144
 
-_REASSOC = {"reassoc", "contract"}  # let LLVM vectorise the sums
+_REASSOC = {"reassoc", "contract"}  # let LLVM vectorise the batch dot products
 
 # Only explicit ``prange`` loops run on the pool: with plain ``parallel=True``
 # Numba also turns array expressions (``out[:] = 0``, ``np.zeros``) into
