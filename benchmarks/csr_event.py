@@ -1,6 +1,6 @@
 """Event-driven CSR propagation: evjax against its peers, in one process.
 
-    python benchmarks/csr_event.py            # full run (a few minutes)
+    python benchmarks/csr_event.py            # full run (about 15 minutes)
     python benchmarks/csr_event.py --quick    # fewer cases and repetitions
 
 Cases: n_pre = n_post = 4000 at p = 0.02 and 20000 at p = 0.01 (a fixed number
@@ -17,6 +17,17 @@ loop called from numpy (the practical limit: the faster of a serial and a
 nnz-long gradient).  Prints markdown tables of medians and ratios, the goals,
 and the effective GB/s against a measured memory bandwidth; writes
 ``benchmarks/results/csr_event.{md,png}``.
+
+JAX dispatch.  The hand-written limit is a synchronous call from numpy.  JAX's
+CPU client by default hands every computation that XLA does not judge trivial
+to a worker thread and the caller waits for it; on small VMs that hand-off
+costs tens of microseconds per call (see ``docs/performance.md``).  The main
+run therefore uses ``jax_cpu_enable_async_dispatch=False`` for every JAX-based
+method alike (``--dispatch sync``, the setting the docs recommend for
+latency-bound CPU work), and a second process re-measures the n=4000
+single-vector cases under JAX's default (``async``) so both are on record.  The
+"JAX call floor" column is an empty evjax kernel with the same operands: what
+any jitted call costs here before doing any work.
 """
 from __future__ import annotations
 
@@ -290,6 +301,20 @@ def with_backend(backend: str, thunk):
         return thunk()
 
 
+@numba.njit(cache=True)
+def _empty_kernel(data, indices, indptr, spikes, out):
+    pass
+
+
+def floor_fn(case, spikes):
+    """An empty evjax kernel on the forward's operands, jitted: JAX's fixed cost per call."""
+    shape = (spikes.shape[0], case.n) if spikes.ndim == 2 else (case.n,)
+    kernel = evjax.numba_kernel(_empty_kernel, outs=jax.ShapeDtypeStruct(shape, jnp.float32))
+    fn = jax.jit(lambda W, s: kernel(W.data, W.indices, W.indptr, s))
+    s = jnp.asarray(spikes)
+    return lambda: fn(case.W, s)
+
+
 def forward_fns(case, spikes, dense_ok: bool):
     s = jnp.asarray(spikes)
     sf = spikes.astype(np.float32)
@@ -297,7 +322,7 @@ def forward_fns(case, spikes, dense_ok: bool):
     W = case.W
     out = np.empty((spikes.shape[0], case.n) if spikes.ndim == 2 else case.n, np.float32)
     evj = jax.jit(lambda W, s: s @ W)
-    fns = {"evjax": lambda: evj(W, s)}
+    fns = {"evjax": lambda: evj(W, s), "JAX call floor": floor_fn(case, spikes)}
     if warp_available():
         evw = jax.jit(lambda W, s: with_backend("warp", lambda: s @ W))
         fns["warp"] = lambda: evw(W, s)
@@ -373,6 +398,7 @@ FIRST_CALL = textwrap.dedent("""
     import sys, time, warnings
     warnings.filterwarnings("ignore")
     import numpy as np, jax, jax.numpy as jnp
+    jax.config.update("jax_cpu_enable_async_dispatch", {asynchronous!r})
     sys.path.insert(0, {root!r})
     lib = {lib!r}
     n, per_row = 4000, 80
@@ -395,8 +421,9 @@ FIRST_CALL = textwrap.dedent("""
 """)
 
 
-def first_call_seconds(lib: str) -> float | None:
-    code = FIRST_CALL.format(root=os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."), lib=lib)
+def first_call_seconds(lib: str, asynchronous: bool) -> float | None:
+    code = FIRST_CALL.format(root=os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."), lib=lib,
+                             asynchronous=asynchronous)
     times = []
     for _ in range(2):  # the first run may fill Numba's disk cache
         res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
@@ -429,10 +456,20 @@ def main(argv=None):
     parser.add_argument("--no-dense-large", action="store_true", help="skip dense jnp at n=20000 (1.6 GB)")
     parser.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS",
                         help="first wait up to this long for the 1-minute load average to drop below 1")
+    parser.add_argument("--dispatch", choices=("sync", "async"), default="sync",
+                        help="JAX CPU dispatch for every JAX-based method (default: sync, see the module docstring)")
+    parser.add_argument("--small-only", action="store_true",
+                        help="only the n=4000 single-vector forward and gradient cases (no plot, no first call)")
+    parser.add_argument("--other-dispatch", choices=("yes", "no"), default="yes",
+                        help="re-measure the small cases under the other dispatch mode in a second process")
+    parser.add_argument("--out", default=None, help="markdown output (default benchmarks/results/csr_event.md)")
     args = parser.parse_args(argv)
+    asynchronous = args.dispatch == "async"
+    jax.config.update("jax_cpu_enable_async_dispatch", asynchronous)  # before the CPU client exists
     waited = wait_for_quiet(args.wait_quiet)
     budget, rounds = (0.25, 3) if args.quick else (0.6, 5)
-    sizes = [(4000, 0.02), (20000, 0.01)]
+    sizes = [(4000, 0.02)] if args.small_only else [(4000, 0.02), (20000, 0.01)]
+    batches = (1,) if args.small_only else (1, 32)
     rates = [0.01, 0.05, 0.2]
     os.makedirs(RESULTS, exist_ok=True)
     rng = np.random.default_rng(42)
@@ -442,11 +479,13 @@ def main(argv=None):
         print(text, flush=True)
         lines.append(text)
 
-    emit("# evjax CSR event benchmark")
+    emit("# evjax CSR event benchmark" + (" (small cases)" if args.small_only else ""))
     emit()
     emit(f"jax {jax.__version__}, numba {numba.__version__} ({numba.config.NUMBA_NUM_THREADS} threads), "
          f"brainevent {getattr(brainevent, '__version__', 'not installed')}, "
          f"{os.cpu_count()} CPUs. Medians in microseconds; ratio = evjax / peer (< 1: evjax faster).")
+    emit(f"JAX CPU dispatch: {args.dispatch} (jax_cpu_enable_async_dispatch={asynchronous}) for every JAX-based "
+         f"method.")
     bw = memory_bandwidth()
     emit(f"Measured memory bandwidth (parallel copy, read + write): {bw:.1f} GB/s.")
     emit(f"Load average at start: {os.getloadavg()[0]:.2f} (waited {waited:.0f} s for it); a busy machine "
@@ -457,13 +496,14 @@ def main(argv=None):
     for n, p in sizes:
         for homogeneous in (False, True):
             case = Case(n, p, homogeneous)
-            for batch in (1, 32):
+            for batch in batches:
                 for rate in rates:
                     if args.quick and rate == 0.05 and batch == 32:
                         continue
                     shape = (batch, n) if batch > 1 else (n,)
                     spikes = rng.random(shape) < rate
-                    dense_ok = batch == 1 and (n <= 4000 or not args.no_dense_large) and not args.quick
+                    dense_ok = (batch == 1 and (n <= 4000 or not args.no_dense_large) and not args.quick
+                                and not args.small_only)
                     fns = forward_fns(case, spikes, dense_ok)
                     # dense jnp streams the whole n x n matrix (1.6 GB at n=20000) on both cores for
                     # ~0.1 s a call and slows whatever runs after it for a while: time it on its own
@@ -497,16 +537,19 @@ def main(argv=None):
                                   t["evjax"] / t["brainevent"], 1 / 3))
                 print(f"  grad {case.label()} rate={rate}: " + ", ".join(f"{k} {fmt_us(v)}" for k, v in t.items()),
                       flush=True)
-            x = rng.standard_normal(n).astype(np.float32)
-            t = measure(float_fns(case, x), budget=budget, rounds=rounds)
-            float_rows.append((case.label(), t))
-            print(f"  float {case.label()}: " + ", ".join(f"{k} {fmt_us(v)}" for k, v in t.items()), flush=True)
-            t = measure(gather_fns(case, x, rng.random(n) < 0.05), budget=budget, rounds=rounds)
-            gather_rows.append((case.label(), t))
-            print(f"  gather {case.label()}: " + ", ".join(f"{k} {fmt_us(v)}" for k, v in t.items()), flush=True)
+            if not args.small_only:
+                x = rng.standard_normal(n).astype(np.float32)
+                t = measure(float_fns(case, x), budget=budget, rounds=rounds)
+                float_rows.append((case.label(), t))
+                print(f"  float {case.label()}: " + ", ".join(f"{k} {fmt_us(v)}" for k, v in t.items()), flush=True)
+                t = measure(gather_fns(case, x, rng.random(n) < 0.05), budget=budget, rounds=rounds)
+                gather_rows.append((case.label(), t))
+                print(f"  gather {case.label()}: " + ", ".join(f"{k} {fmt_us(v)}" for k, v in t.items()),
+                      flush=True)
             del case
 
-    peers = ["warp", "hand-written serial", "hand-written prange", "brainevent", "scipy", "jax BCSR", "jax BCOO", "dense jnp"]
+    peers = ["JAX call floor", "warp", "hand-written serial", "hand-written prange", "brainevent", "scipy",
+             "jax BCSR", "jax BCOO", "dense jnp"]
 
     def table(title, rows, keycols):
         emit(f"## {title}")
@@ -525,6 +568,9 @@ def main(argv=None):
         emit()
 
     table("Forward: spikes @ W (microseconds)", forward_rows, ["case", "batch", "rate"])
+    emit("JAX call floor: the same jitted call with an empty kernel, the fixed cost of any JAX call here. "
+         "Where the hand-written limit is below about 1.3x this floor, no jitted op can meet the 1.3x goal.")
+    emit()
     emit("Effective bandwidth of the evjax forward (bytes of active synapses + spikes + output / time):")
     emit()
     emit("| case | batch | rate | GB/s | % of measured copy bandwidth |")
@@ -533,31 +579,32 @@ def main(argv=None):
         emit(f"| {label} | {batch} | {rate} | {gbs:.2f} | {100 * gbs / bw:.0f}% |")
     emit()
     table("jit(grad) of sum((spikes @ W)**2) w.r.t. the weights (microseconds)", grad_rows, ["case", "rate"])
-    table("Float v @ W (microseconds)", float_rows, ["case"])
-    emit("## Gather orientation, W @ x (all synapses read; spikes at 5 %), microseconds")
-    emit()
-    emit("| case | evjax W @ x | scipy A @ x | ratio | evjax W @ spikes | scipy A @ spikes | ratio |")
-    emit("|---|---|---|---|---|---|---|")
-    for label, t in gather_rows:
-        emit(f"| {label} | {fmt_us(t['evjax W @ x'])} | {fmt_us(t['scipy A @ x'])} | "
-             f"{t['evjax W @ x'] / t['scipy A @ x']:.2f} | {fmt_us(t['evjax W @ spikes'])} | "
-             f"{fmt_us(t['scipy A @ spikes'])} | {t['evjax W @ spikes'] / t['scipy A @ spikes']:.2f} |")
-    emit()
+    if not args.small_only:
+        table("Float v @ W (microseconds)", float_rows, ["case"])
+        emit("## Gather orientation, W @ x (all synapses read; spikes at 5 %), microseconds")
+        emit()
+        emit("| case | evjax W @ x | scipy A @ x | ratio | evjax W @ spikes | scipy A @ spikes | ratio |")
+        emit("|---|---|---|---|---|---|---|")
+        for label, t in gather_rows:
+            emit(f"| {label} | {fmt_us(t['evjax W @ x'])} | {fmt_us(t['scipy A @ x'])} | "
+                 f"{t['evjax W @ x'] / t['scipy A @ x']:.2f} | {fmt_us(t['evjax W @ spikes'])} | "
+                 f"{fmt_us(t['scipy A @ spikes'])} | {t['evjax W @ spikes'] / t['scipy A @ spikes']:.2f} |")
+        emit()
 
-    emit("## First jit(grad) call, n=4000, p=0.02, fresh process, Numba cache warm")
-    emit()
-    first = {"evjax": first_call_seconds("evjax")}
-    if brainevent is not None:
-        first["brainevent"] = first_call_seconds("brainevent")
-    for k, v in first.items():
-        emit(f"- {k}: {'failed' if v is None else f'{v:.2f} s'}")
-    if first["evjax"] is not None:
-        goals.append(("first jit(grad) call at n=4000 < 1.5 s", first["evjax"], 1.5))
-    emit()
+        emit("## First jit(grad) call, n=4000, p=0.02, fresh process, Numba cache warm")
+        emit()
+        first = {"evjax": first_call_seconds("evjax", asynchronous)}
+        if brainevent is not None:
+            first["brainevent"] = first_call_seconds("brainevent", asynchronous)
+        for k, v in first.items():
+            emit(f"- {k}: {'failed' if v is None else f'{v:.2f} s'}")
+        if first["evjax"] is not None:
+            goals.append(("first jit(grad) call at n=4000 < 1.5 s", first["evjax"], 1.5))
+        emit()
 
     emit(f"Load average during the forward cases: {min(loads):.2f} to {max(loads):.2f}.")
     emit()
-    emit("## Goals")
+    emit(f"## Goals ({args.dispatch} dispatch)")
     emit()
     emit("| goal | measured | target | met |")
     emit("|---|---|---|---|")
@@ -567,9 +614,34 @@ def main(argv=None):
     met = sum(v <= t for _, v, t in goals)
     emit()
     emit(f"{met} of {len(goals)} goals met.")
-    with open(os.path.join(RESULTS, "csr_event.md"), "w") as f:
+    if args.other_dispatch == "yes" and not args.small_only:
+        other = "async" if args.dispatch == "sync" else "sync"
+        emit()
+        emit(f"## The n=4000 single-vector cases again, under {other} dispatch (second process)")
+        emit()
+        for line in other_dispatch_report(other, args.quick):
+            emit(line)
+    out = args.out or os.path.join(RESULTS, "csr_event.md")
+    with open(out, "w") as f:
         f.write("\n".join(lines) + "\n")
-    plot(forward_rows, grad_rows, os.path.join(RESULTS, "csr_event.png"))
+    if not args.small_only:
+        plot(forward_rows, grad_rows, os.path.join(RESULTS, "csr_event.png"))
+
+
+def other_dispatch_report(dispatch: str, quick: bool) -> list[str]:
+    """Run the small cases in a fresh process under ``dispatch``; its markdown, headings demoted."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "small.md")
+        cmd = [sys.executable, os.path.abspath(__file__), "--small-only", "--dispatch", dispatch, "--out", out]
+        res = subprocess.run(cmd + (["--quick"] if quick else []), capture_output=True, text=True, timeout=3600)
+        if res.returncode != 0:
+            return [f"the {dispatch} run failed:", "", "```", res.stderr[-3000:], "```"]
+        with open(out) as f:
+            text = f.read().splitlines()
+    # drop its title, keep its sections one level down
+    return [("#" + line if line.startswith("## ") else line) for line in text[2:]]
 
 
 def plot(forward_rows, grad_rows, path):
@@ -578,7 +650,7 @@ def plot(forward_rows, grad_rows, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    methods = ["evjax", "warp", "hand-written prange", "hand-written serial", "brainevent", "scipy", "jax BCSR", "jax BCOO",
+    methods = ["evjax", "JAX call floor", "warp", "hand-written prange", "hand-written serial", "brainevent", "scipy", "jax BCSR", "jax BCOO",
                "dense jnp"]
     fig, axes = plt.subplots(2, 1, figsize=(16, 10))
     for ax, rows, title in ((axes[0], forward_rows, "forward spikes @ W"), (axes[1], grad_rows, "jit(grad) w.r.t. W")):
