@@ -13,15 +13,20 @@ arbitrary, so a kernel that forgets to write an element is caught.
 """
 from __future__ import annotations
 
-import inspect
 import math
 import threading
 from typing import Any, Callable, Mapping, Sequence
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
+from ._wrapper import (
+    RawKernelCall,
+    check_arity,
+    check_input_output_aliases,
+    check_supported_dtypes,
+    positional_arity,
+)
 from .backends import numba_cuda as bridge
 from .backends.numba_cpu import NUMBA_TYPE_NAMES
 from .outs import normalize_outs
@@ -146,16 +151,6 @@ def _check_shared_mem(shared_mem) -> int:
 # ---------------------------------------------------------------------------
 # Shared machinery of both wrappers
 # ---------------------------------------------------------------------------
-def _positional_arity(py_func) -> int | None:
-    try:
-        params = inspect.signature(py_func).parameters.values()
-    except (TypeError, ValueError):
-        return None
-    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
-        return None
-    return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
-
-
 def _garbage(struct) -> np.ndarray:
     """A writable host array standing for an uninitialised device buffer."""
     dtype = np.dtype(struct.dtype)
@@ -167,72 +162,47 @@ def _garbage(struct) -> np.ndarray:
     return np.full(count * dtype.itemsize, 0x5A, np.uint8).view(dtype).reshape(struct.shape)
 
 
-class _CudaCall:
+class _CudaCall(RawKernelCall):
     """Common part of the callables returned by both wrappers."""
 
     who = "numba_cuda"
+    register_with = "def_numba_cuda_kernel"
+    passes_stream = False  # whether the callee takes XLA's stream after outputs and scratch buffers
 
     def __init__(self, name, outs, single, extra, vmap_method, input_output_aliases, arity):
-        self.name = name
-        self.outs = outs  # what the call returns
-        self.extra = extra  # scratch buffers: extra FFI results, dropped
-        self.single = single
         if vmap_method is not None and vmap_method not in VMAP_METHODS:
             raise ValueError(
                 f"{self.who}: vmap_method={vmap_method!r} is not supported; use one of {VMAP_METHODS}. A kernel's "
                 f"launch configuration is fixed for unbatched shapes, so vmap runs it once per example; for a "
                 f"batched kernel write one and register it in an evjax.XLACustomKernel with a batching rule."
             )
+        super().__init__(name, outs, single)
+        self.extra = extra  # scratch buffers: extra FFI results, dropped
         self.vmap_method = vmap_method or "sequential"
         self.input_output_aliases = {int(k): int(v) for k, v in dict(input_output_aliases or {}).items()}
         self.arity = arity
-        self._call = jax.custom_jvp(self._forward)
-        self._call.defjvp(self._no_jvp)
-
-    def __repr__(self) -> str:
-        return f"{self.who}({self.name}, outs={list(self.outs)})"
-
-    def _no_jvp(self, primals, tangents):
-        raise TypeError(
-            f"{self.who}({self.name!r}) has no differentiation rule: a raw kernel is not differentiable. Wrap "
-            f"it in an evjax.XLACustomKernel (op.def_numba_cuda_kernel) and add rules with op.def_jvp_rule / "
-            f"op.def_transpose_rule, or wrap the call in jax.custom_jvp / jax.custom_vjp."
-        )
 
     def _check(self, args) -> None:
-        n_in, n_out = len(args), len(self.outs) + len(self.extra)
-        expected = n_in + n_out + self._arity_extra()
-        if self.arity is not None and self.arity != expected:
-            raise TypeError(
-                f"{self.who} '{self.name}' takes {self.arity} arguments but would be called with {n_in} inputs, "
-                f"{n_out} outputs{self._arity_text()}. Pass {self.arity - expected + n_in} inputs, or fix `outs`."
-            )
-        for i, a in enumerate(list(args) + list(self.outs) + list(self.extra)):
-            dt = np.dtype(a.dtype)
-            if dt not in NUMBA_TYPE_NAMES:
-                what = f"input {i}" if i < n_in else f"output {i - n_in}"
-                raise TypeError(
-                    f"{self.who} '{self.name}': {what} has dtype {dt}, which Numba CUDA cannot take. Supported: "
-                    f"{', '.join(sorted(str(d) for d in NUMBA_TYPE_NAMES))}."
-                )
-        for i_in, i_out in self.input_output_aliases.items():
-            if not (0 <= i_in < n_in and 0 <= i_out < len(self.outs)):
-                raise ValueError(
-                    f"input_output_aliases {{{i_in}: {i_out}}} is out of range for {n_in} inputs and "
-                    f"{len(self.outs)} outputs."
-                )
-            a, o = args[i_in], self.outs[i_out]
-            if tuple(a.shape) != tuple(o.shape) or np.dtype(a.dtype) != np.dtype(o.dtype):
-                raise ValueError(
-                    f"input_output_aliases: input {i_in} ({a.dtype}{list(a.shape)}) must match output {i_out} "
-                    f"({o.dtype}{list(o.shape)}) in shape and dtype."
-                )
-
-    def _arity_extra(self) -> int:
-        return 0
-
-    def _arity_text(self) -> str:
-        return ""
+        subject = f"{self.who} '{self.name}'"
+        n_in, n_scratch = len(args), len(self.extra)
+        if self.passes_stream:
+            layout = f"inputs, outputs, {'scratch buffers, ' if n_scratch else ''}then the stream"
+            trailing_text = (f", {n_scratch} scratch buffers" if n_scratch else "") + " and the stream"
+        else:
+            layout, trailing_text = "inputs then outputs", ""
+        check_arity(
+            self.arity,
+            n_in,
+            len(self.outs),
+            subject=subject,
+            noun="arguments",
+            layout=layout,
+            n_trailing=n_scratch + int(self.passes_stream),
+            trailing_text=trailing_text,
+        )
+        arrays = list(args) + list(self.outs) + list(self.extra)
+        check_supported_dtypes(arrays, n_in, NUMBA_TYPE_NAMES, subject=subject, backend="Numba CUDA")
+        check_input_output_aliases(self.input_output_aliases, args, self.outs)
 
     def _forward(self, *args):
         self._check(args)
@@ -273,11 +243,6 @@ class _CudaCall:
     def _run_host(self, ins, outs, scratch):  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def __call__(self, *args):
-        args = [a if isinstance(a, jax.Array) or hasattr(a, "aval") else jnp.asarray(a) for a in args]
-        results = self._call(*args)
-        return results[0] if self.single else results
-
 
 class NumbaCudaKernelCall(_CudaCall):
     """The JAX-callable returned by :func:`numba_cuda_kernel`."""
@@ -286,7 +251,7 @@ class NumbaCudaKernelCall(_CudaCall):
 
     def __init__(self, kernel, outs, single, grid, block, shared_mem, vmap_method, input_output_aliases):
         super().__init__(
-            kernel.__name__, outs, single, (), vmap_method, input_output_aliases, _positional_arity(kernel.py_func)
+            kernel.__name__, outs, single, (), vmap_method, input_output_aliases, positional_arity(kernel.py_func)
         )
         self.kernel = kernel
         self.grid = grid
@@ -308,19 +273,14 @@ class NumbaCudaCallableCall(_CudaCall):
     """The JAX-callable returned by :func:`numba_cuda_callable`."""
 
     who = "numba_cuda_callable"
+    passes_stream = True
 
     def __init__(self, func, outs, single, scratch, vmap_method, input_output_aliases):
         super().__init__(
             getattr(func, "__name__", "func"), outs, single, scratch, vmap_method, input_output_aliases,
-            _positional_arity(func),
+            positional_arity(func),
         )
         self.func = func
-
-    def _arity_extra(self) -> int:
-        return 1
-
-    def _arity_text(self) -> str:
-        return " and the stream" if not self.extra else f" ({len(self.extra)} of them scratch) and the stream"
 
     def _handler(self, in_specs, out_specs):
         return bridge.callable_handler(self.func, in_specs, out_specs, f"{self.who}({self.name!r})")

@@ -1,13 +1,18 @@
 """``numba_kernel``: call an ``@numba.njit`` kernel from JAX on CPU."""
 from __future__ import annotations
 
-import inspect
 from typing import Any, Callable, Mapping, Sequence
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
+from ._wrapper import (
+    RawKernelCall,
+    check_arity,
+    check_input_output_aliases,
+    check_supported_dtypes,
+    positional_arity,
+)
 from .backends import numba_cpu
 from .outs import normalize_outs
 
@@ -33,13 +38,6 @@ def _check_njit(kernel) -> None:
         )
 
 
-def _positional_arity(py_func) -> int | None:
-    params = inspect.signature(py_func).parameters.values()
-    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
-        return None
-    return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
-
-
 def _declared_signature_error(kernel, arg_types: list[tuple[np.dtype, int]]) -> str | None:
     """If the kernel was compiled with explicit signatures only, check against them."""
     if getattr(kernel, "_can_compile", True) or not kernel.signatures:
@@ -62,64 +60,33 @@ def _declared_signature_error(kernel, arg_types: list[tuple[np.dtype, int]]) -> 
     )
 
 
-class NumbaKernelCall:
+class NumbaKernelCall(RawKernelCall):
     """The JAX-callable returned by :func:`numba_kernel`."""
 
+    who = "numba_kernel"
+    register_with = "def_numba_kernel"
+
     def __init__(self, kernel, outs, single: bool, vmap_method, input_output_aliases):
+        super().__init__(kernel.__name__, outs, single)
         self.kernel = kernel
-        self.outs = outs
-        self.single = single
         self.vmap_method = vmap_method or "sequential"
         self.input_output_aliases = dict(input_output_aliases or {})
-        self._arity = _positional_arity(kernel.py_func)
-        self._call = jax.custom_jvp(self._forward)
-        self._call.defjvp(self._no_jvp)
-
-    def __repr__(self) -> str:
-        return f"numba_kernel({self.kernel.__name__}, outs={list(self.outs)})"
-
-    def _no_jvp(self, primals, tangents):
-        raise TypeError(
-            f"numba_kernel({self.kernel.__name__!r}) has no differentiation rule: a raw kernel is not "
-            f"differentiable. Wrap it in an evjax.XLACustomKernel and add rules with "
-            f"op.def_jvp_rule(...) / op.def_transpose_rule(...) (see evjax.rules.ad for helpers), "
-            f"or wrap the call in jax.custom_jvp / jax.custom_vjp."
-        )
+        self._arity = positional_arity(kernel.py_func)
 
     def _check(self, args) -> list[tuple[np.dtype, int]]:
-        name = self.kernel.__name__
-        n_in, n_out = len(args), len(self.outs)
-        if self._arity is not None and self._arity != n_in + n_out:
-            raise TypeError(
-                f"numba kernel '{name}' takes {self._arity} arrays (inputs then outputs) but was called "
-                f"with {n_in} inputs and {n_out} outputs from `outs`. Pass {self._arity - n_out} inputs, "
-                f"or give `outs` {self._arity - n_in} entries."
-            )
+        subject = f"numba kernel '{self.name}'"
+        n_in = len(args)
+        check_arity(self._arity, n_in, len(self.outs), subject=subject, noun="arrays")
+        arrays = list(args) + list(self.outs)
+        check_supported_dtypes(arrays, n_in, SUPPORTED_DTYPES, subject=subject, backend="numba")
         types = []
-        for i, a in enumerate(list(args) + list(self.outs)):
+        for a in arrays:
             dt = np.dtype(a.dtype)
-            if dt not in SUPPORTED_DTYPES:
-                what = f"input {i}" if i < n_in else f"output {i - n_in}"
-                raise TypeError(
-                    f"numba kernel '{name}': {what} has dtype {dt}, which numba cannot take. Supported: "
-                    f"{', '.join(sorted(str(d) for d in SUPPORTED_DTYPES))}."
-                )
             types.append((_KERNEL_DTYPE.get(dt, dt), len(a.shape)))
         message = _declared_signature_error(self.kernel, types)
         if message:
             raise TypeError(message)
-        for i_in, i_out in self.input_output_aliases.items():
-            if not (0 <= i_in < n_in and 0 <= i_out < n_out):
-                raise ValueError(
-                    f"input_output_aliases {{{i_in}: {i_out}}} is out of range for {n_in} inputs and "
-                    f"{n_out} outputs."
-                )
-            a, o = args[i_in], self.outs[i_out]
-            if tuple(a.shape) != tuple(o.shape) or np.dtype(a.dtype) != np.dtype(o.dtype):
-                raise ValueError(
-                    f"input_output_aliases: input {i_in} ({a.dtype}{list(a.shape)}) must match output "
-                    f"{i_out} ({o.dtype}{list(o.shape)}) in shape and dtype."
-                )
+        check_input_output_aliases(self.input_output_aliases, args, self.outs)
         return types
 
     def _forward(self, *args):
@@ -136,11 +103,6 @@ class NumbaKernelCall:
         kernel_args = [a.astype(dt) if a.dtype != dt else a for a, (dt, _) in zip(args, types)]
         results = call(*kernel_args)
         return tuple(r.astype(o.dtype) if r.dtype != o.dtype else r for r, o in zip(results, self.outs))
-
-    def __call__(self, *args):
-        args = [a if isinstance(a, jax.Array) or hasattr(a, "aval") else jnp.asarray(a) for a in args]
-        results = self._call(*args)
-        return results[0] if self.single else results
 
 
 def numba_kernel(

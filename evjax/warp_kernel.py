@@ -8,10 +8,11 @@ import functools
 from typing import Any, Callable, Sequence
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from . import _compat
+from ._wrapper import RawKernelCall, not_differentiable_message
+from .backends import ffi_abi
 from .backends import warp as bridge
 from .outs import normalize_outs
 from .rules import batching as batching_rules
@@ -19,20 +20,8 @@ from .rules import batching as batching_rules
 __all__ = ["warp_kernel", "jaxinfo_to_warpinfo", "jaxtype_to_warptype", "WarpKernelCall"]
 
 VMAP_METHODS = ("sequential",)
-_WARP_NAMES = {
-    np.dtype(np.float16): "float16",
-    np.dtype(np.float32): "float32",
-    np.dtype(np.float64): "float64",
-    np.dtype(np.int8): "int8",
-    np.dtype(np.int16): "int16",
-    np.dtype(np.int32): "int32",
-    np.dtype(np.int64): "int64",
-    np.dtype(np.uint8): "uint8",
-    np.dtype(np.uint16): "uint16",
-    np.dtype(np.uint32): "uint32",
-    np.dtype(np.uint64): "uint64",
-    np.dtype(np.bool_): "bool",
-}
+# Warp's scalar type names equal numpy's for every dtype both share.
+_WARP_NAMES = {dt: dt.name for dt in ffi_abi.COMMON_KERNEL_DTYPES}
 
 
 # ---------------------------------------------------------------------------
@@ -127,11 +116,7 @@ def _lower_cuda(ctx, *operands, kernel, launch, mask, n_params, results, aliases
 
 
 def _no_jvp(primals, tangents, *, kernel, **params):
-    raise TypeError(
-        f"warp_kernel({kernel.key!r}) has no differentiation rule: a raw kernel is not differentiable. "
-        f"Wrap it in an evjax.XLACustomKernel and add rules with op.def_jvp_rule(...) / "
-        f"op.def_transpose_rule(...), or wrap the call in jax.custom_jvp / jax.custom_vjp."
-    )
+    raise TypeError(not_differentiable_message("warp_kernel", kernel.key, register_with="def_warp_kernel"))
 
 
 warp_call_p.def_impl(functools.partial(_compat.apply_primitive, warp_call_p))
@@ -189,13 +174,15 @@ def _check_kernel(kernel):
             )
 
 
-class WarpKernelCall:
+class WarpKernelCall(RawKernelCall):
     """The JAX-callable returned by :func:`warp_kernel`."""
 
+    who = "warp_kernel"
+    register_with = "def_warp_kernel"
+
     def __init__(self, kernel, outs, single, dims, in_out, check_launch_dims):
+        super().__init__(kernel.key, outs, single)
         self.kernel = kernel
-        self.outs = outs
-        self.single = single
         self.dims = dims
         self.check_launch_dims = check_launch_dims
         params = kernel.adj.args
@@ -220,14 +207,9 @@ class WarpKernelCall:
         self.in_out = sorted(names.index(n) for n in in_out)
         self.inputs = [k for k in range(len(params)) if k not in self.pure_out]
         self.written = sorted(self.in_out + self.pure_out)
-        self._call = jax.custom_jvp(self._forward)
-        self._call.defjvp(self._refuse_jvp)
 
     def __repr__(self) -> str:
         return f"warp_kernel({self.kernel.key}, outs={list(self.outs)}, launch_dims={self.dims})"
-
-    def _refuse_jvp(self, primals, tangents):
-        _no_jvp(primals, tangents, kernel=self.kernel)
 
     def _check_arg(self, kernel, k, value, what):
         annotation = kernel.adj.args[k].type
@@ -326,11 +308,6 @@ class WarpKernelCall:
             aliases=aliases,
         )
         return tuple(values)
-
-    def __call__(self, *args):
-        args = [a if isinstance(a, jax.Array) or hasattr(a, "aval") else jnp.asarray(a) for a in args]
-        results = self._call(*args)
-        return results[0] if self.single else results
 
 
 def warp_kernel(

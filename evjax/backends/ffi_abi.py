@@ -56,6 +56,15 @@ STREAM_GET_ARGS_SIZE = 32  # XLA_FFI_STRUCT_SIZE(XLA_FFI_Stream_Get_Args, stream
 ERRC_INVALID_ARGUMENT = 3
 ERRC_INTERNAL = 13
 
+# The dtypes every kernel backend (Numba CPU and CUDA, Warp) takes: bool, signed and
+# unsigned integers of 8 to 64 bits, float16/32/64.  Each backend keeps its own
+# mapping to type names and adds what only it supports (Numba: complex).
+COMMON_KERNEL_DTYPES: tuple[np.dtype, ...] = tuple(
+    np.dtype(name)
+    for name in ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+    + ("float16", "float32", "float64")
+)
+
 # XLA_FFI_DataType codes <-> numpy dtypes.
 FFI_DTYPE_CODES: dict[np.dtype, int] = {
     np.dtype(np.bool_): 1,

@@ -28,21 +28,10 @@ import numpy as np
 from .. import _compat
 from . import ffi_abi
 
+# Numba's type names are numpy's, except for bool.
 NUMBA_TYPE_NAMES = {
-    np.dtype(np.bool_): "boolean",
-    np.dtype(np.int8): "int8",
-    np.dtype(np.int16): "int16",
-    np.dtype(np.int32): "int32",
-    np.dtype(np.int64): "int64",
-    np.dtype(np.uint8): "uint8",
-    np.dtype(np.uint16): "uint16",
-    np.dtype(np.uint32): "uint32",
-    np.dtype(np.uint64): "uint64",
-    np.dtype(np.float16): "float16",
-    np.dtype(np.float32): "float32",
-    np.dtype(np.float64): "float64",
-    np.dtype(np.complex64): "complex64",
-    np.dtype(np.complex128): "complex128",
+    dt: "boolean" if dt == np.bool_ else dt.name
+    for dt in ffi_abi.COMMON_KERNEL_DTYPES + (np.dtype(np.complex64), np.dtype(np.complex128))
 }
 
 # Bump when the generated handler code changes, so stale disk caches are never reused.
