@@ -1,6 +1,6 @@
 """Event-driven CSR propagation: evjax against its peers, in one process.
 
-    python benchmarks/csr_event.py            # full run (about 15 minutes)
+    python benchmarks/csr_event.py            # full run (about 15 minutes on 2 cores)
     python benchmarks/csr_event.py --quick    # fewer cases and repetitions
 
 Cases: n_pre = n_post = 4000 at p = 0.02 and 20000 at p = 0.01 (a fixed number
@@ -210,7 +210,8 @@ def _time_once(fn) -> float:
 
 
 def measure(fns: dict, *, budget: float, rounds: int) -> dict:
-    """Median seconds per call of each function, interleaved over ``rounds``."""
+    """Median seconds per call of each function, interleaved over ``rounds`` (each block of
+    timed calls follows a pause and a few untimed calls)."""
     for fn in fns.values():  # warm up (compiles)
         jax.block_until_ready(fn())
     once = {name: max(_time_once(fn), 1e-6) for name, fn in fns.items()}
@@ -225,6 +226,13 @@ def measure(fns: dict, *, budget: float, rounds: int) -> dict:
             # their busy-waiting threads would otherwise slow whatever runs next
             time.sleep(0.02)
             fn = fns[name]
+            # untimed calls first, for at least 5 ms: after the pause the core has clocked
+            # down and the caches hold the previous method's data; a microsecond-scale call
+            # measured straight away takes up to twice its steady-state time here
+            warm_until = time.perf_counter() + max(0.005, 0.2 * reps[name] * once[name])
+            jax.block_until_ready(fn())
+            while time.perf_counter() < warm_until:
+                jax.block_until_ready(fn())
             for _ in range(reps[name]):
                 samples[name].append(_time_once(fn))
     return {name: float(np.median(v)) for name, v in samples.items()}
@@ -467,7 +475,7 @@ def main(argv=None):
     asynchronous = args.dispatch == "async"
     jax.config.update("jax_cpu_enable_async_dispatch", asynchronous)  # before the CPU client exists
     waited = wait_for_quiet(args.wait_quiet)
-    budget, rounds = (0.25, 3) if args.quick else (0.6, 5)
+    budget, rounds = (0.25, 3) if args.quick else (1.0, 10)
     sizes = [(4000, 0.02)] if args.small_only else [(4000, 0.02), (20000, 0.01)]
     batches = (1,) if args.small_only else (1, 32)
     rates = [0.01, 0.05, 0.2]
