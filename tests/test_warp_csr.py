@@ -169,3 +169,67 @@ def test_register_is_idempotent_and_keeps_defaults():
     before = [dict(op.defaults) for op in OPS]
     csr_warp.register(*OPS)
     assert [dict(op.defaults) for op in OPS] == before
+
+
+# ---------------------------------------------------------------------------
+# the weight gradient (csr_sddmm_p) on Warp
+# ---------------------------------------------------------------------------
+def _sddmm_numpy(indices, indptr, r, q):
+    """g[k] = <r[row k], q[indices[k]]>, in float64."""
+    rows = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
+    r2 = np.asarray(r, np.float64).reshape(len(indptr) - 1, -1)
+    q2 = np.asarray(q, np.float64).reshape(q.shape[0], -1)
+    return np.einsum("kc,kc->k", r2[rows], q2[indices])
+
+
+@pytest.mark.parametrize("width", [None, 3])
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("n_rows, n_cols", [(6, 5), (1, 1), (4, 3)])
+def test_sddmm_warp_matches_numpy(width, index_dtype, n_rows, n_cols):
+    rng = np.random.default_rng(n_rows * 7 + n_cols)
+    indices, indptr = random_structure(rng, n_rows, n_cols)
+    indices, indptr = indices.astype(index_dtype), indptr.astype(index_dtype)
+    shape_r = (n_rows,) if width is None else (n_rows, width)
+    shape_q = (n_cols,) if width is None else (n_cols, width)
+    q = rng.standard_normal(shape_q).astype(np.float32)
+    for r in (rng.random(shape_r) < 0.4,  # events: silent rows are skipped
+              (rng.standard_normal(shape_r) * (rng.random(shape_r) < 0.5)).astype(np.float32)):
+        with jax.enable_x64(index_dtype == np.int64):  # else JAX narrows int64 indices to int32
+            got = csr.csr_sddmm(indices, indptr, r, q, shape=(n_rows, n_cols), backend="warp")
+        np.testing.assert_allclose(got, _sddmm_numpy(indices, indptr, r, q), rtol=1e-5, atol=1e-5)
+
+
+def test_sddmm_warp_empty_and_malformed():
+    empty = csr.csr_sddmm(np.zeros(0, np.int32), np.zeros(4, np.int32), np.ones(3, np.float32),
+                          np.ones(3, np.float32), shape=(3, 3), backend="warp")
+    assert empty.shape == (0,)
+    indices = jnp.asarray([0, 5, -1, 2], jnp.int32)  # 5 and -1 are outside [0, 3)
+    indptr = jnp.asarray([0, 3, 99], jnp.int32)  # the last row claims synapses that do not exist
+    f = jax.jit(lambda i, p, r, q: csr.csr_sddmm(i, p, r, q, shape=(2, 3), backend="warp"))
+    np.testing.assert_allclose(f(indices, indptr, jnp.ones(2), jnp.arange(1.0, 4.0)), [1.0, 0.0, 0.0, 3.0])
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_weight_gradient_runs_on_warp_and_matches_reference(batched):
+    rng = np.random.default_rng(3)
+    indices, indptr = random_structure(rng, 30, 20)
+    data = jnp.asarray(rng.uniform(0.1, 1.0, indices.shape[0]).astype(np.float32))
+    W = evjax.CSR((data, indices, indptr), shape=(30, 20))
+    s = jnp.asarray(rng.random((4, 30) if batched else 30) < 0.3)
+
+    def grad_on(backend):
+        with evjax.use_backend(backend):
+            loss = lambda d: jnp.sum((s @ W.with_data(d)) ** 2)  # noqa: E731
+            return jax.jit(jax.grad(loss))(data), jax.make_jaxpr(jax.grad(loss))(data)
+
+    got, jaxpr = grad_on("warp")
+    want, _ = grad_on("reference")
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    sddmm = [e for e in jaxpr.jaxpr.eqns if e.primitive.name == "evjax_csr_sddmm"]
+    assert sddmm and sddmm[0].params["backend"] == "warp"
+
+
+def test_sddmm_warp_is_registered_and_gpu_default():
+    assert "warp" in csr.csr_sddmm_p.backends("cpu") and "warp" in csr.csr_sddmm_p.backends("gpu")
+    assert csr.csr_sddmm_p.defaults["cpu"] == "numba"
+    assert csr.csr_sddmm_p.defaults["gpu"] == "warp"

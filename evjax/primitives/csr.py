@@ -10,7 +10,7 @@ Backend interface contract
 ==========================
 Ops (module-level :class:`~evjax.XLACustomKernel` instances):
 ``csrmv_p``, ``csrmm_p`` (float operand), ``binary_csrmv_p``, ``binary_csrmm_p``
-(event operand), plus ``csr_sddmm_p`` (the weight gradient, Numba/reference only).
+(event operand), plus ``csr_sddmm_p`` (the weight gradient: Numba, Warp and reference).
 
 Operands, in order: ``data`` ((1,) or (nnz,), float), ``indices`` ((nnz,),
 int32 or int64), ``indptr`` ((n_rows + 1,), same dtype as ``indices``), then the
@@ -642,14 +642,14 @@ def _register_optional_backends() -> None:
     except ImportError:
         csr_warp = None
     if csr_warp is not None:
-        csr_warp.register(*ops)
+        csr_warp.register(*ops, csr_sddmm_p=csr_sddmm_p)
     try:
         from . import csr_numba_cuda
     except ImportError:
         csr_numba_cuda = None
     if csr_numba_cuda is not None:
         csr_numba_cuda.register(*ops)
-    for op in ops:  # GPU default: Warp, else Numba CUDA, else the reference
+    for op in ops + (csr_sddmm_p,):  # GPU default: Warp, else Numba CUDA, else the reference
         gpu = op._kernels.get("gpu", {})
         if "gpu" not in op.defaults or op.defaults["gpu"] not in gpu:
             for name in ("warp", "numba_cuda"):

@@ -13,6 +13,10 @@ Kernels, with ``W`` the ``(n_rows, n_cols)`` CSR matrix:
 * ``transpose=True`` (scatter, ``W.T @ v``): one thread per source row (mv) or
   per (row, column) (mm); silent events are skipped (event ops) and each
   synapse adds with ``wp.atomic_add`` into an in-out buffer of zeros.
+* the weight gradient ``csr_sddmm_p`` (``g[k] = <r[row k], q[indices[k]]>``):
+  one thread per row; a row whose ``r`` is zero (a silent neuron) is skipped,
+  so only the synapses of active rows are computed and the rest of ``g`` stays
+  the zeros XLA wrote into the in-out buffer.
 
 Homogeneous (``data.shape == (1,)``) and per-synapse weights share a kernel (a
 runtime branch).  As in the Numba backend, float16 and bfloat16 (which Warp
@@ -38,8 +42,10 @@ __all__ = [
     "csrmm_warp",
     "binary_csrmv_warp",
     "binary_csrmm_warp",
+    "csr_sddmm_warp",
     "register",
     "csr_kernels",
+    "sddmm_kernels",
 ]
 
 _LOW_PRECISION = (np.dtype(np.float16), np.dtype(jnp.bfloat16))
@@ -185,6 +191,83 @@ def csr_kernels(compute_dt: str, index_dt: str, indptr_dt: str) -> dict:
     }
 
 
+@functools.lru_cache(maxsize=None)
+def sddmm_kernels(compute_dt: str, index_dt: str, indptr_dt: str) -> dict:
+    """Build (once per dtype signature) the two weight-gradient (SDDMM) Warp kernels.
+
+    Returns:
+        ``{"vec": kernel, "mat": kernel}``: ``r`` and ``q`` vectors or ``(rows, k)`` matrices.
+    """
+    import warp as wp
+
+    from ..warp_kernel import jaxtype_to_warptype
+
+    F = jaxtype_to_warptype(compute_dt)
+    I = jaxtype_to_warptype(index_dt)  # noqa: E741
+    P = jaxtype_to_warptype(indptr_dt)
+    module = wp.get_module(f"evjax_csr_sddmm_{compute_dt}_{index_dt}_{indptr_dt}")
+    opts = dict(enable_backward=False, module=module)
+    v1 = lambda t: wp.array(dtype=t, ndim=1)  # noqa: E731
+    v2 = lambda t: wp.array(dtype=t, ndim=2)  # noqa: E731
+
+    @wp.func(module=module)
+    def span(indptr: v1(P), i: int, nnz: int):
+        return wp.max(int(indptr[i]), 0), wp.min(int(indptr[i + 1]), nnz)
+
+    @wp.kernel(**opts)
+    def sddmm_vec(indices: v1(I), indptr: v1(P), r: v1(F), q: v1(F), g: v1(F)):
+        i = wp.tid()
+        ri = r[i]
+        if ri != F(0):  # silent rows cost nothing: their entries keep the zeros
+            a, b = span(indptr, i, indices.shape[0])
+            for k in range(a, b):
+                col = int(indices[k])
+                if col >= 0 and col < q.shape[0]:
+                    g[k] = ri * q[col]
+
+    @wp.kernel(**opts)
+    def sddmm_mat(indices: v1(I), indptr: v1(P), r: v2(F), q: v2(F), g: v1(F)):
+        i = wp.tid()
+        width = r.shape[1]
+        active = int(0)
+        for c in range(width):
+            if r[i, c] != F(0):
+                active += 1
+        if active > 0:
+            a, b = span(indptr, i, indices.shape[0])
+            for k in range(a, b):
+                col = int(indices[k])
+                if col >= 0 and col < q.shape[0]:
+                    acc = F(0)
+                    for c in range(width):
+                        acc += r[i, c] * q[col, c]
+                    g[k] = acc
+
+    return {"vec": sddmm_vec, "mat": sddmm_mat}
+
+
+def csr_sddmm_warp(outs, ins):
+    """Warp kernel generator for ``csr_sddmm_p``: ``g[k] = <r[row k], q[indices[k]]>``."""
+    from ..warp_kernel import warp_kernel
+
+    out = outs[0]
+    index_in, indptr_in, r_in, _ = ins
+    dtype = compute_dtype(out.dtype)
+    with _lock:
+        kernels = sddmm_kernels(str(dtype), str(np.dtype(index_in.dtype)), str(np.dtype(indptr_in.dtype)))
+    kernel = kernels["mat" if len(r_in.shape) == 2 else "vec"]
+    n_rows, nnz = int(r_in.shape[0]), int(out.shape[0])
+
+    def run(indices, indptr, r, q):
+        r = r if r.dtype == dtype else r.astype(dtype)  # events (bool) become 0/1
+        q = q if q.dtype == dtype else q.astype(dtype)
+        call = warp_kernel(kernel, [], launch_dims=(n_rows,), in_out_argnames=("g",))
+        (g,) = call(indices, indptr, r, q, jnp.zeros((nnz,), dtype))
+        return [g if g.dtype == out.dtype else g.astype(out.dtype)]
+
+    return run
+
+
 def _generator(kind: str, binary: bool):
     def generator(outs, ins, shape, transpose):
         from ..warp_kernel import warp_kernel
@@ -228,8 +311,9 @@ binary_csrmv_warp = _generator("mv", True)
 binary_csrmm_warp = _generator("mm", True)
 
 
-def register(csrmv_p=None, csrmm_p=None, binary_csrmv_p=None, binary_csrmm_p=None) -> None:
-    """Add the Warp generators as the ``"warp"`` backend (cpu and gpu) of the CSR ops.
+def register(csrmv_p=None, csrmm_p=None, binary_csrmv_p=None, binary_csrmm_p=None, csr_sddmm_p=None) -> None:
+    """Add the Warp generators as the ``"warp"`` backend (cpu and gpu) of the CSR ops
+    (and of ``csr_sddmm_p``, the weight gradient).
 
     With no arguments, the ops are taken from :mod:`evjax.primitives.csr`.
     Registering never imports Warp and never changes an op's default backend.
@@ -239,11 +323,13 @@ def register(csrmv_p=None, csrmm_p=None, binary_csrmv_p=None, binary_csrmm_p=Non
 
         csrmv_p, csrmm_p = csr.csrmv_p, csr.csrmm_p
         binary_csrmv_p, binary_csrmm_p = csr.binary_csrmv_p, csr.binary_csrmm_p
+        csr_sddmm_p = csr.csr_sddmm_p
     for op, generator in (
         (csrmv_p, csrmv_warp),
         (csrmm_p, csrmm_warp),
         (binary_csrmv_p, binary_csrmv_warp),
         (binary_csrmm_p, binary_csrmm_warp),
+        (csr_sddmm_p, csr_sddmm_warp),
     ):
         if op is not None:
             op.def_warp_kernel(generator, default=False)
