@@ -58,6 +58,19 @@ def compute_dtype(dtype) -> np.dtype:
     return np.dtype(np.float32) if dtype in _LOW_PRECISION else dtype
 
 
+def _module_setup(prefix: str, compute_dt: str, index_dt: str, indptr_dt: str):
+    """Warp types ``(F, I, P)`` of one dtype signature, its Warp module, the kernel options and
+    the 1-d / 2-d array annotations ``v1(t)``, ``v2(t)``."""
+    import warp as wp
+
+    from ..warp_kernel import jaxtype_to_warptype
+
+    module = wp.get_module(f"{prefix}_{compute_dt}_{index_dt}_{indptr_dt}")
+    types = tuple(jaxtype_to_warptype(dt) for dt in (compute_dt, index_dt, indptr_dt))
+    opts = dict(enable_backward=False, module=module)
+    return (*types, module, opts, lambda t: wp.array(dtype=t, ndim=1), lambda t: wp.array(dtype=t, ndim=2))
+
+
 @functools.lru_cache(maxsize=None)
 def csr_kernels(compute_dt: str, index_dt: str, indptr_dt: str) -> dict:
     """Build (once per dtype signature) the eight CSR Warp kernels in one Warp module.
@@ -69,16 +82,8 @@ def csr_kernels(compute_dt: str, index_dt: str, indptr_dt: str) -> dict:
     """
     import warp as wp
 
-    from ..warp_kernel import jaxtype_to_warptype
-
-    F = jaxtype_to_warptype(compute_dt)
-    I = jaxtype_to_warptype(index_dt)  # noqa: E741
-    P = jaxtype_to_warptype(indptr_dt)
+    F, I, P, module, opts, v1, v2 = _module_setup("evjax_csr", compute_dt, index_dt, indptr_dt)  # noqa: E741
     B = wp.bool
-    module = wp.get_module(f"evjax_csr_{compute_dt}_{index_dt}_{indptr_dt}")
-    opts = dict(enable_backward=False, module=module)
-    v1 = lambda t: wp.array(dtype=t, ndim=1)  # noqa: E731
-    v2 = lambda t: wp.array(dtype=t, ndim=2)  # noqa: E731
 
     @wp.func(module=module)
     def span(indptr: v1(P), i: int, nnz: int):
@@ -200,15 +205,7 @@ def sddmm_kernels(compute_dt: str, index_dt: str, indptr_dt: str) -> dict:
     """
     import warp as wp
 
-    from ..warp_kernel import jaxtype_to_warptype
-
-    F = jaxtype_to_warptype(compute_dt)
-    I = jaxtype_to_warptype(index_dt)  # noqa: E741
-    P = jaxtype_to_warptype(indptr_dt)
-    module = wp.get_module(f"evjax_csr_sddmm_{compute_dt}_{index_dt}_{indptr_dt}")
-    opts = dict(enable_backward=False, module=module)
-    v1 = lambda t: wp.array(dtype=t, ndim=1)  # noqa: E731
-    v2 = lambda t: wp.array(dtype=t, ndim=2)  # noqa: E731
+    F, I, P, module, opts, v1, v2 = _module_setup("evjax_csr_sddmm", compute_dt, index_dt, indptr_dt)  # noqa: E741
 
     @wp.func(module=module)
     def span(indptr: v1(P), i: int, nnz: int):
