@@ -212,6 +212,46 @@ def test_low_precision_properties(dtype):
 
 
 # ---------------------------------------------------------------------------
+# the weight-gradient op itself (csr_sddmm_p) under every transform
+# ---------------------------------------------------------------------------
+def sddmm_reference(shape):
+    """g[k] = <r[row k], q[indices[k]]> in jax.numpy (rows from indptr, as in dense_matrix)."""
+
+    def ref(indices, indptr, r, q):
+        rows = jnp.sum(jnp.arange(indices.shape[0])[:, None] >= indptr[None, 1:], axis=1)
+        r2, q2 = r.reshape(shape[0], -1), q.reshape(shape[1], -1)
+        return jnp.sum(r2[rows] * q2[indices], axis=1)
+
+    return ref
+
+
+def run_sddmm_case(seed, width, backend, skip=()):
+    """One random structure (empty rows possible) through the harness; r has zero rows (silent)."""
+    rng = np.random.default_rng(seed)
+    shape = (4, 3)
+    indices, indptr = random_structure(rng, *shape)
+    r_shape = (shape[0],) if width is None else (shape[0], width)
+    q_shape = (shape[1],) if width is None else (shape[1], width)
+    r = (rng.standard_normal(r_shape) * (rng.random(r_shape) < 0.6)).astype(np.float32)
+    q = rng.standard_normal(q_shape).astype(np.float32)
+    spec = OpSpec(
+        fn=lambda i, p, r, q: csr.csr_sddmm(i, p, r, q, shape=shape, backend=backend),
+        reference=sddmm_reference(shape),
+        diff_argnums=(2, 3),
+        batch_size=2,
+        name=f"csr_sddmm({backend})",
+    )
+    check_all(spec, (indices, indptr, r, q), skip=skip)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("width", [None, 2])
+def test_sddmm_properties(width, backend):
+    for seed in range(2):
+        run_sddmm_case(seed, width, backend, skip=() if backend == "numba" else REFERENCE_SKIP)
+
+
+# ---------------------------------------------------------------------------
 # direct scipy comparison at a moderate size (parallel kernel paths)
 # ---------------------------------------------------------------------------
 @pytest.mark.parametrize("homogeneous", [False, True])

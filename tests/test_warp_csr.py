@@ -17,7 +17,7 @@ import evjax  # noqa: E402
 from evjax.primitives import csr, csr_warp  # noqa: E402
 from evjax.testing import ALL_CHECKS, OpSpec, check_all  # noqa: E402
 from tests.test_csr_ops import (  # noqa: E402
-    SETTINGS, cases, dense_matrix, keep_spikes, op_fn, random_structure, reference, run_case,
+    SETTINGS, cases, dense_matrix, keep_spikes, op_fn, random_structure, reference, run_case, run_sddmm_case,
 )
 
 wp.config.quiet = True
@@ -197,6 +197,11 @@ def test_sddmm_warp_matches_numpy(width, index_dtype, n_rows, n_cols):
         with jax.enable_x64(index_dtype == np.int64):  # else JAX narrows int64 indices to int32
             got = csr.csr_sddmm(indices, indptr, r, q, shape=(n_rows, n_cols), backend="warp")
         np.testing.assert_allclose(got, _sddmm_numpy(indices, indptr, r, q), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("width", [None, 2])
+def test_sddmm_every_transform_warp(width):
+    run_sddmm_case(0, width, "warp")
 
 
 def test_sddmm_warp_empty_and_malformed():
