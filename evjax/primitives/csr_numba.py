@@ -5,6 +5,7 @@ functions (``prange`` loops only, see ``_PARALLEL``), so Numba compiles each onc
 machine code on disk; the XLA FFI handlers around them (see
 :mod:`evjax.backends.numba_cpu`) are cached the same way.  Shapes are read from
 the buffers at run time, so one compiled kernel serves every shape.
+The row-level loops they inline live in :mod:`evjax.primitives.csr_numba_rows`.
 
 Orientation of the stored matrix ``A`` (``n_rows x n_cols``):
 
@@ -43,10 +44,22 @@ import jax
 import jax.numpy as jnp
 import numba
 import numpy as np
-from numba import prange, types
-from numba.extending import overload
+from numba import prange
 
 from ..backends import numba_cpu
+from .csr_numba_rows import (  # the row loops the kernels inline
+    _active_work,
+    _balanced_rows,
+    _column,
+    _count_active,
+    _gather_row,
+    _numeric,
+    _scatter_rows,
+    _span,
+    _split_active_work,
+    _zero,
+    _zero_of,
+)
 
 __all__ = [
     "csrmv_generator",
@@ -72,231 +85,6 @@ _REASSOC = {"reassoc", "contract"}  # let LLVM vectorise the batch dot products
 # parallel regions, which would wake every thread even on the serial path.
 _PARALLEL = {"prange": True, "comprehension": False, "reduction": False, "inplace_binop": False,
              "setitem": False, "numpy": False, "stencil": False, "fusion": False}
-
-
-# ---------------------------------------------------------------------------
-# small helpers, inlined into the kernels by Numba (inline="always" gives every
-# specialisation the same, fully optimised loop)
-# ---------------------------------------------------------------------------
-# Synapse positions are unsigned (uint64): indexing with them skips Numba's
-# wrap-around of negative indices, which otherwise costs a compare per access
-# and keeps LLVM from turning zero-fills into memsets.  (uint64 + int64 is
-# float64 in Numba, hence the U1..U4 constants.)
-U0, U1, U2, U3, U4 = np.uint64(0), np.uint64(1), np.uint64(2), np.uint64(3), np.uint64(4)
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _span(indptr, i, nnz):
-    """Synapses ``[a, b)`` of row ``i``, unsigned, both ends clamped to ``[0, nnz]``."""
-    a = min(max(np.int64(indptr[i]), np.int64(0)), np.int64(nnz))
-    b = min(max(np.int64(indptr[i + 1]), np.int64(0)), np.int64(nnz))
-    return np.uint64(a), np.uint64(b)
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _zero(arr, lo, hi):
-    """``arr[lo:hi] = 0`` for a 1-d array, as a plain unsigned loop (LLVM makes it a
-    memset; Numba's slice assignment and signed loops are several times slower)."""
-    for k in range(np.uint64(lo), np.uint64(hi)):
-        arr[k] = 0
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _column(indices, k):
-    """Column of synapse ``k`` as unsigned: one compare ``< n`` also rejects negatives."""
-    return np.uint64(np.int64(indices[k]))
-
-
-@numba.njit(cache=True, nogil=True)
-def _balanced_rows(indptr, n_rows, nnz, parts):
-    """``parts + 1`` row boundaries that split the synapses evenly."""
-    bounds = np.empty(parts + 1, np.int64)
-    bounds[0] = 0
-    row = 0
-    for p in range(1, parts):
-        target = (nnz * p) // parts
-        while row < n_rows and indptr[row] < target:
-            row += 1
-        bounds[p] = row
-    bounds[parts] = n_rows
-    return bounds
-
-
-def _numeric(x):
-    """A bool array as its uint8 bytes (Numba's bool loads are slow); others unchanged."""
-    return x
-
-
-@overload(_numeric)
-def _numeric_overload(x):
-    if isinstance(x, types.Array) and isinstance(x.dtype, types.Boolean):
-        return lambda x: x.view(np.uint8)
-    return lambda x: x
-
-
-def _zero_of(arr):
-    """A zero scalar of ``arr``'s dtype (the accumulator type)."""
-    return arr.dtype.type(0)
-
-
-@overload(_zero_of)
-def _zero_of_overload(arr):
-    dtype = arr.dtype
-    # (``np.zeros(1, arr.dtype)[0]`` compiles to a slow loop in later
-    # specialisations of a kernel, Numba 0.68)
-    return lambda arr: dtype(0)
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _gather_row(data, indices, a, b, x, homogeneous, zero):
-    """``sum_k data[k] * x[indices[k]]`` over ``k in [a, b)``: four independent
-    accumulators (of ``zero``'s type) hide the latency of the additions."""
-    n = np.uint64(x.shape[0])
-    a0 = zero
-    a1 = zero
-    a2 = zero
-    a3 = zero
-    k = a
-    if homogeneous:
-        while k + U3 < b:
-            j0, j1, j2, j3 = _column(indices, k), _column(indices, k + U1), _column(indices, k + U2), \
-                _column(indices, k + U3)
-            if j0 < n:
-                a0 += x[j0]
-            if j1 < n:
-                a1 += x[j1]
-            if j2 < n:
-                a2 += x[j2]
-            if j3 < n:
-                a3 += x[j3]
-            k += U4
-        while k < b:
-            j0 = _column(indices, k)
-            if j0 < n:
-                a0 += x[j0]
-            k += U1
-        return ((a0 + a1) + (a2 + a3)) * data[0]
-    while k + U3 < b:
-        j0, j1, j2, j3 = _column(indices, k), _column(indices, k + U1), _column(indices, k + U2), \
-            _column(indices, k + U3)
-        if j0 < n:
-            a0 += data[k] * x[j0]
-        if j1 < n:
-            a1 += data[k + U1] * x[j1]
-        if j2 < n:
-            a2 += data[k + U2] * x[j2]
-        if j3 < n:
-            a3 += data[k + U3] * x[j3]
-        k += U4
-    while k < b:
-        j0 = _column(indices, k)
-        if j0 < n:
-            a0 += data[k] * x[j0]
-        k += U1
-    return (a0 + a1) + (a2 + a3)
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _scatter_row(data, indices, indptr, i, s, target, homogeneous):
-    """``target[indices[k]] += data[k] * s`` for the synapses ``k`` of row ``i``."""
-    n = np.uint64(target.shape[0])
-    a, b = _span(indptr, i, indices.shape[0])
-    if homogeneous:
-        w = data[0] * s
-        for k in range(a, b):
-            j = _column(indices, k)
-            if j < n:
-                target[j] += w
-    else:
-        for k in range(a, b):
-            j = _column(indices, k)
-            if j < n:
-                target[j] += data[k] * s
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _scatter_rows_values(data, indices, indptr, x, target, lo, hi, homogeneous):
-    """Rows ``[lo, hi)`` of the scatter, ``x`` of any numeric dtype: rows with ``x[i] == 0`` are skipped."""
-    for i in range(lo, hi):
-        s = x[i]
-        if s != 0:
-            _scatter_row(data, indices, indptr, i, s, target, homogeneous)
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _scatter_rows_bytes(data, indices, indptr, x, target, lo, hi, homogeneous):
-    """Rows ``[lo, hi)`` of the scatter for events as bytes: eight rows are tested at a time
-    (one 64-bit word), so silent stretches cost an eighth of a per-row test."""
-    one = data.dtype.type(1)
-    i = lo
-    head = min(hi, ((lo + 7) // 8) * 8)
-    while i < head:
-        if x[i] != 0:
-            _scatter_row(data, indices, indptr, i, one, target, homogeneous)
-        i += 1
-    n_words = (hi - i) // 8
-    if n_words > 0:
-        words = x[i:i + 8 * n_words].view(np.uint64)
-        for w in range(n_words):
-            if words[w] != 0:
-                for r in range(i + 8 * w, i + 8 * w + 8):
-                    if x[r] != 0:
-                        _scatter_row(data, indices, indptr, r, one, target, homogeneous)
-        i += 8 * n_words
-    while i < hi:
-        if x[i] != 0:
-            _scatter_row(data, indices, indptr, i, one, target, homogeneous)
-        i += 1
-
-
-def _scatter_rows(data, indices, indptr, x, target, lo, hi, homogeneous):
-    """``target[indices[k]] += data[k] * x[i]`` for the active rows ``i`` in ``[lo, hi)``."""
-    raise NotImplementedError("compiled by Numba only")
-
-
-@overload(_scatter_rows, inline="always")
-def _scatter_rows_overload(data, indices, indptr, x, target, lo, hi, homogeneous):
-    # events arrive as their uint8 bytes (see _numeric): test them a word at a time
-    if isinstance(x, types.Array) and x.dtype == types.uint8 and x.layout == "C":
-        return lambda data, indices, indptr, x, target, lo, hi, homogeneous: _scatter_rows_bytes(
-            data, indices, indptr, x, target, lo, hi, homogeneous)
-    return lambda data, indices, indptr, x, target, lo, hi, homogeneous: _scatter_rows_values(
-        data, indices, indptr, x, target, lo, hi, homogeneous)
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _count_active(x):
-    count = 0
-    for i in range(x.shape[0]):
-        count += x[i] != 0
-    return count
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _active_work(indptr, x):
-    """Synapses of the active rows (branch-free, unclamped: only used to split work)."""
-    work = 0
-    for i in range(x.shape[0]):
-        work += (x[i] != 0) * (np.int64(indptr[i + 1]) - np.int64(indptr[i]))
-    return work
-
-
-@numba.njit(cache=True, nogil=True)
-def _split_active_work(indptr, x, work, parts):
-    """Row boundaries of ``parts`` ranges with equal active work."""
-    n_rows = x.shape[0]
-    bounds = np.empty(parts + 1, np.int64)
-    bounds[0] = 0
-    done = 0
-    row = 0
-    for t in range(1, parts):
-        target = (work * t) // parts
-        while row < n_rows and done < target:
-            done += (x[row] != 0) * (np.int64(indptr[row + 1]) - np.int64(indptr[row]))
-            row += 1
-        bounds[t] = row
-    bounds[parts] = n_rows
-    return bounds
 
 
 # ---------------------------------------------------------------------------
@@ -334,21 +122,21 @@ def scatter_mv(pool, data, indices, indptr, x, out):
     _zero(out, 0, out.shape[0])
     threads = pool[0]
     expected = _count_active(x) * (nnz // max(n_rows, 1)) if threads > 1 else 0  # cheap: spikes only
-    if expected < SCATTER_PARALLEL_MIN_WORK // 2 or 4 * expected < n:
-        _scatter_rows(data, indices, indptr, x, out, 0, n_rows, homogeneous)
-        return
-    work = _active_work(indptr, x)  # exact: the synapses of the active rows
-    if work < SCATTER_PARALLEL_MIN_WORK or 4 * work < n:
+    serial = expected < SCATTER_PARALLEL_MIN_WORK // 2 or 4 * expected < n
+    work = 0
+    if not serial:
+        work = _active_work(indptr, x)  # exact: the synapses of the active rows
+        serial = work < SCATTER_PARALLEL_MIN_WORK or 4 * work < n
+    # (each _scatter_rows below inlines the unrolled row loop: two places only, for compile time)
+    if serial:
         _scatter_rows(data, indices, indptr, x, out, 0, n_rows, homogeneous)
         return
     # row ranges of equal active work, one per thread, each into its own copy of out
     bounds = _split_active_work(indptr, x, work, threads)
     private = np.zeros((threads - 1, n), out.dtype)
     for t in prange(threads):
-        if t == 0:
-            _scatter_rows(data, indices, indptr, x, out, bounds[0], bounds[1], homogeneous)
-        else:
-            _scatter_rows(data, indices, indptr, x, private[t - 1], bounds[t], bounds[t + 1], homogeneous)
+        target = out if t == 0 else private[t - 1]
+        _scatter_rows(data, indices, indptr, x, target, bounds[t], bounds[t + 1], homogeneous)
     for t in prange(threads):
         lo = (n * t) // threads
         hi = (n * (t + 1)) // threads
