@@ -237,11 +237,21 @@ def _file_has(path: str, text: str) -> bool:
 
 
 def _load_module(path: str, module_name: str, namespace: dict):
+    """Import the generated handler module, which compiles the handler and its kernel.
+
+    Numba's pedantic SSA check reports ``NumbaIRAssumptionWarning`` for ``while``
+    loops inside ``inline="always"`` helpers (as in the CSR kernels): the compiled
+    code is correct and the user can do nothing about it, so it is not shown.
+    """
+    from numba.core.errors import NumbaIRAssumptionWarning
+
     spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(spec)
     module.__dict__.update(namespace)
     sys.modules[module_name] = module
-    spec.loader.exec_module(module)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NumbaIRAssumptionWarning)
+        spec.loader.exec_module(module)
     return module
 
 
