@@ -148,6 +148,30 @@ def test_new_structure_same_shape_and_nnz_does_not_retrace():
     assert f._cache_size() == 1
 
 
+def test_pytree_round_trip_placeholders_and_rebuilt_structure_checks():
+    a = small(3)
+    for W in (evjax.CSR.from_scipy(a), evjax.CSR.from_scipy(a).T):
+        leaves, tree = jax.tree_util.tree_flatten(W)
+        assert [x.shape for x in leaves] == [(a.nnz,), (a.nnz,), (a.shape[0] + 1,)]
+        rebuilt = jax.tree_util.tree_unflatten(tree, leaves)
+        assert type(rebuilt) is type(W) and rebuilt.shape == W.shape
+        np.testing.assert_array_equal(np.asarray(rebuilt.todense()), np.asarray(W.todense()))
+        # JAX rebuilds pytrees from placeholders (vmap's in_axes, tree_map): no validation then
+        placeholders = jax.tree_util.tree_map(lambda x: object(), W)
+        assert type(placeholders) is type(W) and placeholders.shape == W.shape
+    W = evjax.CSR.from_scipy(a)
+    s = np.random.default_rng(0).random(a.shape[0]) < 0.5
+    # per-sample weights with a shared structure, the in_axes given as a CSR prefix
+    Ws = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(W), [jnp.stack([W.data, 2 * W.data]),
+                                                                          W.indices, W.indptr])
+    axes = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(W), [0, None, None])
+    out = jax.vmap(lambda W, s: s @ W, in_axes=(axes, None))(Ws, s)
+    np.testing.assert_allclose(np.asarray(out), np.stack([a.T @ s, 2 * (a.T @ s)]), rtol=1e-6)
+    # a structure that no longer describes a CSR (indices batched but declared shared) is refused
+    Wb = jax.vmap(lambda d: W.with_data(d))(jnp.stack([W.data, W.data]))  # vmap batches every leaf
+    with pytest.raises(ValueError, match="indices must be 1-d"):
+        jax.vmap(lambda W, s: s @ W, in_axes=(axes, None))(Wb, s)
+
 def test_kernels_compile_per_signature_not_per_shape():
     from evjax.backends import numba_cpu
 
