@@ -174,6 +174,18 @@ class _Compressed:
     indptr: jax.Array
     shape: tuple
 
+    def __init__(self, data, indices=None, indptr=None, *, shape, _from_tree: bool = False):
+        if _from_tree:  # rebuilt by JAX from its own leaves: no validation
+            self._set(data, indices, indptr, shape)
+            return
+        if indices is None and indptr is None:
+            data, indices, indptr = data
+        self._set(*self._validated(data, indices, indptr, shape))
+
+    def _validated(self, data, indices, indptr, shape) -> tuple:
+        """``(data, indices, indptr, shape)`` checked and normalised (per subclass)."""
+        raise NotImplementedError
+
     def _set(self, data, indices, indptr, shape) -> None:
         self.data, self.indices, self.indptr, self.shape = data, indices, indptr, tuple(shape)
 
@@ -257,15 +269,8 @@ class CSR(_Compressed):
         >>> I = BinaryArray(spikes) @ W      # event-driven, (n_post,)
     """
 
-    def __init__(self, data, indices=None, indptr=None, *, shape, _from_tree: bool = False):
-        if _from_tree:  # rebuilt by JAX from its own leaves
-            self._set(data, indices, indptr, shape)
-            return
-        if indices is None and indptr is None:
-            data, indices, indptr = data
-        self.data, self.indices, self.indptr, self.shape = _ops.validate_csr(
-            data, indices, indptr, shape, who=type(self).__name__
-        )
+    def _validated(self, data, indices, indptr, shape) -> tuple:
+        return _ops.validate_csr(data, indices, indptr, shape, who=type(self).__name__)
 
     @property
     def _stored_shape(self) -> tuple:
@@ -329,19 +334,14 @@ class CSC(_Compressed):
         shape: ``(n_rows, n_cols)``.
     """
 
-    def __init__(self, data, indices=None, indptr=None, *, shape, _from_tree: bool = False):
-        if _from_tree:  # rebuilt by JAX from its own leaves
-            self._set(data, indices, indptr, shape)
-            return
-        if indices is None and indptr is None:
-            data, indices, indptr = data
+    def _validated(self, data, indices, indptr, shape) -> tuple:
         shape = tuple(int(d) for d in shape)
         if len(shape) != 2:
             raise ValueError(f"CSC: shape must be (n_rows, n_cols), got {shape}")
-        self.data, self.indices, self.indptr, stored = _ops.validate_csr(
+        data, indices, indptr, stored = _ops.validate_csr(
             data, indices, indptr, shape[::-1], who="CSC (as the CSR of its transpose)"
         )
-        self.shape = stored[::-1]
+        return data, indices, indptr, stored[::-1]
 
     @property
     def _stored_shape(self) -> tuple:
