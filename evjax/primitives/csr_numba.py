@@ -199,6 +199,7 @@ def _scatter_samples(data, indices, indptr, xt, out_t, lo, hi, homogeneous):
 @numba.njit(parallel=_PARALLEL, cache=True, nogil=True)
 def scatter_mm_batch_major(pool, data, indices, indptr, xt, out_t):
     """``out_t[c] = A.T @ xt[c]`` for each sample ``c``; xt (K, n_rows), out_t (K, n_cols)."""
+    samples = xt  # as given: scatter_mv below then shares the vector kernel's signature (and its cache)
     xt = _numeric(xt)
     width = xt.shape[0]
     n_rows = xt.shape[1]
@@ -207,7 +208,7 @@ def scatter_mm_batch_major(pool, data, indices, indptr, xt, out_t):
     threads = pool[0]
     if 1 < width < threads:  # few samples: parallel inside each one
         for c in range(width):
-            scatter_mv(pool, data, indices, indptr, xt[c], out_t[c])
+            scatter_mv(pool, data, indices, indptr, samples[c], out_t[c])
         return
     active = 0
     if threads > 1:

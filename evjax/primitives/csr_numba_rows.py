@@ -1,6 +1,6 @@
 """Row-level loops of the Numba CSR kernels in :mod:`evjax.primitives.csr_numba`.
 
-Small ``@numba.njit(inline="always")`` helpers (and two ``@overload``-dispatched
+Small ``@numba.njit(inline="always")`` helpers (and three ``@overload``-dispatched
 ones), inlined into every kernel specialisation: clamped row spans, unsigned
 column reads, the gather dot product of one row, the scatter of one row or a
 range of active rows, and the work counts that decide how a scatter is split
@@ -211,45 +211,43 @@ def _scatter_row(data, indices, indptr, i, s, target, homogeneous):
         _scatter_span(data, indices, k, b, s, target, False)
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def _scatter_rows_values(data, indices, indptr, x, target, lo, hi, homogeneous):
-    """Rows ``[lo, hi)`` of the scatter, ``x`` of any numeric dtype: rows with ``x[i] == 0`` are skipped."""
-    for i in range(lo, hi):
-        s = x[i]
-        if s != 0:
-            _scatter_row(data, indices, indptr, i, s, target, homogeneous)
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _scatter_rows_bytes(data, indices, indptr, x, target, lo, hi, homogeneous):
-    """Rows ``[lo, hi)`` of the scatter for events as bytes: where eight rows are aligned
-    to a 64-bit word they are tested at once, so silent stretches cost an eighth of a
-    per-row test.  ``_scatter_row`` is inlined at one place only (compile time)."""
-    one = data.dtype.type(1)
-    words = x[:(x.shape[0] // 8) * 8].view(np.uint64)
-    i = lo
-    while i < hi:
-        if i % 8 == 0 and i + 8 <= hi and words[i // 8] == 0:
-            i += 8
-            continue
-        if x[i] != 0:
-            _scatter_row(data, indices, indptr, i, one, target, homogeneous)
-        i += 1
-
-
-def _scatter_rows(data, indices, indptr, x, target, lo, hi, homogeneous):
-    """``target[indices[k]] += data[k] * x[i]`` for the active rows ``i`` in ``[lo, hi)``."""
+def _event_words(x):
+    """Events (``x`` as uint8 bytes) as 64-bit words, eight rows each; any other ``x``: no words."""
     raise NotImplementedError("compiled by Numba only")
 
 
-@overload(_scatter_rows, inline="always")
-def _scatter_rows_overload(data, indices, indptr, x, target, lo, hi, homogeneous):
-    # events arrive as their uint8 bytes (see _numeric): test them a word at a time
+@overload(_event_words, inline="always")
+def _event_words_overload(x):
     if isinstance(x, types.Array) and x.dtype == types.uint8 and x.layout == "C":
-        return lambda data, indices, indptr, x, target, lo, hi, homogeneous: _scatter_rows_bytes(
-            data, indices, indptr, x, target, lo, hi, homogeneous)
-    return lambda data, indices, indptr, x, target, lo, hi, homogeneous: _scatter_rows_values(
-        data, indices, indptr, x, target, lo, hi, homogeneous)
+        return lambda x: x[:(x.shape[0] // 8) * 8].view(np.uint64)
+    return lambda x: np.empty(0, np.uint64)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _scatter_rows(data, indices, indptr, x, target, lo, hi, homogeneous):
+    """``target[indices[k]] += data[k] * x[i]`` for the active rows ``i`` in ``[lo, hi)``.
+
+    Rows with ``x[i] == 0`` are skipped.  For events (uint8 bytes, see
+    ``_numeric``) eight rows aligned to a 64-bit word are tested at once, so
+    silent stretches cost an eighth of a per-row test.
+
+    One plain inlined function for events and values alike: ``_scatter_row`` is
+    inlined once per call site, and Numba inlines this function before typing,
+    once per site (an ``@overload(inline="always")`` here was re-inlined at
+    every typing pass: about twice the compile time of a scatter kernel).
+    """
+    words = _event_words(x)
+    wordwise = words.shape[0] > 0
+    i = lo
+    while i < hi:
+        if wordwise and i % 8 == 0 and i + 8 <= hi and words[i // 8] == 0:
+            i += 8
+            continue
+        s = x[i]
+        if s != 0:
+            # (events: 1 in the weights' dtype; values already have that dtype)
+            _scatter_row(data, indices, indptr, i, data.dtype.type(s), target, homogeneous)
+        i += 1
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -261,11 +259,17 @@ def _count_active(x):
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
+def _row_work(indptr, x, i):
+    """Synapses of row ``i`` if it is active, else 0 (branch-free, unclamped: only used to split work)."""
+    return (x[i] != 0) * (np.int64(indptr[i + 1]) - np.int64(indptr[i]))
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
 def _active_work(indptr, x):
-    """Synapses of the active rows (branch-free, unclamped: only used to split work)."""
+    """Synapses of the active rows."""
     work = 0
     for i in range(x.shape[0]):
-        work += (x[i] != 0) * (np.int64(indptr[i + 1]) - np.int64(indptr[i]))
+        work += _row_work(indptr, x, i)
     return work
 
 
@@ -280,7 +284,7 @@ def _split_active_work(indptr, x, work, parts):
     for t in range(1, parts):
         target = (work * t) // parts
         while row < n_rows and done < target:
-            done += (x[row] != 0) * (np.int64(indptr[row + 1]) - np.int64(indptr[row]))
+            done += _row_work(indptr, x, row)
             row += 1
         bounds[t] = row
     bounds[parts] = n_rows
