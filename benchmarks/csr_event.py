@@ -7,7 +7,8 @@ Cases: n_pre = n_post = 4000 at p = 0.02 and 20000 at p = 0.01 (a fixed number
 of synapses per row), spike rates 1/5/20 %, homogeneous and per-synapse weights,
 one spike vector and a batch of 32.  Measured: the forward pass ``spikes @ W``,
 ``jit(grad)`` of ``sum(out**2)`` w.r.t. the weights, the float ``v @ W``, and
-the first ``jit(grad)`` call in a fresh process (Numba's disk cache warm).
+the first ``jit(grad)`` call in a fresh process (Numba's disk cache warm, and
+again with empty caches).
 
 Peers, timed in the same run and interleaved round by round (the machine is
 noisy; only ratios from one run mean anything): scipy, jax.experimental.sparse
@@ -35,6 +36,7 @@ import argparse
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 import warnings
@@ -429,12 +431,18 @@ FIRST_CALL = textwrap.dedent("""
 """)
 
 
-def first_call_seconds(lib: str, asynchronous: bool) -> float | None:
+def first_call_seconds(lib: str, asynchronous: bool, cold: bool = False) -> float | None:
+    """The first ``jit(grad)`` call in a fresh process: with Numba's and evjax's disk
+    caches warm (the second of two runs), or with both empty (``cold``)."""
     code = FIRST_CALL.format(root=os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."), lib=lib,
                              asynchronous=asynchronous)
     times = []
-    for _ in range(2):  # the first run may fill Numba's disk cache
-        res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    for _ in range(1 if cold else 2):  # the first warm run may fill the disk caches
+        env = dict(os.environ)
+        if cold:
+            env["NUMBA_CACHE_DIR"] = tempfile.mkdtemp(prefix="numba-cold-")
+            env["EVJAX_CACHE_DIR"] = tempfile.mkdtemp(prefix="evjax-cold-")
+        res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env)
         if res.returncode != 0:
             print(f"first-call run of {lib} failed:\n{res.stderr[-2000:]}")
             return None
@@ -608,6 +616,13 @@ def main(argv=None):
             emit(f"- {k}: {'failed' if v is None else f'{v:.2f} s'}")
         if first["evjax"] is not None:
             goals.append(("first jit(grad) call at n=4000 < 1.5 s", first["evjax"], 1.5))
+        emit()
+        emit("The same call with empty disk caches (NUMBA_CACHE_DIR and EVJAX_CACHE_DIR fresh): "
+             "every kernel of the forward and the gradient is compiled.")
+        emit()
+        for lib in first:
+            v = first_call_seconds(lib, asynchronous, cold=True)
+            emit(f"- {lib}: {'failed' if v is None else f'{v:.1f} s'}")
         emit()
 
     emit(f"Load average during the forward cases: {min(loads):.2f} to {max(loads):.2f}.")
