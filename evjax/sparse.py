@@ -192,9 +192,7 @@ class _Compressed:
     @classmethod
     def _make(cls, data, indices, indptr, shape):
         """An instance from trusted parts, without validation."""
-        obj = object.__new__(cls)
-        obj._set(data, indices, indptr, shape)
-        return obj
+        return cls(data, indices, indptr, shape=shape, _from_tree=True)
 
     @property
     def nnz(self) -> int:

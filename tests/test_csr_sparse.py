@@ -172,6 +172,7 @@ def test_pytree_round_trip_placeholders_and_rebuilt_structure_checks():
     with pytest.raises(ValueError, match="indices must be 1-d"):
         jax.vmap(lambda W, s: s @ W, in_axes=(axes, None))(Wb, s)
 
+
 def test_kernels_compile_per_signature_not_per_shape():
     from evjax.backends import numba_cpu
 
