@@ -33,6 +33,7 @@ any jitted call costs here before doing any work.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
@@ -439,10 +440,12 @@ def first_call_seconds(lib: str, asynchronous: bool, cold: bool = False) -> floa
     times = []
     for _ in range(1 if cold else 2):  # the first warm run may fill the disk caches
         env = dict(os.environ)
-        if cold:
-            env["NUMBA_CACHE_DIR"] = tempfile.mkdtemp(prefix="numba-cold-")
-            env["EVJAX_CACHE_DIR"] = tempfile.mkdtemp(prefix="evjax-cold-")
-        res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env)
+        with tempfile.TemporaryDirectory(prefix="evjax-cold-") if cold else contextlib.nullcontext() as empty:
+            if cold:
+                env["NUMBA_CACHE_DIR"] = os.path.join(empty, "numba")
+                env["EVJAX_CACHE_DIR"] = os.path.join(empty, "evjax")
+            res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                                 env=env)
         if res.returncode != 0:
             print(f"first-call run of {lib} failed:\n{res.stderr[-2000:]}")
             return None
