@@ -158,7 +158,7 @@ def _columns8(indices, k, n):
 def _scatter_span(data, indices, a, b, s, target, homogeneous):
     """``target[indices[k]] += data[k] * s`` for ``k in [a, b)``, one synapse at a time."""
     n = np.uint64(target.shape[0])
-    w = data[0] * s
+    w = data[0] * s if homogeneous else s  # (per-synapse data may be empty: no data[0] then)
     for k in range(a, b):
         j = _column(indices, k)
         if j < n:
