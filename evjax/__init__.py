@@ -1,17 +1,20 @@
 """evjax: JAX primitives for event-driven (spiking) computation, complete under
 ``jit``, ``grad``, ``jvp`` and ``vmap``.
+
+Importing evjax compiles nothing, clears no cache, imports neither Warp nor
+``numba.cuda`` and changes no setting of Numba: backends are imported, and
+kernels compiled, the first time an op needs them.
 """
-from . import config, rules
+from . import config, rules, surrogate
 from .config import set_backend, use_backend
+from .events import BinaryArray, EventArray
+from .numba_cuda_kernel import numba_cuda_callable, numba_cuda_kernel
 from .numba_kernel import numba_kernel
-from .numba_cuda_kernel import numba_cuda_callable, numba_cuda_kernel  # numba.cuda imported lazily
+from .primitives.csr import CSC, CSR, binary_csrmm, binary_csrmv, csr_sddmm, csrmm, csrmv
+from .primitives.neuron import detect_spikes, exp_trace, lif_step, spike
+from .surrogate import SURROGATES, Surrogate, surrogate_grad
+from .warp_kernel import jaxinfo_to_warpinfo, jaxtype_to_warptype, warp_kernel
 from .xla_custom_kernel import XLACustomKernel
-from .warp_kernel import jaxinfo_to_warpinfo, jaxtype_to_warptype, warp_kernel  # Warp imported lazily
-from . import surrogate  # noqa: E402  (neuron primitives)
-from .primitives.neuron import detect_spikes, exp_trace, lif_step, spike  # noqa: E402
-from .surrogate import SURROGATES, Surrogate, surrogate_grad  # noqa: E402
-from .primitives.csr import binary_csrmm, binary_csrmv, csr_sddmm, csrmm, csrmv  # noqa: E402
-from .sparse import CSC, CSR, BinaryArray, EventArray  # noqa: E402
 
 __version__ = "0.1.0"
 

@@ -13,6 +13,7 @@ try:  # jax >= 0.4.36
 except ImportError:  # pragma: no cover - older jax
     from jax.core import Primitive  # type: ignore
 
+from jax._src import config as _config
 from jax._src import core as _core
 from jax._src import dispatch as _dispatch
 
@@ -59,6 +60,20 @@ def output_aval(shape, dtype, avals_in):
         return ShapedArray(shape, dtype)
     return ShapedArray(shape, dtype, sharding=_core.get_cur_mesh_sharding(),
                        manual_axis_type=_core.ManualAxisType(varying=varying))
+
+
+def trace_state(name: str, default, help: str):
+    """A JAX config state whose value is part of ``jax.jit``'s cache key and trace context.
+
+    A function jitted under one value is retraced when called under another,
+    and each value keeps its own compiled version.  The state has a global value
+    (``state._set(value)``) and a thread-local one (``with state(value): ...``).
+    """
+    try:
+        return _config.string_or_object_state(name, default, help, include_in_jit_key=True,
+                                              include_in_trace_context=True)
+    except TypeError:  # pragma: no cover - a JAX whose helper takes fewer keywords
+        return _config.State(name, default, help, include_in_jit_key=True, include_in_trace_context=True)
 
 
 def apply_primitive(prim, *args, **params):

@@ -20,6 +20,7 @@ from typing import Any, Callable, Mapping, Sequence
 import jax
 import numpy as np
 
+from . import _kernel_compat
 from ._wrapper import (
     RawKernelCall,
     check_arity,
@@ -292,14 +293,14 @@ class NumbaCudaCallableCall(_CudaCall):
 
 def _check_cuda_kernel(kernel) -> None:
     kind = type(kernel).__name__
-    if kind not in ("CUDADispatcher", "FakeCUDAKernel"):
+    if not _kernel_compat.is_cuda_dispatcher(kernel):
         hint = " (for CPU kernels use evjax.numba_kernel)" if kind == "CPUDispatcher" else ""
         raise TypeError(
             f"numba_cuda_kernel expects a kernel decorated with @numba.cuda.jit, got {kind} "
             f"{getattr(kernel, '__name__', kernel)!r}{hint}. Decorate it: "
             f"`@cuda.jit def kernel(*inputs, *outputs): ...`."
         )
-    if getattr(kernel, "targetoptions", {}).get("device") or getattr(kernel, "_device", False):
+    if _kernel_compat.is_cuda_device_function(kernel):
         raise TypeError(
             f"numba_cuda_kernel: '{kernel.__name__}' is a device function (@cuda.jit(device=True)); it cannot be "
             f"launched. Call it from a @cuda.jit kernel and wrap that kernel."
@@ -398,7 +399,7 @@ def numba_cuda_callable(
     """
     if not callable(func):
         raise TypeError(f"numba_cuda_callable expects a Python function, got {type(func).__name__}")
-    if type(func).__name__ in ("CUDADispatcher", "FakeCUDAKernel"):
+    if _kernel_compat.is_cuda_dispatcher(func):
         raise TypeError(
             "numba_cuda_callable wraps a Python function that launches kernels (func(*ins, *outs, stream)); "
             "for a single @cuda.jit kernel use numba_cuda_kernel with grid/block or launch_dims."

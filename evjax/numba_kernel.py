@@ -6,6 +6,7 @@ from typing import Any, Callable, Mapping, Sequence
 import jax
 import numpy as np
 
+from . import _kernel_compat
 from ._wrapper import (
     RawKernelCall,
     check_arity,
@@ -25,11 +26,7 @@ VMAP_METHODS = ("sequential", "sequential_unrolled", "expand_dims", "broadcast_a
 
 
 def _check_njit(kernel) -> None:
-    try:
-        from numba.core.registry import CPUDispatcher
-    except ImportError as exc:  # pragma: no cover - numba is a dependency
-        raise ImportError("evjax.numba_kernel needs numba: `pip install numba`") from exc
-    if not isinstance(kernel, CPUDispatcher):
+    if not _kernel_compat.is_cpu_dispatcher(kernel):
         kind = type(kernel).__name__
         raise TypeError(
             f"numba_kernel expects a function decorated with @numba.njit, got {kind} "
@@ -40,11 +37,12 @@ def _check_njit(kernel) -> None:
 
 def _declared_signature_error(kernel, arg_types: list[tuple[np.dtype, int]]) -> str | None:
     """If the kernel was compiled with explicit signatures only, check against them."""
-    if getattr(kernel, "_can_compile", True) or not kernel.signatures:
+    signatures = _kernel_compat.declared_signatures(kernel)
+    if _kernel_compat.can_compile(kernel) or not signatures:
         return None
     from numba import types
 
-    for signature in kernel.signatures:
+    for signature in signatures:
         if len(signature) != len(arg_types):
             continue
         if all(
@@ -53,7 +51,7 @@ def _declared_signature_error(kernel, arg_types: list[tuple[np.dtype, int]]) -> 
         ):
             return None
     given = ", ".join(f"{dt}[{nd}d]" for dt, nd in arg_types)
-    declared = "; ".join(str(s) for s in kernel.signatures)
+    declared = "; ".join(str(s) for s in signatures)
     return (
         f"numba kernel '{kernel.__name__}' was declared with signatures ({declared}) but is called "
         f"with inputs+outputs ({given}). Pass arrays of the declared dtypes and ranks, or fix `outs`."

@@ -23,6 +23,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .dtypes import LOW_PRECISION
+
 __all__ = [
     "OpSpec",
     "tolerance",
@@ -121,7 +123,7 @@ class OpSpec:
 # helpers
 # ---------------------------------------------------------------------------
 def _is_low_precision(x) -> bool:
-    return hasattr(x, "dtype") and np.dtype(x.dtype) in (np.dtype(np.float16), np.dtype(jnp.bfloat16))
+    return hasattr(x, "dtype") and np.dtype(x.dtype) in LOW_PRECISION
 
 
 def _reference_call(spec: OpSpec, args):

@@ -10,7 +10,7 @@ from typing import Any, Callable, Sequence
 import jax
 import numpy as np
 
-from . import _compat
+from . import _compat, _kernel_compat
 from ._wrapper import RawKernelCall, not_differentiable_message
 from .backends import ffi_abi
 from .backends import warp as bridge
@@ -128,45 +128,30 @@ _compat.primitive_jvps[warp_call_p] = _no_jvp
 
 def _batch_rule(args, axes, **params):
     """Sequential vmap: one launch per example (correct for index-driven kernels)."""
-    results = params["results"]
-    batched = [i for i, a in enumerate(axes) if a is not None]
-    moved = [batching_rules.move_batch_axis(args[i], axes[i]) for i in batched]
-
-    def one(slices):
-        operands = list(args)
-        for i, value in zip(batched, slices):
-            operands[i] = value
-        return tuple(warp_call_p.bind(*operands, **params))
-
-    values = jax.lax.map(one, tuple(moved))
-    return list(values), [0] * len(results)
+    return batching_rules.sequential_batch(warp_call_p, args, axes, **params)
 
 
 _compat.primitive_batchers[warp_call_p] = _batch_rule
 
 
 def _kernel_dim(kernel) -> int:
-    dim = getattr(kernel.adj, "kernel_dim", None)
-    if dim is None:
-        kernel.adj.get_references()
-        dim = getattr(kernel.adj, "kernel_dim", 1)
-    return int(dim)
+    return _kernel_compat.warp_kernel_dim(kernel)
 
 
 # ---------------------------------------------------------------------------
 # The wrapper
 # ---------------------------------------------------------------------------
 def _check_kernel(kernel):
-    wp = bridge.import_warp()
-    if not isinstance(kernel, wp.Kernel):
+    bridge.import_warp()
+    if not _kernel_compat.warp_is_kernel(kernel):
         name = getattr(kernel, "__name__", repr(kernel))
         raise TypeError(
             f"warp_kernel expects a function decorated with @warp.kernel, got {type(kernel).__name__} "
             f"{name!r}. Decorate it: `@wp.kernel def k(x: wp.array(dtype=wp.float32), ...): ...` "
             f"(for Numba kernels use evjax.numba_kernel)."
         )
-    for arg in kernel.adj.args:
-        if not isinstance(arg.type, wp.array):
+    for arg in _kernel_compat.warp_params(kernel):
+        if not _kernel_compat.warp_is_array_type(arg.type):
             raise TypeError(
                 f"warp kernel '{kernel.key}': parameter '{arg.label}' is {_warp_type_name(arg.type)}; "
                 f"evjax passes JAX arrays only, so every parameter must be a wp.array. Pass a scalar "
@@ -185,7 +170,7 @@ class WarpKernelCall(RawKernelCall):
         self.kernel = kernel
         self.dims = dims
         self.check_launch_dims = check_launch_dims
-        params = kernel.adj.args
+        params = _kernel_compat.warp_params(kernel)
         names = [a.label for a in params]
         n_outs = len(outs)
         if n_outs > len(params):
@@ -212,23 +197,24 @@ class WarpKernelCall(RawKernelCall):
         return f"warp_kernel({self.kernel.key}, outs={list(self.outs)}, launch_dims={self.dims})"
 
     def _check_arg(self, kernel, k, value, what):
-        annotation = kernel.adj.args[k].type
+        label = _kernel_compat.warp_params(kernel)[k].label
+        annotation = _kernel_compat.warp_params(kernel)[k].type
         dt = np.dtype(value.dtype)
         if dt not in _WARP_NAMES:
             raise TypeError(
-                f"warp kernel '{kernel.key}': {what} '{kernel.adj.args[k].label}' has dtype {dt}, which Warp "
+                f"warp kernel '{kernel.key}': {what} '{label}' has dtype {dt}, which Warp "
                 f"cannot take. Supported: {', '.join(sorted(_WARP_NAMES.values()))}."
             )
         ndim = len(value.shape)
         if not 1 <= ndim <= 4:
             raise ValueError(
-                f"warp kernel '{kernel.key}': {what} '{kernel.adj.args[k].label}' has shape {tuple(value.shape)}; "
+                f"warp kernel '{kernel.key}': {what} '{label}' has shape {tuple(value.shape)}; "
                 f"Warp arrays have 1 to 4 dimensions (reshape scalars to (1,))."
             )
         lead_stride = int(np.prod(value.shape[1:], dtype=np.int64)) * dt.itemsize
         if lead_stride >= 2**31 or any(d >= 2**31 for d in value.shape):
             raise ValueError(
-                f"warp kernel '{kernel.key}': {what} '{kernel.adj.args[k].label}' of shape {tuple(value.shape)} "
+                f"warp kernel '{kernel.key}': {what} '{label}' of shape {tuple(value.shape)} "
                 f"is too large for Warp's int32 shapes and byte strides."
             )
         return dt, ndim, annotation
@@ -237,7 +223,7 @@ class WarpKernelCall(RawKernelCall):
         """Check the arguments against the kernel's annotations; the (possibly overloaded) kernel."""
         wp = bridge.import_warp()
         kernel = self.kernel
-        params = kernel.adj.args
+        params = _kernel_compat.warp_params(kernel)
         if len(args) != len(self.inputs):
             labels = [params[k].label for k in self.inputs]
             raise TypeError(
@@ -246,12 +232,12 @@ class WarpKernelCall(RawKernelCall):
             )
         values = {k: a for k, a in zip(self.inputs, args)}
         values.update({k: o for k, o in zip(self.pure_out, self.outs)})
-        if kernel.is_generic:
+        if _kernel_compat.warp_is_generic(kernel):
             types = []
             for k in range(len(params)):
                 dt, ndim, _ = self._check_arg(kernel, k, values[k], "argument")
                 types.append(wp.array(dtype=jaxtype_to_warptype(dt), ndim=ndim))
-            kernel = kernel.add_overload(types)
+            kernel = _kernel_compat.warp_specialize(kernel, types)
         for k in range(len(params)):
             what = "output" if k in self.pure_out else ("in-out argument" if k in self.in_out else "argument")
             dt, ndim, annotation = self._check_arg(kernel, k, values[k], what)
@@ -303,7 +289,7 @@ class WarpKernelCall(RawKernelCall):
             kernel=kernel,
             launch=self.dims,
             mask=mask,
-            n_params=len(kernel.adj.args),
+            n_params=len(_kernel_compat.warp_params(kernel)),
             results=results,
             aliases=aliases,
         )

@@ -3,13 +3,17 @@
 An op bundles
 
 * a JAX primitive with several results, whose abstract eval comes from ``outs``;
-* a table of backends per platform (``_kernels[platform][backend] = generator``),
-  a default per platform (``defaults``) and a pure-JAX ``reference``;
+* backends per platform: kernel generators registered with :meth:`def_kernel`
+  (or declared by an operator family and imported on first use, see
+  :meth:`declare_backends`), and a pure-JAX ``reference``;
 * kernel generators, called once per distinct signature (static params,
   ``outs``, input shapes and dtypes) and cached;
 * rule slots for JVP, transpose and batching.
 
-Fill it either by calling the ``def_*`` methods on an instance, or by
+:meth:`resolve_backend` is the one place that decides which backend runs; see
+:mod:`evjax.config` for the order.
+
+Fill an op either by calling the ``def_*`` methods on an instance, or by
 subclassing and defining ``reference``, ``jvp_rule``, ``transpose_rule`` and
 ``batching_rule`` as methods.
 """
@@ -18,21 +22,21 @@ from __future__ import annotations
 import functools
 import inspect
 import threading
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping
 
 import jax
 import numpy as np
 
-from . import _compat, config
+from . import _compat, config, registry
 from .outs import normalize_outs
 from .rules import ad as ad_rules
 from .rules import batching as batching_rules
 
-PLATFORMS = ("cpu", "gpu")
+PLATFORMS = registry.PLATFORMS
+REFERENCE = registry.REFERENCE
 _LOWERING_PLATFORMS = {"cpu": "cpu", "cuda": "gpu", "rocm": "gpu"}
-REFERENCE = "reference"
 
-__all__ = ["XLACustomKernel", "KernelGenerator"]
+__all__ = ["XLACustomKernel", "KernelGenerator", "REFERENCE", "PLATFORMS"]
 
 
 def call_with_accepted(fn: Callable, *args, **kwargs):
@@ -96,6 +100,13 @@ def _check_hashable(op_name: str, params: dict) -> None:
             ) from None
 
 
+def _is_snapshot(value) -> bool:
+    """Whether ``value`` is a choice recorded at trace time (see :func:`evjax.config.choices_snapshot`)."""
+    return isinstance(value, tuple) and all(
+        isinstance(e, tuple) and len(e) == 2 and e[0] in PLATFORMS for e in value
+    )
+
+
 class XLACustomKernel:
     """A JAX primitive with per-platform backends and explicit transform rules.
 
@@ -110,11 +121,17 @@ class XLACustomKernel:
     """
 
     def __init__(self, name: str):
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"XLACustomKernel: name must be a non-empty string, got {name!r}")
         self.name = name
         self.primitive = _compat.VaryingPrimitive(name)
         self.primitive.multiple_results = True
-        self._kernels: dict[str, dict[str, KernelGenerator]] = {}
-        self.defaults: dict[str, str] = {}
+        self._kernels: dict[str, dict[str, KernelGenerator]] = {}  # registered generators
+        self._modules: dict[str, dict[str, str]] = {}  # declared backend modules, imported on first use
+        self._candidates: dict[str, list[str]] = {}  # default candidates, in registration order
+        self._explicit: dict[str, str] = {}  # defaults named with default=True or set_default
+        self._chosen: dict[str, str] = {}  # defaults chosen lazily from the candidates
+        self._lock = threading.RLock()
         self._reference: Callable | None = None
         self._jvp_whole: Callable | None = None
         self._jvp_per_input: tuple[Callable | None, ...] | None = None
@@ -124,24 +141,55 @@ class XLACustomKernel:
         self._adopt_subclass_methods()
 
     def __repr__(self) -> str:
-        backends = {p: sorted(b) for p, b in self._kernels.items()}
-        return f"XLACustomKernel({self.name!r}, backends={backends}, defaults={self.defaults})"
+        backends = {p: self.backends(p) for p in PLATFORMS if self._has_any(p)}
+        return f"XLACustomKernel({self.name!r}, backends={backends})"
 
     # ------------------------------------------------------------------ backends
     def def_kernel(self, backend: str, platform: str, generator: Callable, *, default: bool | None = None):
         """Register ``generator`` as ``backend`` on ``platform`` ("cpu" or "gpu").
 
-        The first backend registered on a platform becomes its default unless
-        ``default=False``; ``default=True`` makes this one the default.
+        Args:
+            backend: the backend's name, e.g. ``"numba"`` or one of your own.
+            platform: ``"cpu"`` or ``"gpu"``.
+            generator: ``generator(outs=..., ins=..., **params) -> kernel`` (see
+                :class:`KernelGenerator`).
+            default: ``True`` makes it the platform's default; ``None`` makes it
+                a candidate (the first available candidate, in registration
+                order, is the default); ``False`` never makes it the default.
+
+        Raises:
+            TypeError: ``backend`` is not a string or ``generator`` not callable.
+            ValueError: an unknown platform, or ``"reference"`` (use :meth:`def_reference`).
         """
-        if platform not in PLATFORMS:
-            raise ValueError(f"op '{self.name}': unknown platform {platform!r}; use one of {PLATFORMS}")
+        if not isinstance(backend, str) or not backend:
+            raise TypeError(f"op '{self.name}': a backend name is a non-empty string, got {backend!r}")
+        if not isinstance(platform, str):
+            raise TypeError(f"op '{self.name}': platform must be 'cpu' or 'gpu', got {platform!r}")
+        platform = registry.platform_of(platform, who=f"op '{self.name}'")
         if backend == REFERENCE:
             raise ValueError(f"op '{self.name}': use def_reference for the pure-JAX reference backend")
-        self._kernels.setdefault(platform, {})[backend] = KernelGenerator(generator)
-        if default or (default is None and platform not in self.defaults):
-            self.defaults[platform] = backend
+        if not callable(generator):
+            raise TypeError(
+                f"op '{self.name}': the kernel generator of backend {backend!r} must be callable, "
+                f"got {type(generator).__name__}"
+            )
+        with self._lock:
+            self._kernels.setdefault(platform, {})[backend] = KernelGenerator(generator)
+            # a family's backend module registers with default=None: the declaration decides
+            if backend not in self._modules.get(platform, {}) or default is not None:
+                self._set_candidacy(platform, backend, default)
+        registry.note_backend_name(backend)
         return generator
+
+    def _set_candidacy(self, platform: str, backend: str, default: bool | None) -> None:
+        candidates = self._candidates.setdefault(platform, [])
+        if default is not False and backend not in candidates:
+            candidates.append(backend)
+        if default is False and backend in candidates:
+            candidates.remove(backend)
+        if default is True:
+            self._explicit[platform] = backend
+        self._chosen.pop(platform, None)
 
     def def_numba_kernel(self, generator: Callable, *, default: bool | None = None):
         """Register a Numba CPU kernel generator (backend ``"numba"``, platform cpu)."""
@@ -154,37 +202,177 @@ class XLACustomKernel:
     def def_warp_kernel(self, generator: Callable, *, default: bool | None = None):
         """Register a Warp kernel generator (backend ``"warp"``) for cpu and gpu.
 
-        On CPU it becomes the default only if no other CPU backend exists.
+        On CPU it is the default only where the op has no other CPU candidate
+        (Warp's CPU kernels run on one thread).
         """
-        self.def_kernel("warp", "cpu", generator, default=False if default is None else default)
-        if "cpu" not in self.defaults:
-            self.defaults["cpu"] = "warp"
+        self.def_kernel("warp", "cpu", generator, default=default)
         return self.def_kernel("warp", "gpu", generator, default=default)
 
     def def_reference(self, fn: Callable):
         """Register the pure-JAX reference: ``fn(*args, outs=..., **params)``.
 
         It runs on every platform, is the fallback when no backend is
-        registered, is selectable as ``backend="reference"`` and is the tests'
+        available, is selectable as ``backend="reference"`` and is the tests'
         oracle.
         """
+        if not callable(fn):
+            raise TypeError(f"op '{self.name}': the reference must be callable, got {type(fn).__name__}")
         self._reference = fn
         return fn
 
+    def declare_backends(self, package: str, table: Mapping[str, Mapping[str, bool]]) -> None:
+        """Declare an operator family's backend modules, imported the first time they are needed.
+
+        Args:
+            package: the family's package, e.g. ``"evjax.primitives.csr"``; the
+                module of backend ``b`` is ``f"{package}.{b}"`` and registers its
+                generators with :meth:`def_kernel` when imported.
+            table: ``{backend: {platform: is_default_candidate}}``, candidates
+                in order of preference.
+        """
+        with self._lock:
+            for backend, platforms in table.items():
+                for platform, candidate in platforms.items():
+                    platform = registry.platform_of(platform, who=f"op '{self.name}'")
+                    self._modules.setdefault(platform, {})[backend] = f"{package}.{backend}"
+                    self._set_candidacy(platform, backend, None if candidate else False)
+                registry.note_backend_name(backend)
+
     def set_default(self, platform: str, backend: str) -> None:
-        """Make ``backend`` the default on ``platform`` (clears JAX's compilation caches)."""
-        if backend != REFERENCE and backend not in self._kernels.get(platform, {}):
+        """Make ``backend`` the default on ``platform``.
+
+        Jitted functions are retraced on their next call (the change is part of
+        ``jax.jit``'s cache key); no cache is cleared.
+        """
+        platform = registry.platform_of(platform, who=f"op '{self.name}'")
+        if not self._has(platform, backend):
             raise ValueError(
-                f"op '{self.name}' has no backend {backend!r} on {platform}; "
-                f"registered: {sorted(self._kernels.get(platform, {}))}"
+                f"op '{self.name}' has no backend {backend!r} on {platform}; it has: {self.backends(platform)}"
             )
-        self.defaults[platform] = backend
-        jax.clear_caches()  # compiled calls made before chose their backend under the old default
+        with self._lock:
+            self._explicit[platform] = backend
+            self._chosen.pop(platform, None)
+        config.defaults_changed()
+
+    def _has_any(self, platform: str) -> bool:
+        return bool(self._kernels.get(platform) or self._modules.get(platform))
+
+    def _has(self, platform: str, backend: str) -> bool:
+        if backend == REFERENCE:
+            return self._reference is not None
+        return backend in self._kernels.get(platform, {}) or backend in self._modules.get(platform, {})
 
     def backends(self, platform: str) -> list[str]:
-        """The backends available on ``platform``, the reference included."""
-        names = sorted(self._kernels.get(platform, {}))
+        """The backends of this op on ``platform``, the reference last (installed or not)."""
+        platform = registry.platform_of(platform, who=f"op '{self.name}'")
+        names = sorted(set(self._kernels.get(platform, {})) | set(self._modules.get(platform, {})))
         return names + ([REFERENCE] if self._reference is not None else [])
+
+    def available_backends(self, platform: str) -> list[str]:
+        """The backends of this op that can run on ``platform`` here (their library is installed)."""
+        return [b for b in self.backends(platform) if registry.missing_library(b) is None]
+
+    def default_backend(self, platform: str) -> str:
+        """The op's default on ``platform``: the one named with ``default=True`` / :meth:`set_default`,
+        else the first candidate whose library is installed, else the reference.
+
+        The choice is made on first use (for the GPU: at the first lowering for
+        it), not at import.
+        """
+        platform = registry.platform_of(platform, who=f"op '{self.name}'")
+        with self._lock:
+            chosen = self._chosen.get(platform)
+            if chosen is None:
+                chosen = self._explicit.get(platform)
+                if chosen is None:
+                    ordered = sorted(self._candidates.get(platform, []),
+                                     key=lambda b: registry.default_rank(platform, b))
+                    chosen = next((b for b in ordered if registry.missing_library(b) is None), REFERENCE)
+                self._chosen[platform] = chosen
+            return chosen
+
+    @property
+    def defaults(self) -> dict[str, str]:
+        """``{platform: default backend}`` for each platform the op has a backend on."""
+        return {p: self.default_backend(p) for p in PLATFORMS if self._has_any(p)}
+
+    def resolve_backend(self, platform: str, requested: str | tuple | None = None) -> str:
+        """The backend this op runs on ``platform``: the one function that decides.
+
+        Args:
+            platform: ``"cpu"`` or ``"gpu"`` (``"cuda"``/``"rocm"`` mean gpu).
+            requested: a per-call ``backend=`` (a name, which must be available
+                here), or the choices recorded when the op was traced (see
+                :func:`evjax.config.choices_snapshot`), or ``None``.
+
+        Returns:
+            A backend name, or ``"reference"``.
+
+        Raises:
+            ValueError: a named backend the op lacks on ``platform``, or whose
+                library is not installed; the message lists what it has.
+            NotImplementedError: no backend at all for ``platform`` and no reference.
+        """
+        platform = registry.platform_of(platform, who=f"op '{self.name}'")
+        if isinstance(requested, str):
+            return self._usable(platform, requested, "backend=")
+        for entry_platform, name in requested or ():
+            if entry_platform == platform and name is not None and self._has(platform, name):
+                return self._usable(platform, name, "evjax.use_backend / evjax.set_backend")
+        name = self.default_backend(platform)
+        if name == REFERENCE and self._reference is None:
+            has = [p for p in PLATFORMS if self._has_any(p)]
+            raise NotImplementedError(
+                f"op '{self.name}' has no backend for platform '{platform}' and no reference (it has backends "
+                f"on: {has or 'no platform'}). Register one with def_numba_kernel / def_warp_kernel / "
+                f"def_numba_cuda_kernel, or def_reference."
+            )
+        return self._usable(platform, name, "the op's default")
+
+    def _usable(self, platform: str, name: str, how: str) -> str:
+        if not self._has(platform, name):
+            what = "reference implementation" if name == REFERENCE else f"backend {name!r}"
+            raise ValueError(
+                f"op '{self.name}' has no {what} on {platform} (chosen by {how}); available on {platform}: "
+                f"{self.available_backends(platform)}"
+            )
+        missing = registry.missing_library(name)
+        if missing is not None:
+            raise ValueError(
+                f"op '{self.name}': backend {name!r} (chosen by {how}) is not available on {platform}: {missing}. "
+                f"Available on {platform}: {self.available_backends(platform)}"
+            )
+        return name
+
+    def _generator(self, platform: str, name: str) -> KernelGenerator:
+        generator = self._kernels.get(platform, {}).get(name)
+        if generator is None:
+            module = self._modules.get(platform, {}).get(name)
+            if module is not None:
+                registry.load_backend_module(module)  # registers the family's generators
+                generator = self._kernels.get(platform, {}).get(name)
+            if generator is None:
+                raise RuntimeError(f"op '{self.name}': backend module {module!r} registered no {name!r} kernel")
+        return generator
+
+    def kernel_generator(self, platform: str, backend: str) -> Callable:
+        """The generator registered as ``backend`` on ``platform`` (importing a declared backend module)."""
+        platform = registry.platform_of(platform, who=f"op '{self.name}'")
+        if not self._has(platform, backend) or backend == REFERENCE:
+            raise ValueError(f"op '{self.name}' has no backend {backend!r} on {platform}: {self.backends(platform)}")
+        return self._generator(platform, backend).generator
+
+    def kernel_for(self, platform: str, backend: str | tuple | None, args_avals, outs, params) -> Callable:
+        """The function of arrays that implements the op for this signature."""
+        return self._kernel(platform, backend, args_avals, outs, params)[1]
+
+    def _kernel(self, platform, backend, args_avals, outs, params) -> tuple[str, Callable]:
+        name = self.resolve_backend(platform, backend)
+        outs = tuple(outs)
+        if name == REFERENCE:
+            return name, functools.partial(call_with_accepted, self._reference, outs=outs, **params)
+        ins = tuple(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args_avals)
+        return name, self._generator(platform, name)(outs, ins, params)
 
     # --------------------------------------------------------------------- rules
     def def_jvp_rule(self, rule: Callable):
@@ -242,31 +430,31 @@ class XLACustomKernel:
         """
         return self.bind(*args, outs=outs, backend=backend, **params)
 
-    def bind(self, *args, outs, backend: str | None = None, **params) -> list:
-        """Same as calling the op."""
+    def bind(self, *args, outs, backend: str | tuple | None = None, **params) -> list:
+        """Same as calling the op.
+
+        ``backend`` is a per-call choice (a name), or, as rules pass it on to
+        the ops they bind, the choices recorded when the calling op was traced.
+        Without one, the :func:`evjax.use_backend` / :func:`evjax.set_backend`
+        choices in force now are recorded.
+        """
         outs, _ = normalize_outs(outs, who=f"op '{self.name}'")
         _check_hashable(self.name, params)
-        if backend is not None:
-            self._check_backend_known(backend)
-        else:  # a global/context choice applies only where this op has that backend
-            chosen = config.get_backend()
-            if chosen is not None and chosen in self._all_backends():
-                backend = chosen
+        if backend is None:
+            backend = config.choices_snapshot()
+        elif isinstance(backend, str):
+            self._check_known(backend)
+        elif not _is_snapshot(backend):
+            raise TypeError(f"op '{self.name}': backend must be a backend name or None, got {backend!r}")
         return self.primitive.bind(*args, outs=outs, backend=backend, **params)
 
-    def _all_backends(self) -> set[str]:
-        known = {b for table in self._kernels.values() for b in table}
-        return known | ({REFERENCE} if self._reference is not None else set())
-
-    def _check_backend_known(self, backend: str) -> None:
-        known = self._all_backends()
-        if backend == REFERENCE and self._reference is None:
-            raise ValueError(f"op '{self.name}' has no reference implementation; define one with def_reference")
-        if backend != REFERENCE and backend not in known:
+    def _check_known(self, backend: str) -> None:
+        registry.check_backend_name(backend, who=f"op '{self.name}'")
+        if not any(self._has(p, backend) for p in PLATFORMS):
+            has = {p: self.backends(p) for p in PLATFORMS if self._has_any(p)}
             raise ValueError(
-                f"op '{self.name}' has no backend {backend!r}. Registered: "
-                f"{ {p: sorted(t) for p, t in self._kernels.items()} }"
-                f"{' and reference' if self._reference else ''}."
+                f"op '{self.name}' has no backend {backend!r}. Its backends: {has}"
+                f"{'' if self._reference is not None else ' (and no reference)'}."
             )
 
     # ---------------------------------------------------------- JAX machinery
@@ -286,35 +474,8 @@ class XLACustomKernel:
     def _abstract_eval(*avals, outs, **params):
         return [_compat.output_aval(o.shape, o.dtype, avals) for o in outs]
 
-    def _choose_backend(self, platform: str, requested: str | None) -> str:
-        table = self._kernels.get(platform, {})
-        if requested is not None:
-            if requested == REFERENCE or requested in table:
-                return requested
-            raise ValueError(
-                f"op '{self.name}': backend {requested!r} is not available on {platform}; "
-                f"available there: {self.backends(platform)}"
-            )
-        default = self.defaults.get(platform)
-        if default is not None:
-            return default
-        if self._reference is not None:
-            return REFERENCE
-        raise NotImplementedError(
-            f"op '{self.name}' has no backend for platform '{platform}' and no reference. Register one "
-            f"with def_numba_kernel / def_warp_kernel / def_numba_cuda_kernel, or def_reference."
-        )
-
-    def kernel_for(self, platform: str, backend: str | None, args_avals, outs, params) -> Callable:
-        """The function of arrays that implements the op for this signature."""
-        name = self._choose_backend(platform, backend)
-        if name == REFERENCE:
-            return functools.partial(call_with_accepted, self._reference, outs=outs, **params)
-        ins = tuple(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args_avals)
-        return self._kernels[platform][name](outs, ins, params)
-
     def _lower(self, platform, ctx, *args, outs, backend, **params):
-        kernel = self.kernel_for(platform, backend, ctx.avals_in, outs, params)
+        name, kernel = self._kernel(platform, backend, ctx.avals_in, outs, params)
         expected = [(tuple(o.shape), np.dtype(o.dtype)) for o in outs]
 
         def run(*arrays):
@@ -322,8 +483,7 @@ class XLACustomKernel:
             got = [(tuple(r.shape), np.dtype(r.dtype)) for r in results]
             if got != expected:
                 raise TypeError(
-                    f"op '{self.name}': the {backend or 'default'} kernel returned {got}, but `outs` "
-                    f"promised {expected}"
+                    f"op '{self.name}': the {name} kernel returned {got}, but `outs` promised {expected}"
                 )
             return results
 

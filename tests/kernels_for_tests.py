@@ -95,3 +95,18 @@ DTYPES = [
     np.complex64,
     np.complex128,
 ]
+
+
+def make_add_one():
+    """A kernel factory: each call returns a new function object of the same content
+    (as a factory called twice, or a notebook cell run again)."""
+
+    @numba.njit
+    def add_one(x, out):
+        for i in range(out.size):
+            out[i] = x[i] + 1.0
+
+    return add_one
+
+
+add_one_kernel = make_add_one()

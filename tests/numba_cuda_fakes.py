@@ -15,6 +15,7 @@ LAUNCH_T = ctypes.CFUNCTYPE(
 )
 STATUS_T = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
 PTR_T = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)
+HANDLER_T = PTR_T  # XLA_FFI_Error* handler(XLA_FFI_CallFrame*)
 
 
 def address(cfunc) -> int:
@@ -139,7 +140,7 @@ class Frame:
 
 
 def call_handler(handler_address: int, frame: Frame) -> int:
-    return int(ffi_abi.HANDLER_CFUNCTYPE(handler_address)(frame.address) or 0)
+    return int(HANDLER_T(handler_address)(frame.address) or 0)
 
 
 def duck_device_array(shape, dtype, pointer: int):

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 import evjax
 from evjax.primitives import csr
+from evjax.primitives.csr import numba as csr_numba
 from evjax.testing import OpSpec, check_all
 
 BACKENDS = ("numba", "reference")
@@ -266,7 +267,7 @@ def test_against_scipy_parallel_sizes(homogeneous):
         (np.float32(0.7), a.indices, a.indptr), shape=a.shape)
     s = rng.random(1200) < 0.8
     S = rng.random((6, 1200)) < 0.5
-    assert np.diff(a.indptr)[s].sum() > csr.csr_numba.SCATTER_PARALLEL_MIN_WORK  # the parallel paths run
+    assert np.diff(a.indptr)[s].sum() > csr_numba.SCATTER_PARALLEL_MIN_WORK  # the parallel paths run
     x = rng.standard_normal(500).astype(np.float32)
     X = rng.standard_normal((500, 4)).astype(np.float32)
     af = a.astype(np.float64)

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 import evjax
 from evjax.primitives import neuron
+from evjax.primitives.neuron import numba as neuron_numba
 from evjax.surrogate import smooth_step
 from evjax.testing import OpSpec, check_all, property_test
 
@@ -174,7 +175,7 @@ def test_surrogate_aliases_and_object():
 # ---------------------------------------------------------------------------
 # forward semantics against plain numpy (seed 000 section 6 / seed 001 section 8)
 # ---------------------------------------------------------------------------
-@pytest.mark.parametrize("size", [7, neuron.PARALLEL_MIN_SIZE + 3])  # serial and parallel kernels
+@pytest.mark.parametrize("size", [7, neuron_numba.PARALLEL_MIN_SIZE + 3])  # serial and parallel kernels
 def test_lif_forward_matches_numpy(size):
     rng = np.random.default_rng(size)
     v = rng.uniform(-75, -50, size).astype(np.float32)
@@ -200,7 +201,7 @@ def test_lif_integrates_and_fires():
     assert counts[0] == 0 and 0 < counts[1] < counts[2]
 
 
-@pytest.mark.parametrize("size", [6, neuron.PARALLEL_MIN_SIZE + 1])
+@pytest.mark.parametrize("size", [6, neuron_numba.PARALLEL_MIN_SIZE + 1])
 def test_detect_and_trace_match_numpy(size):
     rng = np.random.default_rng(1)
     v = rng.uniform(-75, -50, size).astype(np.float32)

@@ -14,9 +14,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from evjax.backends import ffi_abi
+from evjax.backends import ffi_abi, ffi_core
 from evjax.backends import numba_cuda as bridge
-from evjax.backends import numba_cuda_cfunc as cfunc
+from evjax.backends import numba_cuda_launch as launch
 
 sys.path.insert(0, os.path.dirname(__file__))
 from numba_cuda_fakes import (  # noqa: E402
@@ -39,19 +39,19 @@ def _frame(handler, api, arrays, **kwargs) -> Frame:
 
 def _build(driver: FakeDriver, *, grid=(2, 1, 1), block=(128, 1, 1), shared=64, context=0, describe=None):
     values, slots = bridge.pack_plan(SPECS, 2)
-    plan = cfunc.LaunchPlan(
+    plan = launch.LaunchPlan(
         tuple(values), tuple(slots), grid, block, shared, 0x1234, context, address(driver.launch),
         address(driver.get_current), address(driver.push), address(driver.pop),
     )
-    return cfunc.build(plan, describe or (lambda status: f"kernel 'k' failed: CUresult {status}"))
+    return launch.build(plan, describe or (lambda status: f"kernel 'k' failed: CUresult {status}"))
 
 
 def test_array_params_match_numpy_layout():
     for shape, dtype in [((7,), np.float32), ((3, 4), np.float64), ((2, 3, 5), np.int8), ((), np.float32)]:
         a = np.empty(shape, dtype)
-        assert cfunc.array_params(shape, a.itemsize) == [0, 0, a.size, a.itemsize, 0, *a.shape, *a.strides]
+        assert launch.array_params(shape, a.itemsize) == [0, 0, a.size, a.itemsize, 0, *a.shape, *a.strides]
     # empty arrays: C strides as Numba computes them for device arrays
-    assert cfunc.array_params((0, 3), 4) == [0, 0, 0, 4, 0, 0, 3, 12, 4]
+    assert launch.array_params((0, 3), 4) == [0, 0, 0, 4, 0, 0, 3, 12, 4]
 
 
 def test_packing_equals_numbas_own():
@@ -69,24 +69,23 @@ def test_packing_equals_numbas_own():
 
 
 def test_xla_passes_an_int64_attribute_as_a_scalar_pointer():
-    """The ABI the compiled handler relies on to find its plan, seen from a real XLA call."""
+    """The ABI the compiled handlers rely on to find their attribute, seen from a real XLA call: the
+    trampoline of a PythonHandler found its callback through it, and the callback sees it too."""
     seen = []
 
     def run(frame):
         words = (ctypes.c_int64 * 21).from_address(frame)
         n, types_, attrs = words[ffi_abi.FRAME_ATTRS_SIZE // 8], words[144 // 8], words[ffi_abi.FRAME_ATTRS // 8]
         scalar = ctypes.c_int64.from_address(attrs).value
-        value = ctypes.c_int64.from_address(ctypes.c_int64.from_address(scalar + cfunc.SCALAR_VALUE).value).value
+        value = ctypes.c_int64.from_address(ctypes.c_int64.from_address(scalar + ffi_abi.SCALAR_VALUE).value).value
         seen.append((n, ctypes.c_int32.from_address(types_).value, ctypes.c_int32.from_address(scalar).value, value))
         return 0
 
-    handler = bridge.PythonHandler("attribute probe", run)
-    bridge.register("evjax_test_attribute_probe", handler.address, "cpu")
+    handler = ffi_core.PythonHandler("attribute probe", run, platform="cpu")
     out = jax.ShapeDtypeStruct((2,), jnp.float32)
-    call = jax.ffi.ffi_call("evjax_test_attribute_probe", out, vmap_method="sequential")
-    jax.block_until_ready(jax.jit(lambda x: call(x, **{cfunc.PLAN_ATTRIBUTE: np.int64(0x7F12_3456_7890)}))(
-        jnp.ones(2, jnp.float32)))
-    assert seen == [(1, 3, ffi_abi.FFI_DTYPE_CODES[np.dtype(np.int64)], 0x7F12_3456_7890)]
+    call = jax.ffi.ffi_call(handler.target_name, out, vmap_method="sequential")
+    jax.block_until_ready(jax.jit(lambda x: call(x, **handler.attributes))(jnp.ones(2, jnp.float32)))
+    assert seen == [(1, 3, ffi_abi.FFI_DTYPE_CODES[np.dtype(np.int64)], handler.callback_address)]
     _KEEP.append(handler)
 
 
@@ -171,7 +170,8 @@ def test_python_launch_path_launches_the_overload_on_the_stream():
     run = bridge.PythonLaunch(FakeOverload(), HostViews(SPECS), 2, 1, (3, 1, 1), (32, 1, 1), 16,
                               stream_of=ffi_abi.get_stream, wrap_stream=lambda s: ("stream", s))
     handler = bridge.PythonHandler("numba_cuda_kernel 'k'", run)
-    assert call_handler(handler.address, Frame(FakeApi(stream=0x42), arrays[:2], arrays[2:])) == 0
+    frame = Frame(FakeApi(stream=0x42), arrays[:2], arrays[2:], attributes=handler.attributes)
+    assert call_handler(handler.address, frame) == 0
     assert launched == [((3, 1, 1), (32, 1, 1), ("stream", 0x42), 16)]
     np.testing.assert_array_equal(arrays[2], arrays[0] * 2)
 
@@ -183,8 +183,11 @@ def test_python_handler_turns_exceptions_into_xla_errors():
     api = FakeApi()
     arrays = _arrays()
     handler = bridge.PythonHandler("numba_cuda_kernel 'k'", run)
-    assert call_handler(handler.address, Frame(api, arrays[:2], arrays[2:])) == 0xE001
+    assert call_handler(handler.address, Frame(api, arrays[:2], arrays[2:], attributes=handler.attributes)) == 0xE001
     assert api.messages == ["evjax: numba_cuda_kernel 'k' raised ValueError: bad launch config"]
+    # without its attribute the trampoline reports that, and runs nothing
+    assert call_handler(handler.address, Frame(api, arrays[:2], arrays[2:])) == 0xE002
+    assert "without its 'evjax_callback' attribute" in api.messages[-1]
 
 
 def test_callable_handler_runs_under_jit_through_xla():
@@ -203,7 +206,7 @@ def test_callable_handler_runs_under_jit_through_xla():
         views=HostViews, stream_of=lambda frame: (0x99, 0), wrap_stream=lambda s: ("stream", s),
     )
     outs = [jax.ShapeDtypeStruct((6,), jnp.float32)] * 2
-    call = jax.jit(lambda x, y: jax.ffi.ffi_call(handler.target_name, outs)(x, y)[0])
+    call = jax.jit(lambda x, y: jax.ffi.ffi_call(handler.target_name, outs)(x, y, **handler.attributes)[0])
     x = jnp.arange(6, dtype=jnp.float32)
     np.testing.assert_allclose(call(x, x + 1), 3 * np.arange(6) + 1)
     assert seen == [("stream", 0x99)]
@@ -217,7 +220,8 @@ def test_callable_handler_errors_reach_python():
         broken, [((4,), np.float32)], [((4,), np.float32)], "numba_cuda_callable 'broken'", platform="cpu",
         views=HostViews, stream_of=lambda frame: (0, 0), wrap_stream=lambda s: s,
     )
-    call = jax.jit(lambda x: jax.ffi.ffi_call(handler.target_name, jax.ShapeDtypeStruct((4,), jnp.float32))(x))
+    out = jax.ShapeDtypeStruct((4,), jnp.float32)
+    call = jax.jit(lambda x: jax.ffi.ffi_call(handler.target_name, out)(x, **handler.attributes))
     with pytest.raises(Exception, match="numba_cuda_callable 'broken' raised RuntimeError: kernel config rejected"):
         jax.block_until_ready(call(jnp.ones(4, jnp.float32)))
 
@@ -244,7 +248,7 @@ def test_compiled_handler_reads_its_plan_through_xla():
     handler would launch there) -- so the plan was found through the call's attribute."""
     driver = FakeDriver(n_params=len(bridge.pack_plan(SPECS, 2)[0]))
     empty, real = _build(driver, grid=(0, 1, 1)), _build(driver)
-    bridge.register("evjax_test_compiled_on_cpu", empty.address, "cpu")
+    jax.ffi.register_ffi_target("evjax_test_compiled_on_cpu", jax.ffi.pycapsule(empty.address), platform="cpu")
     out = jax.ShapeDtypeStruct((3, 4), jnp.float32)
     call = jax.ffi.ffi_call("evjax_test_compiled_on_cpu", out)
     x, y = jnp.ones((3, 4), jnp.float32), jnp.ones(5, jnp.int64 if jax.config.jax_enable_x64 else jnp.int32)

@@ -176,7 +176,7 @@ def test_raw_kernel_has_no_derivative():
 
 @pytest.mark.parametrize("n_rows, k", [(0, 4), (7, 1), (5, 3), (10_000_000, 64), (3, 100_000)])
 def test_csr_mm_launch_covers_the_output_within_cuda_limits(n_rows, k):
-    from evjax.primitives.csr_numba_cuda import mm_launch
+    from evjax.primitives.csr.numba_cuda import mm_launch
 
     grid, block = mm_launch(n_rows, k)
     grid3, block3 = launch_config(grid=grid, block=block)  # raises beyond CUDA's limits
@@ -207,10 +207,9 @@ def test_ffi_plumbing_under_jit_and_vmap_with_host_handlers(monkeypatch):
         specs = list(in_specs) + list(out_specs)
         run = bridge.PythonLaunch(AddInto(), HostViews(specs), len(in_specs), len(out_specs), grid, block,
                                   shared_mem, stream_of=lambda frame: (0, 0), wrap_stream=lambda s: s)
-        handler = bridge.PythonHandler(who, run)
-        name = f"evjax_test_host_kernel_{len(_keep_alive)}"
-        bridge.register(name, handler.address, "cpu")
-        _keep_alive.append(bridge.Handler(name, "python", handler.address, [handler]))
+        handler = bridge.PythonHandler(who, run, platform="cpu")
+        _keep_alive.append(bridge.Handler(handler.target_name, "python", handler.address, [handler],
+                                          handler.attributes))
         return _keep_alive[-1]
 
     monkeypatch.setattr(bridge, "callable_handler", callable_on_cpu)

@@ -6,8 +6,6 @@ test is skipped where NVVM cannot be loaded.
 """
 from __future__ import annotations
 
-import itertools
-
 import pytest
 
 from evjax.backends import numba_cuda as bridge
@@ -28,27 +26,68 @@ def _nvvm_available() -> bool:
 
 pytestmark = pytest.mark.skipif(not _nvvm_available(), reason="NVVM (CUDA toolkit compiler) not found")
 
+# (compute dtype, index dtype, event dtype or None for float operands)
+CASES = [
+    ("float32", "int32", None),
+    ("float64", "int64", None),
+    ("float32", "int32", "boolean"),
+    ("float64", "int64", "boolean"),
+    ("float32", "int64", "float32"),
+    ("float64", "int32", "float64"),
+]
 
-CASES = [("float32", h, e) for h, e in itertools.product([False, True], [False, True])] + [("float64", False, True)]
+
+def _compile(kernel, sig):
+    from numba import cuda
+
+    ptx, _ = cuda.compile_ptx(kernel.py_func, tuple(sig), cc=(9, 0))
+    assert ".entry" in ptx
+    return ptx
 
 
-@pytest.mark.parametrize("acc, homogeneous, event", CASES)
-def test_csr_kernels_compile_to_ptx(acc, homogeneous, event):
-    from numba import cuda, types
+@pytest.mark.parametrize("compute, index, event", CASES)
+def test_csr_kernels_compile_to_ptx(compute, index, event):
+    from numba import types
 
-    from evjax.primitives.csr_numba_cuda import csr_cuda_kernels
+    from evjax.primitives.csr.numba_cuda import KERNELS
 
-    accty = getattr(types, acc)
-    index = types.int32 if acc == "float32" else types.int64
-    dense = types.boolean if event else accty
-    for name, kernel in csr_cuda_kernels(acc, homogeneous, event).items():
-        ndim = 1 if name.startswith("mv") else 2
-        sig = [types.Array(accty, 1, "C"), types.Array(index, 1, "C"), types.Array(index, 1, "C"),
-               types.Array(dense, ndim, "C")]
-        if name.endswith("scatter"):
-            sig.append(types.Array(accty, ndim, "C"))
-        sig.append(types.Array(accty, ndim, "C"))
-        ptx, _ = cuda.compile_ptx(kernel.py_func, tuple(sig), cc=(8, 0))
-        assert ".entry" in ptx
-        if name.endswith("scatter"):
-            assert "atom.global.add" in ptx or "red.global.add" in ptx
+    f = getattr(types, compute)
+    i = getattr(types, index)
+    for kind in ("mv", "mm"):
+        ndim = 1 if kind == "mv" else 2
+        dense = getattr(types, event) if event else f
+        for transpose in (False, True):
+            kernel = KERNELS[(kind, event is not None, transpose)]
+            sig = [types.Array(f, 1, "C"), types.Array(i, 1, "C"), types.Array(i, 1, "C"),
+                   types.Array(dense, ndim, "C")]
+            if transpose:
+                sig.append(types.Array(f, ndim, "C"))  # the zero-filled input the output aliases
+            sig.append(types.Array(f, ndim, "C"))
+            ptx = _compile(kernel, sig)
+            if transpose:
+                assert "atom.global.add" in ptx or "red.global.add" in ptx, kernel.__name__
+            elif kind == "mv":
+                assert ".shared" in ptx and "bar.sync" in ptx, kernel.__name__
+
+
+def test_all_eight_matmul_kernels_are_in_the_table():
+    from evjax.primitives.csr.numba_cuda import KERNELS
+
+    assert set(KERNELS) == {(k, e, t) for k in ("mv", "mm") for e in (False, True) for t in (False, True)}
+    assert len({kernel.__name__ for kernel in KERNELS.values()}) == 8
+
+
+@pytest.mark.parametrize("compute, index", [("float32", "int32"), ("float64", "int64"), ("float32", "int64")])
+def test_sddmm_kernels_compile_to_ptx(compute, index):
+    from numba import types
+
+    from evjax.primitives.csr.numba_cuda import SDDMM_KERNELS
+
+    f = getattr(types, compute)
+    i = getattr(types, index)
+    for name, kernel in SDDMM_KERNELS.items():
+        ndim = 1 if name == "vec" else 2
+        sig = (types.Array(i, 1, "C"), types.Array(i, 1, "C"), types.Array(f, ndim, "C"),
+               types.Array(f, ndim, "C"), types.Array(f, 1, "C"), types.Array(f, 1, "C"))
+        ptx = _compile(kernel, sig)
+        assert "st.global" in ptx, name

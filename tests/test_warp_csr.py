@@ -3,8 +3,12 @@
 Reuses the CSR property cases of ``tests/test_csr_ops.py`` (random structures
 with empty rows, nnz 0, duplicate columns; homogeneous and per-synapse
 weights; every transform of the harness) with the Warp kernels of
-:mod:`evjax.primitives.csr_warp`.
+:mod:`evjax.primitives.csr.warp` (registered on the ops when it is imported).
 """
+import os
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -14,7 +18,8 @@ from hypothesis import given, settings
 wp = pytest.importorskip("warp")
 
 import evjax  # noqa: E402
-from evjax.primitives import csr, csr_warp  # noqa: E402
+from evjax.primitives import csr  # noqa: E402
+from evjax.primitives.csr import warp as csr_warp  # noqa: E402  (importing it registers the kernels)
 from evjax.testing import ALL_CHECKS, OpSpec, check_all  # noqa: E402
 from tests.test_csr_ops import (  # noqa: E402
     SETTINGS, cases, dense_matrix, keep_spikes, op_fn, random_structure, reference, run_case, run_sddmm_case,
@@ -28,7 +33,7 @@ NOT_FORWARD = tuple(c for c in ALL_CHECKS if c != "forward")
 def test_warp_is_a_registered_backend_of_every_csr_op():
     for op in OPS:
         assert "warp" in op.backends("cpu") and "warp" in op.backends("gpu")
-        assert op.defaults["cpu"] != "warp"  # registering Warp never changes the CPU default
+        assert op.defaults["cpu"] == "numba"  # Warp is never the CPU default
 
 
 def fixed_case(rank, transpose, event, homogeneous, seed=0, float_spikes=False):
@@ -165,10 +170,26 @@ def test_larger_problem_against_scipy():
     np.testing.assert_allclose(got, af.T @ X, rtol=2e-5, atol=2e-4)
 
 
-def test_register_is_idempotent_and_keeps_defaults():
-    before = [dict(op.defaults) for op in OPS]
-    csr_warp.register(*OPS)
-    assert [dict(op.defaults) for op in OPS] == before
+def test_importing_the_warp_module_registers_and_keeps_defaults():
+    ops = OPS + (csr.csr_sddmm_p,)
+    for op in ops:
+        assert "warp" in op.backends("cpu") and "warp" in op.backends("gpu")
+    # the generators are registered by the import (the ops only declared the module)
+    assert csr.csrmv_p.kernel_generator("cpu", "warp") is csr_warp.csrmv_warp
+    assert csr.csr_sddmm_p.kernel_generator("gpu", "warp") is csr_warp.csr_sddmm_warp
+    # in a fresh process: the ops do not import the module, and importing it changes no default
+    code = (
+        "import sys\n"
+        "from evjax.primitives import csr\n"
+        "assert 'evjax.primitives.csr.warp' not in sys.modules\n"
+        "ops = (csr.csrmv_p, csr.csrmm_p, csr.binary_csrmv_p, csr.binary_csrmm_p, csr.csr_sddmm_p)\n"
+        "before = [op.defaults for op in ops]\n"
+        "from evjax.primitives.csr import warp\n"
+        "after = [op.defaults for op in ops]\n"
+        "assert after == before and all(d['cpu'] == 'numba' for d in after), (before, after)\n"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=root, env={**os.environ, "JAX_PLATFORMS": "cpu"})
 
 
 # ---------------------------------------------------------------------------
@@ -231,7 +252,8 @@ def test_weight_gradient_runs_on_warp_and_matches_reference(batched):
     want, _ = grad_on("reference")
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     sddmm = [e for e in jaxpr.jaxpr.eqns if e.primitive.name == "evjax_csr_sddmm"]
-    assert sddmm and sddmm[0].params["backend"] == "warp"
+    # the op records the use_backend choice made at trace time; it resolves to Warp
+    assert sddmm and csr.csr_sddmm_p.resolve_backend("cpu", sddmm[0].params["backend"]) == "warp"
 
 
 def test_sddmm_warp_is_registered_and_gpu_default():

@@ -104,9 +104,8 @@ class FakeXla:
 
 
 def _handler(name):
-    from evjax.backends import warp_handlers
-
-    return ctypes.CFUNCTYPE(VP, VP)(getattr(warp_handlers, name).address)
+    """The compiled handler: the shared FFI prologue, then evjax.backends.warp_launch's CPU or CUDA launch."""
+    return ctypes.CFUNCTYPE(VP, VP)(bridge.handler_address("cpu" if name == "cpu_handler" else "CUDA"))
 
 
 def _array_t(address):

@@ -1,12 +1,11 @@
-"""Decoding the typed XLA FFI call frame, shared by every backend bridge.
+"""The typed XLA FFI call frame: offsets, dtype codes, and a ``ctypes`` decoder.
 
 The offsets are those of ``xla/ffi/api/c_api.h`` on LP64 platforms (checked
-against jaxlib's shipped header, API 0.x).  Two views of the same ABI live here:
-
-* Numba intrinsics (``load_i64`` ...) for handlers that are compiled code, so a
-  call runs no Python at all;
-* a ``ctypes`` decoder (:func:`decode_frame`) for the rare Python paths: error
-  reporting and backends whose launch needs Python.
+against jaxlib's shipped header, API 0.x).  Compiled handlers read the frame
+with :mod:`evjax.backends.intrinsics` and share the prologue of
+:mod:`evjax.backends.ffi_core`; the ``ctypes`` view here (:func:`decode_frame`,
+:func:`get_stream`) serves the rare paths that run Python: describing a
+kernel's exception and Numba CUDA's Python launch path.
 """
 from __future__ import annotations
 
@@ -51,8 +50,14 @@ API_VERSION_MAJOR = 32
 API_VERSION_MINOR = 36
 API_ERROR_CREATE = 48
 API_STREAM_GET = 80
+API_DEVICE_ORDINAL_GET = 184
 ERROR_CREATE_ARGS_SIZE = 28  # XLA_FFI_STRUCT_SIZE(XLA_FFI_Error_Create_Args, errc)
 STREAM_GET_ARGS_SIZE = 32  # XLA_FFI_STRUCT_SIZE(XLA_FFI_Stream_Get_Args, stream)
+DEVICE_ORDINAL_GET_ARGS_SIZE = 28  # XLA_FFI_STRUCT_SIZE(XLA_FFI_DeviceOrdinal_Get_Args, device_ordinal)
+
+# --- Attributes ---------------------------------------------------------------
+SCALAR_VALUE = 8  # offset of ``void* value`` in XLA_FFI_Scalar {int32 dtype; void* value}
+FFI_DTYPE_CODES_S64 = 5  # XLA_FFI_DataType of int64
 ERRC_INVALID_ARGUMENT = 3
 ERRC_INTERNAL = 13
 
@@ -135,68 +140,17 @@ def decode_frame(frame: int) -> tuple[list[BufferView], list[BufferView]]:
     )
 
 
-class _ErrorCreateArgs(ctypes.Structure):
-    _fields_ = [
-        ("struct_size", ctypes.c_size_t),
-        ("extension_start", ctypes.c_void_p),
-        ("message", ctypes.c_char_p),
-        ("errc", ctypes.c_int32),
-    ]
-
-
-_ERROR_CREATE = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)
-
-
-def make_error(frame: int, message: str, errc: int = ERRC_INTERNAL) -> int:
-    """Create an ``XLA_FFI_Error*`` carrying ``message`` through the frame's API."""
-    api = _i64(frame + FRAME_API)
-    create = _ERROR_CREATE(_i64(api + API_ERROR_CREATE))
-    args = _ErrorCreateArgs(ERROR_CREATE_ARGS_SIZE, None, message.encode("utf-8", "replace"), errc)
-    return int(create(ctypes.addressof(args)) or 0)
-
-
-class _StreamGetArgs(ctypes.Structure):
-    _fields_ = [
-        ("struct_size", ctypes.c_size_t),
-        ("extension_start", ctypes.c_void_p),
-        ("ctx", ctypes.c_void_p),
-        ("stream", ctypes.c_void_p),
-    ]
-
-
 _STREAM_GET = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)
+_STREAM_ARGS = ctypes.c_int64 * 4  # XLA_FFI_Stream_Get_Args {struct_size, extension_start, ctx, stream}
+_stream_getters: dict[int, object] = {}
 
 
 def get_stream(frame: int) -> tuple[int, int]:
-    """Return ``(stream, error)`` for the frame's execution context (GPU only)."""
+    """``(stream, error)`` of the frame's execution context (``XLA_FFI_Stream_Get``; GPU only)."""
     api = _i64(frame + FRAME_API)
-    args = _StreamGetArgs(STREAM_GET_ARGS_SIZE, None, _i64(frame + FRAME_CTX), None)
-    err = _STREAM_GET(_i64(api + API_STREAM_GET))(ctypes.addressof(args))
-    return int(args.stream or 0), int(err or 0)
-
-
-def answer_metadata_query(frame: int, traits: int = 0) -> bool:
-    """Fill the metadata extension if this call is XLA's metadata query."""
-    from .._compat import ffi_api_header_version
-
-    ext = _i64(frame + FRAME_EXTENSION_START)
-    if ext == 0 or _i32(ext + EXT_TYPE) != EXT_TYPE_METADATA:
-        return False
-    metadata = _i64(ext + EXT_METADATA_PTR)
-    api = _i64(frame + FRAME_API)
-    if api:
-        major, minor = _i32(api + API_VERSION_MAJOR), _i32(api + API_VERSION_MINOR)
-    else:
-        major, minor = ffi_api_header_version()
-    ctypes.c_int32.from_address(metadata + METADATA_API_MAJOR).value = major
-    ctypes.c_int32.from_address(metadata + METADATA_API_MINOR).value = minor
-    ctypes.c_uint32.from_address(metadata + METADATA_TRAITS).value = traits
-    return True
-
-
-def frame_stage(frame: int) -> int:
-    return _i32(frame + FRAME_STAGE)
-
-
-# Signature of a C handler: XLA_FFI_Error* handler(XLA_FFI_CallFrame*).
-HANDLER_CFUNCTYPE = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)
+    getter = _stream_getters.get(api)
+    if getter is None:
+        getter = _stream_getters[api] = _STREAM_GET(_i64(api + API_STREAM_GET))
+    args = _STREAM_ARGS(STREAM_GET_ARGS_SIZE, 0, _i64(frame + FRAME_CTX), 0)
+    error = getter(ctypes.addressof(args))
+    return int(args[3]), int(error or 0)

@@ -1,32 +1,32 @@
 """Numba CPU bridge: ``@numba.njit`` kernels called from JAX through the XLA FFI.
 
-For every (kernel, argument types) signature we generate a small Python module
-holding a ``@numba.cfunc`` that *is* the FFI handler.  It decodes the typed call
-frame with the intrinsics of :mod:`evjax.backends.numba_abi`, wraps each buffer
-as a zero-copy array and calls the kernel, so a call from jitted JAX code runs
-no Python.  Only the error path (a kernel that raised) enters Python, to
-recover the exception's message and hand it to XLA.
+For every (kernel, argument types) signature :func:`get_handler` makes a
+handler with :func:`evjax.backends.ffi_core.compile_handler`: after the shared
+prologue it wraps each buffer of the call frame as a zero-copy array and calls
+the kernel, so a call from jitted JAX code runs no Python.  Only the error
+path (a kernel that raised) enters Python, to recover the exception's message.
 
-The generated module lives in the evjax cache folder, which lets Numba cache the
-handler on disk (``cache=True``) when the kernel itself is cacheable.
+Handlers are named by content (the kernel's source, closure and options), so
+the same kernel wrapped twice, or re-defined by running a notebook cell again,
+shares one registered handler, and Numba caches it on disk when the kernel
+itself is cacheable.
 """
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import inspect
+import marshal
 import os
-import sys
 import threading
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import jax
 import numpy as np
 
-from .. import _compat
-from . import ffi_abi
+from .. import _kernel_compat
+from . import ffi_abi, ffi_core
 
 # Numba's type names are numpy's, except for bool.
 NUMBA_TYPE_NAMES = {
@@ -34,72 +34,23 @@ NUMBA_TYPE_NAMES = {
     for dt in ffi_abi.COMMON_KERNEL_DTYPES + (np.dtype(np.complex64), np.dtype(np.complex128))
 }
 
-# Bump when the generated handler code changes, so stale disk caches are never reused.
-HANDLER_FORMAT = 2
-
 _lock = threading.RLock()
-_handlers: dict[tuple, "CompiledHandler"] = {}
-_by_key: dict[int, "CompiledHandler"] = {}
+_handlers: dict[tuple, "CompiledHandler"] = {}  # (kernel object, signature) -> handler
+_by_target: dict[str, "CompiledHandler"] = {}  # content-named target -> handler
 
 
 def cache_dir() -> str:
     """The evjax cache folder (``$EVJAX_CACHE_DIR``, else ``~/.cache/evjax``)."""
-    root = os.environ.get("EVJAX_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "evjax"
-    )
-    os.makedirs(root, exist_ok=True)
-    return root
-
-
-# ---------------------------------------------------------------------------
-# Threading layer: never let numba's `workqueue` layer abort the process.
-# ---------------------------------------------------------------------------
-_THREADSAFE: bool | None = None
-
-
-def threadsafe_layer_available() -> bool:
-    """Whether a thread-safe numba threading layer (omp or tbb) can be used.
-
-    Numba's ``workqueue`` layer aborts the whole process when two threads run
-    parallel kernels at once, which XLA does routinely.  When the user forced
-    ``workqueue`` (or neither OpenMP nor TBB loads), evjax compiles
-    ``parallel=True`` kernels serially instead.
-    """
-    global _THREADSAFE
-    if _THREADSAFE is None:
-        from numba import config
-
-        forced = os.environ.get("NUMBA_THREADING_LAYER", "").strip().lower()
-        if forced == "workqueue":
-            _THREADSAFE = False
-        else:
-            _THREADSAFE = False
-            for module in ("numba.np.ufunc.omppool", "numba.np.ufunc.tbbpool"):
-                try:
-                    importlib.import_module(module)
-                    _THREADSAFE = True
-                    break
-                except Exception:  # noqa: BLE001 - any failure means "not usable"
-                    continue
-            if _THREADSAFE and forced in ("", "default"):
-                config.THREADING_LAYER = "threadsafe"
-    return _THREADSAFE
-
-
-def _serial_clone(kernel):
-    """Recompile a ``parallel=True`` kernel without parallelism."""
-    import numba
-
-    options = dict(kernel.targetoptions)
-    options["parallel"] = False
-    options.pop("cache", None)  # the on-disk cache entry belongs to the parallel build
-    options.pop("nopython", None)
-    return numba.njit(**options)(kernel.py_func)
+    return ffi_core.cache_dir()
 
 
 def prepare_kernel(kernel):
-    """The kernel to compile: itself, or a serial clone where threads are unsafe."""
-    if kernel.targetoptions.get("parallel") and not threadsafe_layer_available():
+    """The kernel to compile: itself, or a serial clone where Numba has no thread-safe layer.
+
+    The threading layer is chosen here, where the first parallel kernel is
+    compiled, never at import (see :func:`evjax._kernel_compat.threadsafe_layer`).
+    """
+    if _kernel_compat.kernel_options(kernel).get("parallel") and not _kernel_compat.threadsafe_layer():
         warnings.warn(
             f"numba has no thread-safe threading layer (omp/tbb) here; evjax runs the parallel "
             f"kernel '{kernel.__name__}' serially. Install tbb (`pip install tbb`) or OpenMP "
@@ -107,19 +58,11 @@ def prepare_kernel(kernel):
             RuntimeWarning,
             stacklevel=3,
         )
-        return _serial_clone(kernel)
-    # A parallel kernel (or one that calls a parallel function) loaded from
-    # numba's disk cache and called from the handler, not through its
-    # dispatcher, finds numba's thread pool not started and crashes: start it.
-    from numba.np.ufunc import parallel
-
-    parallel._launch_threads()
+        return _kernel_compat.serial_clone(kernel)
+    _kernel_compat.launch_numba_threads()  # serial kernels may call parallel ones
     return kernel
 
 
-# ---------------------------------------------------------------------------
-# Handler generation
-# ---------------------------------------------------------------------------
 @dataclass
 class CompiledHandler:
     """One compiled FFI handler for a kernel at one argument signature."""
@@ -136,16 +79,24 @@ class CompiledHandler:
 
 
 def _kernel_fingerprint(kernel) -> tuple[str, bool]:
-    """(fingerprint, cacheable) of a kernel's source, closure and options."""
+    """(fingerprint, cacheable) of a kernel's code, closure and options.
+
+    Two kernel objects of the same content (a factory called twice, a notebook
+    cell run again) get the same fingerprint, hence one handler.  The code is
+    its source where Python can find it, else its compiled code object; a
+    kernel is cacheable on disk only when its source lives in a file.  As in
+    Numba's own cache, the values of globals the kernel reads are not part of
+    it: they are frozen when the kernel compiles.
+    """
     import numba
 
     py_func = kernel.py_func
     try:
-        source = inspect.getsource(py_func)
+        code = inspect.getsource(py_func)
         filename = inspect.getsourcefile(py_func) or ""
         mtime = os.path.getmtime(filename) if os.path.exists(filename) else 0.0
     except (OSError, TypeError):
-        return f"{id(kernel)}", False
+        code, filename, mtime = marshal.dumps(py_func.__code__).hex(), "", 0.0
     cacheable = bool(filename) and os.path.exists(filename) and "<" not in filename
     closure = []
     for cell in py_func.__closure__ or ():
@@ -154,39 +105,17 @@ def _kernel_fingerprint(kernel) -> tuple[str, bool]:
             closure.append(repr(value))
         else:
             cacheable = False
-            closure.append(f"<{type(value).__name__}@{id(value)}>")
-    options = sorted((k, repr(v)) for k, v in kernel.targetoptions.items())
-    text = "\n".join([
-        source, filename, repr(mtime), repr(closure), repr(options), numba.__version__,
-        f"format={HANDLER_FORMAT}", f"threadsafe={threadsafe_layer_available()}",
-    ])
+            closure.append(f"<{type(value).__name__}@{id(value)}>")  # alive as long as the handler
+    options = sorted((k, repr(v)) for k, v in _kernel_compat.kernel_options(kernel).items())
+    text = "\n".join([code, filename, repr(mtime), repr(closure), repr(options), numba.__version__])
     return hashlib.sha1(text.encode()).hexdigest(), cacheable
 
 
-def _buffer_lines(kind: str, index: int, dtype: np.dtype, rank: int) -> list[str]:
-    name = f"{kind}{index}"
-    dims = f"{name}_dims"
-    shape = "(" + "".join(f"load_i64({dims}, {8 * d}), " for d in range(rank)) + ")"
-    table = "args" if kind == "a" else "rets"
-    return [
-        f"    {name}_buf = to_voidptr(load_i64({table}, {8 * index}))",
-        f"    {dims} = to_voidptr(load_i64({name}_buf, {ffi_abi.BUFFER_DIMS}))",
-        f"    {name} = numba.carray(typed_pointer(load_i64({name}_buf, {ffi_abi.BUFFER_DATA}), "
-        f"types.{NUMBA_TYPE_NAMES[dtype]}), {shape})",
-    ]
-
-
-def _module_source(in_types, out_types, cache: bool, traits: int) -> str:
+def _handler_source(in_types, out_types, cache: bool) -> tuple[str, str]:
+    """``(preamble, body)`` of a handler calling ``KERNEL`` on the frame's buffers."""
     names = [f"a{i}" for i in range(len(in_types))] + [f"r{i}" for i in range(len(out_types))]
     arglist = ", ".join(names)
-    major, minor = _compat.ffi_api_header_version()
-    lines = [
-        "# Generated by evjax.backends.numba_cpu: an XLA FFI handler as a numba cfunc.",
-        "import numba",
-        "from numba import types",
-        "from evjax.backends.numba_abi import load_i64, load_i32, store_i32, to_voidptr, typed_pointer",
-        "from evjax.backends.numba_cpu import report_kernel_error",
-        "",
+    preamble = "\n".join([
         f"@numba.njit(cache={cache}, nogil=True)",
         f"def guarded({arglist}):",
         "    try:",
@@ -194,65 +123,28 @@ def _module_source(in_types, out_types, cache: bool, traits: int) -> str:
         "    except Exception:",
         "        return 1",
         "    return 0",
-        "",
-        f"@numba.cfunc(types.voidptr(types.voidptr), cache={cache}, nogil=True)",
-        "def handler(frame):",
-        f"    ext = load_i64(frame, {ffi_abi.FRAME_EXTENSION_START})",
-        f"    if ext != 0 and load_i32(to_voidptr(ext), {ffi_abi.EXT_TYPE}) == {ffi_abi.EXT_TYPE_METADATA}:",
-        f"        metadata = to_voidptr(load_i64(to_voidptr(ext), {ffi_abi.EXT_METADATA_PTR}))",
-        f"        api = load_i64(frame, {ffi_abi.FRAME_API})",
-        f"        major = numba.int32({major})",
-        f"        minor = numba.int32({minor})",
-        "        if api != 0:",
-        f"            major = load_i32(to_voidptr(api), {ffi_abi.API_VERSION_MAJOR})",
-        f"            minor = load_i32(to_voidptr(api), {ffi_abi.API_VERSION_MINOR})",
-        f"        store_i32(metadata, {ffi_abi.METADATA_API_MAJOR}, major)",
-        f"        store_i32(metadata, {ffi_abi.METADATA_API_MINOR}, minor)",
-        f"        store_i32(metadata, {ffi_abi.METADATA_TRAITS}, numba.int32({traits}))",
-        "        return to_voidptr(0)",
-        f"    if load_i32(frame, {ffi_abi.FRAME_STAGE}) != {ffi_abi.STAGE_EXECUTE}:",
-        "        return to_voidptr(0)",
-        f"    args = to_voidptr(load_i64(frame, {ffi_abi.FRAME_ARGS}))",
-        f"    rets = to_voidptr(load_i64(frame, {ffi_abi.FRAME_RETS}))",
+    ])
+    body = [
+        f"    args = load_i64(frame + {ffi_abi.FRAME_ARGS})",
+        f"    rets = load_i64(frame + {ffi_abi.FRAME_RETS})",
     ]
-    for i, (dtype, rank) in enumerate(in_types):
-        lines += _buffer_lines("a", i, dtype, rank)
-    for i, (dtype, rank) in enumerate(out_types):
-        lines += _buffer_lines("r", i, dtype, rank)
-    lines += [
+    for name, table, index, (dtype, rank) in (
+        [(f"a{i}", "args", i, t) for i, t in enumerate(in_types)]
+        + [(f"r{i}", "rets", i, t) for i, t in enumerate(out_types)]
+    ):
+        shape = "(" + "".join(f"load_i64({name}_dims + {8 * d}), " for d in range(rank)) + ")"
+        body += [
+            f"    {name}_buf = load_i64({table} + {8 * index})",
+            f"    {name}_dims = load_i64({name}_buf + {ffi_abi.BUFFER_DIMS})",
+            f"    {name} = numba.carray(typed_pointer(load_i64({name}_buf + {ffi_abi.BUFFER_DATA}), "
+            f"types.{NUMBA_TYPE_NAMES[dtype]}), {shape})",
+        ]
+    body += [
         f"    if guarded({arglist}) != 0:",
-        "        return to_voidptr(report_kernel_error(frame, KEY))",
-        "    return to_voidptr(0)",
-        "",
+        f"        return as_voidptr(report(frame, HANDLER_KEY, 0, {ffi_abi.ERRC_INTERNAL}))",
+        "    return as_voidptr(0)",
     ]
-    return "\n".join(lines)
-
-
-def _file_has(path: str, text: str) -> bool:
-    try:
-        with open(path) as f:
-            return f.read() == text
-    except OSError:
-        return False
-
-
-def _load_module(path: str, module_name: str, namespace: dict):
-    """Import the generated handler module, which compiles the handler and its kernel.
-
-    Numba's pedantic SSA check reports ``NumbaIRAssumptionWarning`` for ``while``
-    loops inside ``inline="always"`` helpers (as in the CSR kernels): the compiled
-    code is correct and the user can do nothing about it, so it is not shown.
-    """
-    from numba.core.errors import NumbaIRAssumptionWarning
-
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    module = importlib.util.module_from_spec(spec)
-    module.__dict__.update(namespace)
-    sys.modules[module_name] = module
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", NumbaIRAssumptionWarning)
-        spec.loader.exec_module(module)
-    return module
+    return preamble, "\n".join(body)
 
 
 def get_handler(kernel, in_types: Sequence[tuple[np.dtype, int]], out_types, traits: int = 0):
@@ -271,75 +163,34 @@ def get_handler(kernel, in_types: Sequence[tuple[np.dtype, int]], out_types, tra
             return handler
         compiled = prepare_kernel(kernel)
         fingerprint, cacheable = _kernel_fingerprint(compiled)
-        source = _module_source(in_types, out_types, cacheable, traits)
-        digest = hashlib.sha1((fingerprint + source).encode()).hexdigest()[:20]
-        if not cacheable:  # unique per process: never reuse a stale module
-            digest = f"{digest}_{os.getpid()}_{id(kernel):x}"
-        module_name = f"_evjax_handler_{digest}"
-        folder = os.path.join(cache_dir(), "numba_handlers")
-        os.makedirs(folder, exist_ok=True)
-        path = os.path.join(folder, module_name + ".py")
-        if not _file_has(path, source):
-            tmp = f"{path}.{os.getpid()}.tmp"
-            with open(tmp, "w") as f:
-                f.write(source)
-            os.replace(tmp, path)
-        key = int(digest[:15], 16)
-        module = _load_module(path, module_name, {"KERNEL": compiled, "KEY": key})
-        if not cacheable:
-            try:
-                os.remove(path)
-            except OSError:
-                pass
-        target = f"evjax_numba_{getattr(kernel, '__name__', 'kernel')}_{digest}"
-        handler = CompiledHandler(compiled, target, key, module, getattr(kernel, "__name__", "kernel"))
-        jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(handler.address), platform="cpu")
+        preamble, body = _handler_source(in_types, out_types, cacheable)
+        module, digest = ffi_core.compile_handler(
+            body, traits=traits, preamble=preamble, namespace={"KERNEL": compiled}, cache=cacheable,
+            fingerprint=fingerprint,
+        )
+        name = getattr(kernel, "__name__", "kernel")
+        target = f"evjax_numba_{name}_{digest}"
+        handler = _by_target.get(target)
+        if handler is None:  # a kernel of the same content shares the handler registered first
+            handler = CompiledHandler(module.KERNEL, target, module.HANDLER_KEY, module, name)
+            ffi_core.register_describer(lambda frame, detail: _describe_kernel_error(handler, frame),
+                                        key=handler.key)
+            jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(handler.address), platform="cpu")
+            _by_target[target] = handler
         _handlers[signature] = handler
-        _by_key[key] = handler
         return handler
 
 
-# ---------------------------------------------------------------------------
-# Error path (Python, runs only after a kernel raised)
-# ---------------------------------------------------------------------------
-def _describe_kernel_error(frame: int, key: int) -> str:
-    handler = _by_key.get(key)
-    if handler is None:
-        return "evjax: a numba kernel raised an exception (kernel unknown to this process)"
+def _describe_kernel_error(handler: CompiledHandler, frame: int) -> str:
+    """Run the kernel again from Python on the frame's buffers, to recover its exception's message."""
     name = handler.kernel_name
     try:
         ins, outs = ffi_abi.decode_frame(frame)
         arrays = [b.as_numpy() for b in ins] + [b.as_numpy() for b in outs]
-        handler.kernel(*arrays)  # run again from Python to recover the message
+        handler.kernel(*arrays)
     except Exception as exc:  # noqa: BLE001 - reported to the caller
         return f"evjax: numba kernel '{name}' raised {type(exc).__name__}: {exc}"
     return (
         f"evjax: numba kernel '{name}' raised an exception that did not reproduce when "
         f"re-run from Python (is the kernel non-deterministic?)"
     )
-
-
-def _report_kernel_error_py(frame: int, key: int) -> int:
-    try:
-        message = _describe_kernel_error(frame, key)
-    except Exception as exc:  # noqa: BLE001
-        message = f"evjax: numba kernel raised an exception ({exc!r} while describing it)"
-    return ffi_abi.make_error(frame, message)
-
-
-def _build_error_reporter():
-    import numba
-
-    from .numba_abi import voidptr_to_int
-
-    @numba.njit(cache=False)
-    def report_kernel_error(frame, key):
-        address = voidptr_to_int(frame)
-        with numba.objmode(error="int64"):
-            error = _report_kernel_error_py(address, key)
-        return error
-
-    return report_kernel_error
-
-
-report_kernel_error = _build_error_reporter()

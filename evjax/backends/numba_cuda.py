@@ -4,7 +4,7 @@ on NVIDIA GPUs through the XLA FFI (platform ``"CUDA"``).
 Two kinds of handler (what a signature needs is built once and cached):
 
 * **compiled** (``numba_cuda_kernel``, the default where possible): one
-  generic ``@numba.cfunc`` from :mod:`evjax.backends.numba_cuda_cfunc`, the
+  generic handler from :mod:`evjax.backends.numba_cuda_launch`, the
   handler of every kernel, reads a per-signature launch plan (passed as an
   FFI attribute), the buffers' device addresses and XLA's stream, and calls
   ``cuLaunchKernel`` with the Numba-compiled ``CUfunction`` and parameters
@@ -16,17 +16,18 @@ Two kinds of handler (what a signature needs is built once and cached):
   ``EVJAX_NUMBA_CUDA_LAUNCH=compiled``).
 * **Python** (``numba_cuda_callable`` always; ``numba_cuda_kernel`` with
   several GPUs, ``debug=True`` or cooperative kernels, or
-  ``EVJAX_NUMBA_CUDA_LAUNCH=python``): a ctypes callback that wraps the buffers
-  as Numba device arrays (zero-copy, cached per address) and XLA's stream as
-  ``cuda.external_stream``, then launches the already-compiled overload
-  directly (``_Kernel.launch``), skipping Numba's dispatch and type inference.
+  ``EVJAX_NUMBA_CUDA_LAUNCH=python``): a :class:`evjax.backends.ffi_core.PythonHandler`
+  whose callback wraps the buffers as Numba device arrays (zero-copy, cached
+  per address) and XLA's stream as ``cuda.external_stream``, then launches the
+  already-compiled overload directly, skipping Numba's dispatch and type
+  inference.
 
-Neither path synchronises.  Nothing here imports ``numba.cuda`` at import time.
+Neither path synchronises.  Nothing here imports ``numba.cuda`` at import time;
+Numba's private CUDA API is reached through :mod:`evjax._kernel_compat`.
 """
 from __future__ import annotations
 
 import ctypes
-import itertools
 import os
 import threading
 import warnings
@@ -36,7 +37,9 @@ from typing import Any, Callable, Sequence
 import jax
 import numpy as np
 
-from . import ffi_abi
+from .. import _kernel_compat
+from . import ffi_abi, ffi_core, numba_cuda_launch
+from .ffi_core import PythonHandler
 
 LAUNCH_ENV = "EVJAX_NUMBA_CUDA_LAUNCH"  # "auto" (default), "compiled" or "python"
 MAX_THREADS_PER_BLOCK = 1024
@@ -62,11 +65,7 @@ def cuda_module():
 
 def simulator_enabled() -> bool:
     """Whether Numba's CUDA simulator is on (``NUMBA_ENABLE_CUDASIM=1`` at numba import)."""
-    try:
-        from numba.core import config
-    except ImportError:  # pragma: no cover - numba is a dependency
-        return False
-    return bool(getattr(config, "ENABLE_CUDASIM", False))
+    return _kernel_compat.cuda_simulator_enabled()
 
 
 def gpu_devices() -> list:
@@ -190,58 +189,22 @@ def libcuda() -> LibCuda:
     return _libcuda
 
 
-def handle_address(handle) -> int:
-    """An integer address from a ctypes pointer, a cuda-python handle or an int."""
-    if handle is None:
-        return 0
-    if isinstance(handle, ctypes.c_void_p):
-        return int(handle.value or 0)
-    try:
-        return int(handle)
-    except TypeError:  # older cuda-python handles
-        return int(handle.getPtr())
-
-
 # ---------------------------------------------------------------------------
 # Kernels: overload selection and parameter packing
 # ---------------------------------------------------------------------------
-def numba_array_type(shape, dtype):
-    """The Numba type of a C-contiguous device array."""
-    from numba import types
-    from numba.np.numpy_support import from_dtype
-
-    return types.Array(from_dtype(np.dtype(dtype)), len(shape), "C")
-
-
 def get_overload(kernel, specs: Sequence[Spec]):
     """The compiled ``_Kernel`` of ``kernel`` for arrays of these specs."""
-    argtypes = tuple(numba_array_type(s, d) for s, d in specs)
-    for types_, overload in kernel.overloads.items():
-        if len(types_) == len(argtypes) and all(
-            getattr(t, "dtype", None) == a.dtype and getattr(t, "ndim", None) == a.ndim
-            for t, a in zip(types_, argtypes)
-        ):
-            return overload
-    if not getattr(kernel, "_can_compile", True):
-        declared = "; ".join(str(s) for s in kernel.overloads) or "none"
-        given = ", ".join(str(t) for t in argtypes)
-        raise TypeError(
-            f"CUDA kernel '{kernel.__name__}' was declared with signatures ({declared}) but is called with "
-            f"inputs+outputs ({given}). Pass arrays of the declared dtypes and ranks, or fix `outs`."
-        )
-    return kernel.compile(argtypes)
+    return _kernel_compat.cuda_overload(kernel, specs)
 
 
 def pack_plan(specs: Sequence[Spec], n_in: int) -> tuple[list[int], list[tuple[int, bool, int]]]:
     """Our packing: parameter values (data pointers 0) and the data slots."""
-    from .numba_cuda_cfunc import DATA_FIELD, array_params
-
     values: list[int] = []
     slots: list[tuple[int, bool, int]] = []
     for k, (shape, dtype) in enumerate(specs):
         is_ret = k >= n_in
-        slots.append((len(values) + DATA_FIELD, is_ret, k - n_in if is_ret else k))
-        values += array_params(shape, np.dtype(dtype).itemsize)
+        slots.append((len(values) + numba_cuda_launch.DATA_FIELD, is_ret, k - n_in if is_ret else k))
+        values += numba_cuda_launch.array_params(shape, np.dtype(dtype).itemsize)
     return values, slots
 
 
@@ -251,15 +214,7 @@ def numba_packing(overload, specs: Sequence[Spec], make_view: Callable[[Spec], A
     Raises:
         TypeError: a parameter is not 8 bytes wide (the compiled path assumes it).
     """
-    from numba.cuda.args import ArgHint
-
-    class _Given(ArgHint):
-        def to_device(self, retr, stream=0):
-            return self.value
-
-    kernelargs: list = []
-    for spec in specs:
-        overload._prepare_args(numba_array_type(*spec), _Given(make_view(spec)), 0, [], kernelargs)
+    kernelargs = _kernel_compat.cuda_packing(overload, specs, make_view)
     values = []
     for value in kernelargs:
         if isinstance(value, ctypes._SimpleCData):
@@ -269,7 +224,7 @@ def numba_packing(overload, specs: Sequence[Spec], make_view: Callable[[Spec], A
         elif isinstance(value, (int, np.integer)):
             values.append(int(value))
         else:
-            values.append(handle_address(value))
+            values.append(_kernel_compat.handle_address(value))
     return values
 
 
@@ -331,9 +286,6 @@ def external_stream(pointer: int):
 
 _FRAME_WORDS = ctypes.c_int64 * 15  # the call frame up to the results' pointer table (offset 112)
 _DATA_WORDS = ctypes.c_int64 * (ffi_abi.BUFFER_DATA // 8 + 1)  # an XLA_FFI_Buffer up to its data pointer
-_STREAM_GET = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)
-_STREAM_ARGS = ctypes.c_int64 * 4  # XLA_FFI_Stream_Get_Args {struct_size, extension_start, ctx, stream}
-_stream_getters: dict[int, Any] = {}
 _int64_arrays: dict[int, Any] = {}
 
 
@@ -348,18 +300,6 @@ def _int64_array(count: int):
 def frame_words(frame: int):
     """The call frame as int64 words (one ctypes object instead of one per field)."""
     return _FRAME_WORDS.from_address(frame)
-
-
-def frame_stream(frame: int) -> tuple[int, int]:
-    """``(stream, error)`` from ``XLA_FFI_Stream_Get``: :func:`ffi_abi.get_stream`, faster."""
-    words = frame_words(frame)
-    api = words[ffi_abi.FRAME_API // 8]
-    getter = _stream_getters.get(api)
-    if getter is None:
-        getter = _stream_getters[api] = _STREAM_GET(ffi_abi._i64(api + ffi_abi.API_STREAM_GET))
-    args = _STREAM_ARGS(ffi_abi.STREAM_GET_ARGS_SIZE, 0, words[ffi_abi.FRAME_CTX // 8], 0)
-    error = getter(ctypes.addressof(args))
-    return args[3], error or 0
 
 
 def buffer_pointers(frame: int, n_args: int, n_rets: int) -> list[int]:
@@ -390,59 +330,19 @@ class Handler:
     attributes: dict = field(default_factory=dict)
 
 
-COMPILED_TARGET = f"evjax_numba_cuda_launch_{os.getpid()}"
+COMPILED_TARGET = "evjax_numba_cuda_launch"
 _compiled_registered = False
 
 
 def compiled_target() -> str:
     """The FFI target of the generic compiled launch handler (registered on first use)."""
     global _compiled_registered
-    from . import numba_cuda_cfunc
-
     with _lock:
         if not _compiled_registered:
-            register(COMPILED_TARGET, numba_cuda_cfunc.handler_address(), "CUDA")
+            address = numba_cuda_launch.handler_address()
+            jax.ffi.register_ffi_target(COMPILED_TARGET, jax.ffi.pycapsule(address), platform="CUDA")
             _compiled_registered = True
     return COMPILED_TARGET
-
-
-class PythonHandler:
-    """A ctypes FFI handler running ``run(frame) -> error_or_0`` in Python.
-
-    Exceptions become XLA errors carrying ``who`` and the exception's text.
-    """
-
-    def __init__(self, who: str, run: Callable[[int], int]):
-        self.who = who
-        self.run = run
-        self.callback = ffi_abi.HANDLER_CFUNCTYPE(self._handle)
-        self.address = int(ctypes.cast(self.callback, ctypes.c_void_p).value)
-
-    def _handle(self, frame):
-        try:
-            words = frame_words(frame)
-            if words[ffi_abi.FRAME_EXTENSION_START // 8] and ffi_abi.answer_metadata_query(frame):
-                return None
-            if words[ffi_abi.FRAME_STAGE // 8] & 0xFFFFFFFF != ffi_abi.STAGE_EXECUTE:  # int32 + padding
-                return None
-            return self.run(frame) or None
-        except BaseException as exc:  # noqa: BLE001 - must not unwind into XLA
-            try:
-                return ffi_abi.make_error(frame, f"evjax: {self.who} raised {type(exc).__name__}: {exc}")
-            except BaseException:  # noqa: BLE001
-                return None
-
-
-def register(name: str, address: int, platform: str) -> None:
-    jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(address), platform=platform)
-
-
-_serial = itertools.count()
-
-
-def _target_name(prefix: str, name: str) -> str:
-    safe = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
-    return f"evjax_{prefix}_{safe}_{next(_serial)}_{os.getpid()}"
 
 
 def check_shared_memory(who: str, static: int, dynamic: int, function: int, device: int, lib: LibCuda) -> None:
@@ -479,19 +379,18 @@ def _build_kernel_handler(kernel, specs, n_in, grid, block, shared_mem, who) -> 
     cuda = cuda_module()
     lib = libcuda()
     overload = get_overload(kernel, specs)
-    cufunc = overload._codelibrary.get_cufunc()  # loads the module into the current context
-    function = handle_address(cufunc.handle)
-    if type(cufunc.handle).__name__ == "CUkernel":  # numba-cuda on cuda.core: a library kernel
+    function, library_kernel = _kernel_compat.cuda_function(overload)  # loads it into the current context
+    if library_kernel:  # numba-cuda on cuda.core: a CUkernel, whose CUfunction we need
         function = lib.kernel_function(function)
     threads = block[0] * block[1] * block[2]
-    maxthreads = int(getattr(cufunc.attrs, "maxthreads", MAX_THREADS_PER_BLOCK))
+    maxthreads, static_shared = _kernel_compat.cuda_kernel_limits(overload, MAX_THREADS_PER_BLOCK)
     if threads > maxthreads:
         raise ValueError(
             f"{who}: a block of {threads} threads {tuple(block)} is more than the {maxthreads} this kernel "
             f"can run per block (its register use limits it). Use a smaller block or threads_per_block."
         )
     device = lib.current_device()
-    check_shared_memory(who, int(getattr(cufunc.attrs, "shared", 0)), shared_mem, function, device, lib)
+    check_shared_memory(who, static_shared, shared_mem, function, device, lib)
 
     mode = launch_mode()
     reason = None
@@ -499,11 +398,11 @@ def _build_kernel_handler(kernel, specs, n_in, grid, block, shared_mem, who) -> 
         reason = f"{LAUNCH_ENV}=python"
     elif len(gpu_devices()) > 1:
         reason = "several GPUs are visible (one CUfunction per device)"
-    elif overload.debug or getattr(overload, "cooperative", False) or overload.extensions:
+    elif _kernel_compat.cuda_needs_python_launch(overload):
         reason = "the kernel uses debug=True, cooperative groups or argument extensions"
     else:
         scratch = cuda.device_array(64, np.uint8)
-        base = handle_address(scratch.device_ctypes_pointer)
+        base = _kernel_compat.handle_address(scratch.device_ctypes_pointer)
 
         def make_view(spec):
             return device_view(base, spec[0], spec[1])
@@ -512,26 +411,22 @@ def _build_kernel_handler(kernel, specs, n_in, grid, block, shared_mem, who) -> 
             reason = "this Numba version packs kernel parameters differently from what evjax expects"
     describe = _describe_failure(who, kernel.__name__, grid, block, shared_mem, lib)
     if reason is None:
-        from . import numba_cuda_cfunc
-
         values, slots = pack_plan(specs, n_in)
-        context = handle_address(cuda.current_context().handle)
-        plan = numba_cuda_cfunc.LaunchPlan(
+        context = _kernel_compat.handle_address(cuda.current_context().handle)
+        plan = numba_cuda_launch.LaunchPlan(
             tuple(values), tuple(slots), tuple(grid), tuple(block), int(shared_mem), function, context,
             lib.address("cuLaunchKernel"), lib.address("cuCtxGetCurrent"),
             lib.address("cuCtxPushCurrent_v2", "cuCtxPushCurrent"),
             lib.address("cuCtxPopCurrent_v2", "cuCtxPopCurrent"),
         )
-        compiled = numba_cuda_cfunc.build(plan, describe)
+        compiled = numba_cuda_launch.build(plan, describe)
         target = compiled_target()
         return Handler(target, "compiled", compiled.address, [compiled, overload], compiled.attributes)
     if mode == "compiled":
         warnings.warn(f"{who}: using the Python launch path because {reason}", RuntimeWarning, stacklevel=4)
     run = PythonLaunch(overload, DeviceViews(specs), n_in, len(specs) - n_in, grid, block, shared_mem)
     python = PythonHandler(f"numba_cuda_kernel '{kernel.__name__}'", run)
-    name = _target_name("cuda", kernel.__name__)
-    register(name, python.address, "CUDA")
-    return Handler(name, "python", python.address, [python, overload])
+    return Handler(python.target_name, "python", python.address, [python, overload], python.attributes)
 
 
 class PythonLaunch:
@@ -548,7 +443,7 @@ class PythonLaunch:
         self.n_in, self.n_out = n_in, n_out
         self.grid, self.block = tuple(grid), tuple(block)
         self.shared_mem = int(shared_mem)
-        self.stream_of = stream_of or frame_stream
+        self.stream_of = stream_of or ffi_abi.get_stream
         self.wrap_stream = wrap_stream or external_stream
 
     def __call__(self, frame: int) -> int:
@@ -558,7 +453,8 @@ class PythonLaunch:
         if 0 in self.grid:
             return 0
         arrays = self.views(buffer_pointers(frame, self.n_in, self.n_out))
-        self.overload.launch(arrays, self.grid, self.block, self.wrap_stream(stream), self.shared_mem)
+        _kernel_compat.cuda_launch(self.overload, arrays, self.grid, self.block, self.wrap_stream(stream),
+                                   self.shared_mem)
         return 0
 
 
@@ -596,7 +492,7 @@ def callable_handler(
         if handler is not None:
             return handler
         wrap = (views or DeviceViews)(specs)
-        get_stream = stream_of or frame_stream
+        get_stream = stream_of or ffi_abi.get_stream
         stream_object = wrap_stream or external_stream
         n_in, n_out = len(in_specs), len(out_specs)
 
@@ -608,8 +504,7 @@ def callable_handler(
             func(*arrays, stream_object(stream))
             return 0
 
-        python = PythonHandler(who, run)
-        name = _target_name("cuda_callable", getattr(func, "__name__", "func"))
-        register(name, python.address, platform)
-        handler = _handlers[key] = Handler(name, "python", python.address, [python, func])
+        python = PythonHandler(who, run, platform=platform)
+        handler = _handlers[key] = Handler(python.target_name, "python", python.address, [python, func],
+                                           python.attributes)
         return handler

@@ -4,18 +4,19 @@ How a call runs (no Python on the per-call path, on either platform):
 
 * **CPU.** Warp compiles a module into a shared object whose entry point is
   ``void <kernel>_cpu_forward(launch_bounds_t<N>*, wp_args_<kernel>*)``.  The
-  FFI handler is *one* generic ``@numba.cfunc`` (compiled once, cached on disk
-  by Numba).  It reads the launch description from an FFI attribute, builds
-  the launch bounds and one ``array_t`` per kernel parameter on its stack from
-  the FFI buffers (zero copy) and calls the forward function pointer.  Warp's
-  CPU kernels are serial: one thread runs the whole launch grid.
-* **CUDA.** A second generic ``@numba.cfunc`` gets XLA's stream from the call
-  frame (``XLA_FFI_Stream_Get``) and the device ordinal
-  (``XLA_FFI_DeviceOrdinal_Get``), picks the kernel's ``CUfunction`` loaded on
-  that device, builds the parameter block on its stack and calls Warp's native
-  ``wp_cuda_launch_kernel`` (a ``cuLaunchKernel`` on XLA's stream).  There is no
-  host synchronisation and no allocation, so the handler declares itself
-  command-buffer (CUDA graph) compatible.
+  FFI handler is *one* generic handler (made by
+  :func:`evjax.backends.ffi_core.compile_handler`, compiled once and cached on
+  disk by Numba) running :func:`evjax.backends.warp_launch.cpu_launch`: it reads
+  the launch description from an FFI attribute, builds the launch bounds and
+  one ``array_t`` per kernel parameter on its stack from the FFI buffers (zero
+  copy) and calls the forward function pointer.  Warp's CPU kernels are
+  serial: one thread runs the whole launch grid.
+* **CUDA.** A second generic handler (:func:`evjax.backends.warp_launch.cuda_launch`)
+  gets XLA's stream and device ordinal from the call frame, picks the kernel's
+  ``CUfunction`` loaded on that device, builds the parameter block on its stack
+  and calls Warp's native ``wp_cuda_launch_kernel`` (a ``cuLaunchKernel`` on
+  XLA's stream).  There is no host synchronisation and no allocation, so the
+  handler declares itself command-buffer (CUDA graph) compatible.
 
 The launch description is an int64 array attribute (see :func:`launch_attr`):
 parameter count and routing, launch bounds, and per device the kernel's entry
@@ -26,18 +27,20 @@ process, so an address baked into a compiled executable never dangles.
 
 Warp itself is imported lazily (:func:`import_warp`), which also points Warp's
 kernel cache at ``$EVJAX_WARP_CACHE_DIR`` (default: ``<evjax cache>/warp``)
-when Warp has not been initialised yet.
+when Warp has not been initialised yet.  Warp's private API is reached through
+:mod:`evjax._kernel_compat` only.
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import threading
 from typing import Any
 
 import numpy as np
 
-from . import ffi_abi
+from .. import _kernel_compat
+from . import ffi_abi, ffi_core, warp_launch
+from .warp_launch import ATTR_VERSION, MAX_PARAMS
 
 __all__ = [
     "WarpNotInstalledError",
@@ -54,16 +57,7 @@ __all__ = [
 
 CPU_TARGET = "evjax_warp_cpu"
 CUDA_TARGET = "evjax_warp_cuda"
-MAX_PARAMS = 48  # kernel parameters per launch (routing mask is one int64)
 ATTR_NAME = "evjax_warp"
-ARRAY_T_SIZE = 56  # warp.types.array_t: data, grad, shape[4], strides[4], ndim, flags
-# Layout of the int64 launch attribute.
-L_VERSION, L_NPARAMS, L_MASK, L_KDIM, L_SIZE, L_MULT = 0, 1, 2, 3, 4, 5
-L_SHAPE = 6  # 4 entries
-L_BLOCK, L_GRID_STRIDE, L_CLUSTER, L_SMEM, L_LAUNCH_FN, L_NDEV = 10, 11, 12, 13, 14, 15
-L_DEVICES = 16  # then (function, context) per device ordinal
-ATTR_VERSION = 1
-SCRATCH_BYTES = 32 + ARRAY_T_SIZE * MAX_PARAMS + 8 * (MAX_PARAMS + 1) + 64
 
 
 class WarpNotInstalledError(ImportError):
@@ -81,13 +75,11 @@ def warp_cache_dir() -> str:
     """Warp's kernel cache folder used by evjax.
 
     ``$EVJAX_WARP_CACHE_DIR`` if set, else ``<evjax cache folder>/warp`` (see
-    :func:`evjax.backends.numba_cpu.cache_dir`).
+    :func:`evjax.backends.ffi_core.cache_dir`).
     """
     folder = os.environ.get("EVJAX_WARP_CACHE_DIR")
     if not folder:
-        from .numba_cpu import cache_dir
-
-        folder = os.path.join(cache_dir(), "warp")
+        folder = os.path.join(ffi_core.cache_dir(), "warp")
     os.makedirs(folder, exist_ok=True)
     return folder
 
@@ -108,40 +100,21 @@ def import_warp():
         if _warp is not None:
             return _warp
         try:
-            import warp as wp
+            import warp  # noqa: F401
         except ImportError as exc:
             raise WarpNotInstalledError(
                 "evjax's Warp backend needs warp-lang, which is not installed. Install it with "
                 "`pip install evjax[warp]` (or `pip install warp-lang`)."
             ) from exc
-        from warp._src import context as wp_context  # noqa: PLC0415 - Warp's runtime lives here
-
-        if getattr(wp_context, "runtime", None) is None:
-            if not wp.config.kernel_cache_dir and not os.environ.get("WARP_CACHE_PATH"):
-                wp.config.kernel_cache_dir = warp_cache_dir()
-            wp.init()
-        _warp = wp
-        return wp
-
-
-def _runtime():
-    from warp._src import context as wp_context  # noqa: PLC0415
-
-    return wp_context.runtime
+        _warp = _kernel_compat.warp_initialize(warp_cache_dir())
+        return _warp
 
 
 # ---------------------------------------------------------------------------
 # Loading kernels (kept alive for the life of the process)
 # ---------------------------------------------------------------------------
 _keepalive: list[Any] = []
-_loaded: dict[tuple, tuple] = {}
-
-
-def _module_exec(kernel, device, block_dim: int):
-    exe = kernel.module.load(device, block_dim)
-    if exe is None:  # pragma: no cover - Warp reports its own build errors
-        raise RuntimeError(f"Warp could not load the module of kernel '{kernel.key}' on {device}")
-    return exe
+_loaded: set[tuple] = set()
 
 
 def load_cpu(kernel) -> int:
@@ -153,17 +126,11 @@ def load_cpu(kernel) -> int:
     wp = import_warp()
     device = wp.get_device("cpu")
     with _lock:
-        exe = _module_exec(kernel, device, 1)
-        key = ("cpu", id(exe), kernel.key, id(kernel))
-        hit = _loaded.get(key)
-        if hit is not None:
-            return hit[0]
-        hooks = exe.get_kernel_hooks(kernel)
-        if hooks.forward is None:  # pragma: no cover
-            raise RuntimeError(f"Warp kernel '{kernel.key}' has no CPU forward entry point")
-        address = ctypes.cast(hooks.forward, ctypes.c_void_p).value
-        _keepalive.append((exe, hooks, kernel))
-        _loaded[key] = (address,)
+        address, keepalive = _kernel_compat.warp_cpu_entry(kernel, device)
+        key = (id(keepalive[0]), address)  # one entry per loaded module executable
+        if key not in _loaded:
+            _keepalive.append(keepalive)
+            _loaded.add(key)
         return address
 
 
@@ -186,40 +153,16 @@ def load_cuda(kernel) -> tuple[list[tuple[int, int]], dict]:
     options: dict = {}
     with _lock:
         for device in devices:
-            block_dim = int(kernel.module.options["block_dim"])
-            exe = _module_exec(kernel, device, block_dim)
-            hooks = exe.get_kernel_hooks(kernel)
-            if hooks.forward is None:  # pragma: no cover
-                raise RuntimeError(f"Warp kernel '{kernel.key}' has no CUDA forward entry on {device}")
-            meta = getattr(hooks, "det_launch_meta", None)
-            if meta is not None and getattr(meta, "needs_deterministic", False):
-                raise NotImplementedError(
-                    f"Warp kernel '{kernel.key}' is compiled in Warp's deterministic mode, which needs hidden "
-                    f"buffers that evjax does not provide; use wp.launch, or turn deterministic mode off."
-                )
-            if getattr(hooks, "forward_smem_shortfall", None):
-                raise RuntimeError(
-                    f"Warp kernel '{kernel.key}' needs more shared memory than {device} offers: "
-                    f"{hooks.forward_smem_shortfall}"
-                )
-            function = ctypes.cast(hooks.forward, ctypes.c_void_p).value if not isinstance(
-                hooks.forward, int
-            ) else hooks.forward
-            table[device.ordinal] = (int(function or 0), int(device.context or 0))
-            options = {
-                "block_dim": block_dim,
-                "grid_stride": int(bool(kernel.grid_stride)),
-                "cluster_dim": int(getattr(hooks, "cluster_dim", 1) or 1),
-                "smem": int(hooks.forward_smem_bytes or 0),
-            }
-            _keepalive.append((exe, hooks, kernel))
+            function, context, options, keepalive = _kernel_compat.warp_cuda_entry(kernel, device)
+            table[device.ordinal] = (function, context)
+            _keepalive.append(keepalive)
     return table, options
 
 
 def cuda_launch_address() -> int:
     """Address of Warp's native ``wp_cuda_launch_kernel``."""
     import_warp()
-    return ctypes.cast(_runtime().core.wp_cuda_launch_kernel, ctypes.c_void_p).value
+    return _kernel_compat.warp_cuda_launch_address()
 
 
 # ---------------------------------------------------------------------------
@@ -300,27 +243,22 @@ def launch_attr(
 # ---------------------------------------------------------------------------
 # The compiled handlers
 # ---------------------------------------------------------------------------
-_handlers: dict[str, Any] = {}
 _registered: set[str] = set()
-
-
-def _compile_handlers():
-    from . import warp_handlers  # noqa: PLC0415 - numba compile on first use
-
-    return warp_handlers
+_keepalive_handlers: list[Any] = []
 
 
 def cpu_target() -> str:
     """Register (once) and return the FFI target of the CPU handler."""
-    return _register(CPU_TARGET, "cpu")
+    return _register(CPU_TARGET, "cpu", warp_launch.CPU_BODY, traits=0)
 
 
 def cuda_target() -> str:
-    """Register (once) and return the FFI target of the CUDA handler."""
-    return _register(CUDA_TARGET, "CUDA")
+    """Register (once) and return the FFI target of the CUDA handler (CUDA-graph safe: a launch on
+    XLA's stream, no synchronisation, no allocation)."""
+    return _register(CUDA_TARGET, "CUDA", warp_launch.CUDA_BODY, traits=ffi_abi.TRAIT_COMMAND_BUFFER_COMPATIBLE)
 
 
-def _register(name: str, platform: str) -> str:
+def _register(name: str, platform: str, body: str, traits: int) -> str:
     if name in _registered:
         return name
     with _lock:
@@ -328,15 +266,17 @@ def _register(name: str, platform: str) -> str:
             return name
         import jax
 
-        handlers = _compile_handlers()
-        cfunc = handlers.cpu_handler if platform == "cpu" else handlers.cuda_handler
-        _handlers[name] = cfunc
-        jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(cfunc.address), platform=platform)
+        module, _ = ffi_core.compile_handler(body, traits=traits, imports=warp_launch.IMPORTS,
+                                             depends=(warp_launch,))
+        _keepalive_handlers.append(module)
+        jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(module.handler.address), platform=platform)
         _registered.add(name)
     return name
 
 
-def buffer_itemsize(code: int) -> int:
-    """Bytes per element of an XLA FFI dtype code (0 if unknown)."""
-    dtype = ffi_abi.CODE_TO_DTYPE.get(code)
-    return 0 if dtype is None else dtype.itemsize
+def handler_address(platform: str) -> int:
+    """The address of the CPU (``"cpu"``) or CUDA (``"CUDA"``) handler (tests call it with fake frames)."""
+    body = warp_launch.CPU_BODY if platform == "cpu" else warp_launch.CUDA_BODY
+    traits = 0 if platform == "cpu" else ffi_abi.TRAIT_COMMAND_BUFFER_COMPATIBLE
+    module, _ = ffi_core.compile_handler(body, traits=traits, imports=warp_launch.IMPORTS, depends=(warp_launch,))
+    return int(module.handler.address)

@@ -1,1 +1,2 @@
-"""Operator families: one module per family (CSR synaptic ops, neuron dynamics)."""
+"""Operator families, one package each: ``csr`` (event-driven sparse propagation) and
+``neuron`` (neuron dynamics).  See ``docs/architecture.md`` for the layout of a family."""

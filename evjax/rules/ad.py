@@ -5,7 +5,6 @@ from typing import Callable, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from .. import _compat
 
@@ -40,11 +39,6 @@ def instantiate(tangent, like):
 def zero_tangents(outs: Sequence) -> list:
     """Symbolic-zero tangents for outputs described by ``outs``."""
     return [Zero(_compat.ShapedArray(o.shape, o.dtype).to_tangent_aval()) for o in outs]
-
-
-def float0_zero(x):
-    """A float0 zero cotangent for an integer/bool operand (indices, indptr, events)."""
-    return np.zeros(aval_of(x).shape, _compat.float0)
 
 
 def apply_per_input_jvp(op_name, primitive, rules, primals, tangents, *, outs, **params):
@@ -90,13 +84,18 @@ def linear_jvp_rules(op, n_args: int, linear_argnums: Sequence[int]) -> tuple:
     return tuple(rule_for(i) if i in linear_argnums else None for i in range(n_args))
 
 
-def linear_transpose_rule(per_argument: Mapping[int, Callable]) -> Callable:
+def linear_transpose_rule(per_argument: Mapping[int, Callable], *, name: str = "op") -> Callable:
     """A transpose rule from one function per linear argument.
 
     ``per_argument[i](cotangents, *args, outs=..., **params)`` returns the
     cotangent of argument ``i`` (it is called only when that argument is
     undefined, i.e. linear in the traced computation).  Other arguments get
-    ``None``, or a float0 zero when they are undefined integers.
+    ``None``: defined ones, and undefined integers or bools (index arrays,
+    events), which have no cotangent.
+
+    Raises:
+        NotImplementedError: (when transposing) an undefined float argument
+            that ``per_argument`` does not cover: the op is not linear in it.
     """
 
     def rule(cotangents, *args, outs, **params):
@@ -110,7 +109,7 @@ def linear_transpose_rule(per_argument: Mapping[int, Callable]) -> Callable:
                 result.append(None)
             else:
                 raise NotImplementedError(
-                    f"transpose w.r.t. argument {i} is not defined; the op is not linear in it"
+                    f"{name}: transpose w.r.t. argument {i} is not defined; the op is not linear in it"
                 )
         return result
 

@@ -32,25 +32,17 @@ def broadcast_batch(x, axis, size: int, to: int = 0):
     return jnp.moveaxis(x, axis, to)
 
 
-def vectors_as_columns(x, axis):
-    """Promote a batched vector (batch at ``axis``) to a matrix ``(n, batch)``.
-
-    With this a batched matvec becomes one matmat whose result has the batch
-    in its last axis.
-    """
-    return jnp.moveaxis(x, axis, -1)
-
-
-def vectors_as_rows(x, axis):
-    """Promote a batched vector to a matrix ``(batch, n)``."""
-    return jnp.moveaxis(x, axis, 0)
-
-
-def sequential_batch(primitive, args, axes, *, outs, **params):
+def sequential_batch(primitive, args, axes, **params):
     """Correct fallback for any primitive: loop over the batch with ``lax.map``.
 
-    Unbatched operands are closed over; the outputs get the batch at axis 0.
+    Args:
+        primitive: a primitive (or its ``bind``) with several results.
+        args, axes: the batching rule's operands and their batch axes.
+        params: the primitive's parameters, bound unchanged.
+
+    Unbatched operands are closed over; every output gets the batch at axis 0.
     """
+    bind = getattr(primitive, "bind", primitive)
     batched = [i for i, axis in enumerate(axes) if axis is not None]
     moved = [move_batch_axis(args[i], axes[i]) for i in batched]
 
@@ -58,7 +50,7 @@ def sequential_batch(primitive, args, axes, *, outs, **params):
         operands = list(args)
         for i, value in zip(batched, slices):
             operands[i] = value
-        return tuple(primitive.bind(*operands, outs=outs, **params))
+        return tuple(bind(*operands, **params))
 
     results = jax.lax.map(one_example, tuple(moved))
-    return list(results), [0] * len(outs)
+    return list(results), [0] * len(results)

@@ -1,9 +1,10 @@
-"""The CSR CUDA kernels of evjax.primitives.csr_numba_cuda against dense
+"""The CSR CUDA kernels of evjax.primitives.csr.numba_cuda against dense
 references, in Numba's CUDA simulator, at small sizes.
 
-Two levels: the ``@cuda.jit`` kernels launched directly on host arrays, and
-the op generators (``generator(outs=, ins=, shape=, transpose=)``) run end to
-end through numba_cuda_kernel under jax.jit.
+Two levels: the ``@cuda.jit`` kernels of ``KERNELS`` / ``SDDMM_KERNELS``
+launched directly on host arrays, and the op generators
+(``generator(outs=, ins=, shape=, transpose=)``) run end to end through
+numba_cuda_kernel under jax.jit.
 """
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ import numpy as np
 import pytest
 
 from evjax.backends import numba_cuda as bridge
-from evjax.primitives import csr_numba_cuda as csr_cuda
+from evjax.primitives.csr import numba_cuda as csr_cuda
+from evjax.primitives.csr import ops
 
 assert bridge.simulator_enabled(), "run with NUMBA_ENABLE_CUDASIM=1"
 
@@ -45,9 +47,12 @@ def _reference(mask, weights, data, homogeneous, event, transpose, x):
     return w @ x
 
 
-def _launch(kernels, kind, transpose, data, indices, indptr, x, out_shape):
+def _warp_per_row(n_rows):
+    return -(-n_rows // csr_cuda.WARPS_PER_BLOCK), csr_cuda.THREADS
+
+
+def _launch(kind, event, transpose, data, indices, indptr, x, out_shape):
     out = np.full(out_shape, np.nan, np.float32)
-    name = f"{kind}_{'scatter' if transpose else 'gather'}"
     n_rows = indptr.shape[0] - 1
     if transpose:
         out[...] = 0  # the op zero-fills the aliased accumulator
@@ -55,17 +60,23 @@ def _launch(kernels, kind, transpose, data, indices, indptr, x, out_shape):
     else:
         args = (data, indices, indptr, x, out)
     if kind == "mv":
-        grid, block = ((-(-n_rows * 32 // 256)), 256) if transpose else (-(-n_rows // 8), 256)
+        grid, block = _warp_per_row(n_rows)
     else:
         grid, block = csr_cuda.mm_launch(n_rows, x.shape[1])
-    kernels[name][grid, block](*args)
+    csr_cuda.KERNELS[(kind, event, transpose)][grid, block](*args)
     return out
+
+
+def test_kernel_table():
+    assert set(csr_cuda.KERNELS) == set(itertools.product(("mv", "mm"), (False, True), (False, True)))
+    names = {key: kernel.__name__ for key, kernel in csr_cuda.KERNELS.items()}
+    assert names[("mv", True, True)] == "mv_scatter_events" and names[("mm", False, False)] == "mm_gather"
+    assert set(csr_cuda.SDDMM_KERNELS) == {"vec", "mat"}
 
 
 @pytest.mark.parametrize("homogeneous, event", list(itertools.product([False, True], [False, True])))
 def test_kernels_match_dense(homogeneous, event):
     rng = np.random.default_rng(int(homogeneous) * 2 + int(event))
-    kernels = csr_cuda.csr_cuda_kernels("float32", homogeneous, event)
     index_dtype = np.int64 if homogeneous else np.int32  # both index and event kinds, across the cases
     event_dtype = np.float32 if homogeneous else np.bool_
     mask, weights, indices, indptr = _csr(rng, index_dtype=index_dtype)
@@ -76,7 +87,7 @@ def test_kernels_match_dense(homogeneous, event):
         shape_in = (n_in,) if kind == "mv" else (n_in, K)
         shape_out = (n_out,) if kind == "mv" else (n_out, K)
         x = _dense_operand(rng, shape_in, event, event_dtype)
-        got = _launch(kernels, kind, transpose, data, indices, indptr, x, shape_out)
+        got = _launch(kind, event, transpose, data, indices, indptr, x, shape_out)
         want = _reference(mask, weights, data, homogeneous, event, transpose, x)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"{kind} transpose={transpose}")
 
@@ -85,11 +96,16 @@ def test_malformed_structure_is_clamped_not_out_of_bounds():
     data = np.ones(4, np.float32)
     indices = np.array([0, 9, -1, 1], np.int32)  # 9 and -1 are outside the 3 columns
     indptr = np.array([0, 2, 7], np.int32)  # the last row claims more synapses than exist
-    kernels = csr_cuda.csr_cuda_kernels("float32", False, False)
     v = np.ones(3, np.float32)
-    np.testing.assert_array_equal(_launch(kernels, "mv", False, data, indices, indptr, v, (2,)), [1, 1])
+    np.testing.assert_array_equal(_launch("mv", False, False, data, indices, indptr, v, (2,)), [1, 1])
     u = np.ones(2, np.float32)
-    np.testing.assert_array_equal(_launch(kernels, "mv", True, data, indices, indptr, u, (3,)), [1, 1, 0])
+    np.testing.assert_array_equal(_launch("mv", False, True, data, indices, indptr, u, (3,)), [1, 1, 0])
+    e = np.ones((2, 2), np.bool_)
+    np.testing.assert_array_equal(_launch("mm", True, True, data, indices, indptr, e, (3, 2)),
+                                  [[1, 1], [1, 1], [0, 0]])
+    negative = np.array([-5, 2, 7], np.int32)  # a negative start is clamped to 0
+    np.testing.assert_array_equal(_launch("mv", True, False, data, indices, negative, np.ones(3, np.bool_), (2,)),
+                                  [1, 1])
 
 
 GENERATORS = {
@@ -147,6 +163,113 @@ def test_generator_with_no_rows_or_no_synapses():
         np.testing.assert_array_equal(run(data, indices, indptr, v)[0], np.zeros(3))
 
 
+# ---------------------------------------------------------------------------
+# SDDMM (the weight gradient): g[k] = <r[row k], q[indices[k]]>
+# ---------------------------------------------------------------------------
+def _sddmm_numpy(indices, indptr, r, q):
+    r = np.asarray(r, np.float64)
+    q = np.asarray(q, np.float64)
+    g = np.zeros(indices.shape[0])
+    for i in range(indptr.shape[0] - 1):
+        for k in range(indptr[i], indptr[i + 1]):
+            g[k] = np.sum(r[i] * q[indices[k]])
+    return g
+
+
+def _sddmm_operands(rng, matrix, dtype=np.float32):
+    shape_r = (N_ROWS, K) if matrix else (N_ROWS,)
+    shape_q = (N_COLS, K) if matrix else (N_COLS,)
+    r = rng.standard_normal(shape_r).astype(dtype)
+    r[1] = 0  # a silent row (all zeros for matrices): skipped
+    r[4] = 0
+    q = rng.standard_normal(shape_q).astype(dtype)
+    return r, q
+
+
+def _launch_sddmm(name, indices, indptr, r, q, fill=0.0):
+    g = np.full(indices.shape[0], fill, np.float32)  # the aliased in-out buffer
+    csr_cuda.SDDMM_KERNELS[name][_warp_per_row(r.shape[0])](indices, indptr, r, q, g, g)
+    return g
+
+
+@pytest.mark.parametrize("matrix", [False, True])
+def test_sddmm_kernels_match_numpy(matrix):
+    rng = np.random.default_rng(11 + matrix)
+    mask, _, indices, indptr = _csr(rng, p=0.7, index_dtype=np.int64 if matrix else np.int32)
+    r, q = _sddmm_operands(rng, matrix)
+    name = "mat" if matrix else "vec"
+    np.testing.assert_allclose(_launch_sddmm(name, indices, indptr, r, q), _sddmm_numpy(indices, indptr, r, q),
+                               rtol=1e-5, atol=1e-6)
+    # rows whose r is zero are not visited: their entries keep whatever the buffer held
+    g = _launch_sddmm(name, indices, indptr, r, q, fill=7.0)
+    for i in range(N_ROWS):
+        span = slice(indptr[i], indptr[i + 1])
+        if i in (1, 4):
+            assert np.all(g[span] == 7.0)
+        else:
+            assert not np.any(g[span] == 7.0)
+
+
+def test_sddmm_malformed_structure_stays_in_bounds():
+    indices = np.array([0, 9, -1, 1], np.int32)  # 9 and -1 are outside the 3 columns
+    indptr = np.array([-3, 2, 7], np.int32)  # a negative start and a row past nnz
+    r = np.array([1.0, 2.0], np.float32)
+    q = np.array([1.0, 2.0, 3.0], np.float32)
+    np.testing.assert_array_equal(_launch_sddmm("vec", indices, indptr, r, q), [1, 0, 0, 4])
+    rm = np.stack([r, r], axis=1)
+    qm = np.stack([q, q], axis=1)
+    np.testing.assert_array_equal(_launch_sddmm("mat", indices, indptr, rm, qm), [2, 0, 0, 8])
+
+
+@pytest.mark.parametrize(
+    "matrix, dtype, r_bool",
+    [(False, np.float32, False), (True, np.float32, False), (False, np.float64, True), (True, np.float16, True),
+     (False, jnp.bfloat16, False)],
+)
+def test_sddmm_generator_end_to_end_under_jit(matrix, dtype, r_bool):
+    with jax.enable_x64(np.dtype(dtype) == np.float64):
+        rng = np.random.default_rng(5)
+        _, _, indices, indptr = _csr(rng, p=0.6)
+        r, q = _sddmm_operands(rng, matrix, np.float32)
+        r = r != 0 if r_bool else r.astype(dtype)
+        q = q.astype(dtype)
+        shape = (N_ROWS, N_COLS)
+        want = ops.csr_sddmm(indices, indptr, r, q, shape=shape, dtype=dtype, backend="reference")
+        outs = [jax.ShapeDtypeStruct((indices.shape[0],), dtype)]
+        ins = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in (indices, indptr, r, q)]
+        run = csr_cuda.csr_sddmm_numba_cuda(outs=outs, ins=ins)
+        (got,) = jax.jit(run)(indices, indptr, r, q)
+        assert got.dtype == dtype and got.shape == want.shape
+        tol = 1e-2 if np.dtype(dtype).itemsize == 2 else 1e-5
+        np.testing.assert_allclose(np.asarray(got, np.float64), np.asarray(want, np.float64), rtol=tol, atol=tol)
+        np.testing.assert_allclose(np.asarray(got, np.float64),
+                                   _sddmm_numpy(indices, indptr, np.asarray(r, np.float64), np.asarray(q, np.float64)),
+                                   rtol=tol, atol=tol)
+
+
+def test_sddmm_with_no_synapses_or_no_rows():
+    indices = np.zeros(0, np.int32)
+    for n_rows, matrix in ((3, False), (3, True), (0, False)):
+        indptr = np.zeros(n_rows + 1, np.int32)
+        r = np.ones((n_rows, 2) if matrix else (n_rows,), np.float32)
+        q = np.ones((4, 2) if matrix else (4,), np.float32)
+        outs = [jax.ShapeDtypeStruct((0,), np.float32)]
+        ins = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in (indices, indptr, r, q)]
+        (g,) = jax.jit(csr_cuda.csr_sddmm_numba_cuda(outs=outs, ins=ins))(indices, indptr, r, q)
+        assert g.shape == (0,) and g.dtype == np.float32
+    # synapses, but every row of r silent: all zeros (the zero-filled buffer)
+    indices = np.array([0, 1, 1], np.int32)
+    indptr = np.array([0, 2, 3], np.int32)
+    r, q = np.zeros(2, np.float32), np.ones(2, np.float32)
+    outs = [jax.ShapeDtypeStruct((3,), np.float32)]
+    ins = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in (indices, indptr, r, q)]
+    (g,) = jax.jit(csr_cuda.csr_sddmm_numba_cuda(outs=outs, ins=ins))(indices, indptr, r, q)
+    np.testing.assert_array_equal(g, np.zeros(3))
+
+
+# ---------------------------------------------------------------------------
+# registration
+# ---------------------------------------------------------------------------
 def test_registered_as_the_numba_cuda_backend_of_the_csr_ops():
     """The ops of evjax.primitives.csr pick these generators for backend='numba_cuda' on GPU;
     here the chosen kernel runs in the simulator and matches the op's reference backend."""
@@ -170,3 +293,15 @@ def test_registered_as_the_numba_cuda_backend_of_the_csr_ops():
         kernel = op.kernel_for("gpu", "numba_cuda", avals, (jax.ShapeDtypeStruct(want.shape, want.dtype),), params)
         got = jax.jit(kernel)(data, indices, indptr, x)[0]
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"{op.name} transpose={transpose}")
+
+    op = csr.csr_sddmm_p
+    assert "numba_cuda" in op.backends("gpu")
+    params = dict(shape=(N_ROWS, N_COLS))
+    for matrix in (False, True):
+        r, q = _sddmm_operands(rng, matrix)
+        outs = (jax.ShapeDtypeStruct((indices.shape[0],), np.float32),)
+        want = op(indices, indptr, r, q, outs=list(outs), backend="reference", **params)[0]
+        avals = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in (indices, indptr, r, q)]
+        kernel = op.kernel_for("gpu", "numba_cuda", avals, outs, params)
+        got = jax.jit(kernel)(indices, indptr, r, q)[0]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=f"{op.name} matrix={matrix}")

@@ -1,4 +1,4 @@
-"""The Numba CUDA kernels of the neuron ops (evjax.primitives.neuron_numba_cuda) in
+"""The Numba CUDA kernels of the neuron ops (evjax.primitives.neuron.numba_cuda) in
 Numba's CUDA simulator: each op's "numba_cuda" GPU kernel, run under jax.jit on
 the CPU, against the op's pure-JAX reference."""
 from __future__ import annotations

@@ -1,11 +1,14 @@
-"""Numba CPU backend of the CSR operators in :mod:`evjax.primitives.csr`.
+"""Numba CPU backend of the CSR operators in :mod:`evjax.primitives.csr.ops`.
+
+Imported by the ops the first time they lower with ``backend="numba"``; it
+registers its generators on them (the ops never import this module).
 
 The kernels are module-level ``@numba.njit(parallel=..., cache=True)``
 functions (``prange`` loops only, see ``_PARALLEL``), so Numba compiles each once per dtype/rank signature and keeps the
 machine code on disk; the XLA FFI handlers around them (see
 :mod:`evjax.backends.numba_cpu`) are cached the same way.  Shapes are read from
 the buffers at run time, so one compiled kernel serves every shape.
-The row-level loops they inline live in :mod:`evjax.primitives.csr_numba_rows`.
+The row-level loops they inline live in :mod:`evjax.primitives.csr.numba_rows`.
 
 Orientation of the stored matrix ``A`` (``n_rows x n_cols``):
 
@@ -46,8 +49,11 @@ import numba
 import numpy as np
 from numba import prange
 
-from ..backends import numba_cpu
-from .csr_numba_rows import (  # the row loops the kernels inline
+from ...backends import numba_cpu
+from ...dtypes import compute_dtype
+from ...events import as_bool_events
+from . import ops
+from .numba_rows import (  # the row loops the kernels inline
     _active_work,
     _balanced_rows,
     _column,
@@ -333,19 +339,6 @@ def sddmm_mm(pool, indices, indptr, r, q, g):
 # ---------------------------------------------------------------------------
 # generators (the op's backend slot)
 # ---------------------------------------------------------------------------
-_LOW_PRECISION = (np.dtype(np.float16), np.dtype(jnp.bfloat16))
-
-
-def _compute_dtype(dtype) -> np.dtype:
-    dtype = np.dtype(dtype)
-    return np.dtype(np.float32) if dtype in _LOW_PRECISION else dtype
-
-
-def _as_events(x):
-    """Events as bool (nonzero = spike): one byte per entry for the kernel."""
-    return x if x.dtype == jnp.bool_ else x != 0
-
-
 def _as_compute(x, dtype):
     return x if x.dtype == jnp.bool_ or x.dtype == dtype else x.astype(dtype)
 
@@ -370,11 +363,11 @@ def _ffi(kernel, args, out_shape, out_dtype):
 
 def _matmul_generator(outs, transpose: bool, event: bool, batched: bool):
     out = outs[0]
-    dtype = _compute_dtype(out.dtype)
+    dtype = compute_dtype(out.dtype)
 
     def kernel(data, indices, indptr, x):
         data = _as_compute(data, dtype)
-        x = _as_events(x) if event else _as_compute(x, dtype)
+        x = as_bool_events(x) if event else _as_compute(x, dtype)
         if not batched:
             y = _ffi(scatter_mv if transpose else gather_mv, (data, indices, indptr, x), out.shape, dtype)
         elif transpose:
@@ -411,7 +404,7 @@ def binary_csrmm_generator(outs, transpose: bool):
 def sddmm_generator(outs, ins):
     """Numba kernel for ``csr_sddmm_p``: ``g[k] = <r[row k], q[indices[k]]>``."""
     out = outs[0]
-    dtype = _compute_dtype(out.dtype)
+    dtype = compute_dtype(out.dtype)
 
     kernel_fn = sddmm_mv if len(ins[2].shape) == 1 else sddmm_mm
 
@@ -420,3 +413,9 @@ def sddmm_generator(outs, ins):
         return [_ffi(kernel_fn, args, out.shape, dtype).astype(out.dtype)]
 
     return kernel
+
+
+for _op, _generator in ((ops.csrmv_p, csrmv_generator), (ops.csrmm_p, csrmm_generator),
+                        (ops.binary_csrmv_p, binary_csrmv_generator), (ops.binary_csrmm_p, binary_csrmm_generator),
+                        (ops.csr_sddmm_p, sddmm_generator)):
+    _op.def_numba_kernel(_generator)

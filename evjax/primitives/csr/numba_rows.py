@@ -1,4 +1,4 @@
-"""Row-level loops of the Numba CSR kernels in :mod:`evjax.primitives.csr_numba`.
+"""Row-level loops of the Numba CSR kernels in :mod:`evjax.primitives.csr.numba`.
 
 Small ``@numba.njit(inline="always")`` helpers (and three ``@overload``-dispatched
 ones), inlined into every kernel specialisation: clamped row spans, unsigned
@@ -7,8 +7,8 @@ range of active rows, and the work counts that decide how a scatter is split
 over threads.  Nothing here is called from Python.
 
 Numba's disk cache keys each kernel on its own source file only: after editing
-this file in a development checkout, touch ``csr_numba.py`` (or delete its
-``__pycache__``) so the cached kernels are rebuilt with the new loops.  An
+this file in a development checkout, touch ``numba.py`` beside it (or delete
+its ``__pycache__``) so the cached kernels are rebuilt with the new loops.  An
 installed package is always consistent.
 """
 from __future__ import annotations

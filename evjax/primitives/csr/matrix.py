@@ -1,10 +1,10 @@
-"""Sparse matrices and event arrays: ``CSR``, its transposed view ``CSC``, ``BinaryArray``.
+"""The CSR family's data types: ``CSR`` and its transposed view ``CSC``.
 
 ``CSR`` and ``CSC`` are pytrees whose children are ``data``, ``indices`` and
 ``indptr``; only the shape is static.  A jitted function therefore accepts a
 matrix of another structure with the same shape and nnz without retracing.
 
-Matmul dispatches to the operators of :mod:`evjax.primitives.csr`:
+Matmul calls the public wrappers of :mod:`evjax.primitives.csr.ops`:
 
 ==================  ==========================================  ==============
 expression          op                                          orientation
@@ -16,113 +16,44 @@ expression          op                                          orientation
 ==================  ==========================================  ==============
 
 ``x`` may be a vector or a matrix (a batch: rows for ``x @ W``, columns for
-``W @ x``).  A :class:`BinaryArray`, or a plain bool array, selects the event
-ops (``binary_csrmv`` / ``binary_csrmm``).
+``W @ x``).  A :class:`evjax.BinaryArray`, or a plain bool array, selects the
+event ops (``binary_csrmv`` / ``binary_csrmm``).
 """
 from __future__ import annotations
-
-from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .primitives import csr as _ops
+from ...dtypes import LOW_PRECISION
+from ...events import BinaryArray
+from .ops import binary_csrmm, binary_csrmv, csrmm, csrmv, row_ids, validate_csr
 
-__all__ = ["CSR", "CSC", "BinaryArray", "EventArray"]
+__all__ = ["CSR", "CSC"]
 
-
-# ---------------------------------------------------------------------------
-# events
-# ---------------------------------------------------------------------------
-@jax.tree_util.register_pytree_node_class
-class BinaryArray:
-    """Marks an array as spikes: bool, or float where nonzero means a spike.
-
-    Multiplying it with a :class:`CSR` / :class:`CSC` uses the event-driven
-    operators.  The gradient w.r.t. a float ``value`` is straight-through.
-
-    Args:
-        value: the spike array (any shape; vectors and matrices take part in matmul).
-    """
-
-    __array_ufunc__ = None  # numpy defers ``ndarray @ BinaryArray`` to us
-
-    def __init__(self, value: Any):
-        self.value = value if isinstance(value, jax.Array) else jnp.asarray(value)
-
-    def tree_flatten(self):
-        return (self.value,), None
-
-    @classmethod
-    def tree_unflatten(cls, aux, children):
-        obj = object.__new__(cls)
-        obj.value = children[0]
-        return obj
-
-    @property
-    def shape(self) -> tuple:
-        return tuple(self.value.shape)
-
-    @property
-    def dtype(self):
-        return self.value.dtype
-
-    @property
-    def ndim(self) -> int:
-        return self.value.ndim
-
-    def __repr__(self) -> str:
-        return f"BinaryArray({self.value!r})"
-
-    def _dense(self, dtype):
-        # 0/1 forward, straight-through gradient for float values
-        ones = (self.value != 0).astype(dtype)
-        if jnp.issubdtype(self.value.dtype, jnp.floating):
-            v = self.value.astype(dtype)
-            return v + jax.lax.stop_gradient(ones - v)
-        return ones
-
-    def __matmul__(self, other):
-        if isinstance(other, (CSR, CSC)):
-            return NotImplemented  # -> other.__rmatmul__
-        other = jnp.asarray(other)
-        return self._dense(other.dtype) @ other
-
-    def __rmatmul__(self, other):
-        other = jnp.asarray(other)
-        return other @ self._dense(other.dtype)
-
-
-EventArray = BinaryArray
+_MATMUL = {(1, False): csrmv, (2, False): csrmm, (1, True): binary_csrmv, (2, True): binary_csrmm}
 
 
 def _split_operand(x):
     """``(array, is_event)`` for a matmul operand."""
     if isinstance(x, BinaryArray):
         return x.value, True
-    if isinstance(x, (CSR, CSC)):
+    if isinstance(x, _Compressed):
         raise TypeError("sparse @ sparse is not supported; convert one side with .todense()")
     x = x if isinstance(x, jax.Array) else jnp.asarray(x)
     return x, x.dtype == jnp.bool_
 
 
 def _product(data, indices, indptr, stored_shape, x, event: bool, transpose: bool):
-    """``A @ x`` (transpose=False) or ``A.T @ x`` for the stored CSR ``A``; x has the contracted dim first."""
-    # structure only (cheap, at trace time): a matrix rebuilt by a transform, e.g. a
-    # vmap whose in_axes leave a batched ``indices`` unbatched, must not reach a kernel
-    data, indices, indptr, _ = _ops.validate_csr(data, indices, indptr, stored_shape, who="matmul",
-                                                 check_values=False)
-    rank = x.ndim
-    if rank == 1:
-        fn = _ops.binary_csrmv_p if event else _ops.csrmv_p
-    else:
-        fn = _ops.binary_csrmm_p if event else _ops.csrmm_p
-    x, dtype = _ops._operand(x, data, stored_shape, transpose, rank, event, "matmul")
-    if not event:
-        data, x = data.astype(dtype), x.astype(dtype)
-    return _ops._bind(fn, data, indices, indptr, x, shape=stored_shape, transpose=transpose, dtype=dtype,
-                      backend=None)
+    """``A @ x`` (transpose=False) or ``A.T @ x`` for the stored CSR ``A``; x has the contracted dim first.
+
+    The public wrapper checks the structure's shapes at trace time (a matrix
+    rebuilt by a transform, e.g. a vmap whose in_axes leave a batched
+    ``indices`` unbatched, must not reach a kernel); its values were checked
+    when the matrix was made and are not checked again.
+    """
+    op = _MATMUL[(x.ndim, event)]
+    return op(data, indices, indptr, x, shape=stored_shape, transpose=transpose)
 
 
 def _matmul(sparse, x, *, sparse_on_left: bool):
@@ -167,6 +98,7 @@ def _register_pytree(cls):
 
 class _Compressed:
     __array_ufunc__ = None  # numpy defers ``ndarray @ sparse`` to __rmatmul__
+    takes_events = True  # ``BinaryArray @ sparse`` runs the event ops (see evjax.events)
     _from_tree = True  # the pytree's static flag: rebuilt instances skip validation
 
     data: jax.Array
@@ -229,12 +161,12 @@ class _Compressed:
 
     def _dense_stored(self):
         m, n = self._stored_shape
-        rows = _ops.row_ids(self.indptr, self.nnz)
+        rows = row_ids(self.indptr, self.nnz)
         return jnp.zeros((m, n), self.dtype).at[rows, self.indices].add(self._weights(), mode="drop")
 
     def _scipy_arrays(self):
         data = np.asarray(self._weights())
-        if data.dtype in (np.dtype(np.float16), np.dtype(jnp.bfloat16)):
+        if data.dtype in LOW_PRECISION:
             data = data.astype(np.float32)  # scipy has no arithmetic in these
         return data, np.asarray(self.indices), np.asarray(self.indptr)
 
@@ -268,7 +200,7 @@ class CSR(_Compressed):
     """
 
     def _validated(self, data, indices, indptr, shape) -> tuple:
-        return _ops.validate_csr(data, indices, indptr, shape, who=type(self).__name__)
+        return validate_csr(data, indices, indptr, shape, who=type(self).__name__)
 
     @property
     def _stored_shape(self) -> tuple:
@@ -308,7 +240,7 @@ class CSR(_Compressed):
         dense = np.asarray(dense)
         if dense.ndim != 2:
             raise ValueError(f"fromdense: expected a matrix, got shape {dense.shape}")
-        if dense.dtype in (np.dtype(np.float16), np.dtype(jnp.bfloat16)):
+        if dense.dtype in LOW_PRECISION:
             m = sp.csr_matrix(dense.astype(np.float32))
             data = m.data.astype(dense.dtype)
         else:
@@ -336,7 +268,7 @@ class CSC(_Compressed):
         shape = tuple(int(d) for d in shape)
         if len(shape) != 2:
             raise ValueError(f"CSC: shape must be (n_rows, n_cols), got {shape}")
-        data, indices, indptr, stored = _ops.validate_csr(
+        data, indices, indptr, stored = validate_csr(
             data, indices, indptr, shape[::-1], who="CSC (as the CSR of its transpose)"
         )
         return data, indices, indptr, stored[::-1]

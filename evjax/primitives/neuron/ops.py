@@ -1,8 +1,10 @@
 """Neuron primitives: spike, LIF step, exponential trace, spike detection.
 
-Every op is an :class:`evjax.XLACustomKernel` with a Numba CPU backend, the
-pure-JAX reference (used on other platforms and as the tests' oracle) and
-explicit JVP and batching rules.  All of them are elementwise: the kernels see
+Every op is an :class:`evjax.XLACustomKernel` with the pure-JAX reference (the
+GPU default, where XLA fuses it with its neighbours, and the tests' oracle),
+explicit JVP and batching rules, and backends declared in this package:
+``numba`` (the CPU default), ``warp`` (CPU and GPU) and ``numba_cuda`` (GPU),
+each imported the first time it is needed.  All of them are elementwise: the kernels see
 flattened arrays, so any shape works, and vmap is one call on the batched array.
 
 Operands that may be a scalar or an array (``decay``, ``v_th``, ``v_rest``) are
@@ -19,22 +21,21 @@ from typing import Sequence
 
 import jax
 import jax.numpy as jnp
-import numba
 import numpy as np
 
-from .. import _compat
-from ..numba_kernel import numba_kernel
-from ..rules import ad as ad_rules
-from ..rules import batching as batching_rules
-from ..surrogate import Surrogate, resolve_surrogate, surrogate_grad
-from ..xla_custom_kernel import XLACustomKernel
+from ... import _compat
+from ...rules import ad as ad_rules
+from ...rules import batching as batching_rules
+from ...surrogate import Surrogate, resolve_surrogate, surrogate_grad
+from ...xla_custom_kernel import XLACustomKernel
 
 __all__ = ["spike", "lif_step", "exp_trace", "detect_spikes", "spike_p", "lif_step_p", "exp_trace_p",
-           "detect_spikes_p"]
+           "detect_spikes_p", "OPS", "make_generator"]
 
-# Arrays at least this large run the parallel (prange) variant of a kernel.
-PARALLEL_MIN_SIZE = 1 << 16
-_NUMBA_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+# backend -> {platform: default candidate?}: Numba is the CPU default; on GPU the
+# pure-JAX reference stays the default (XLA fuses these elementwise ops).
+BACKENDS = {"numba": {"cpu": True}, "warp": {"cpu": False, "gpu": False}, "numba_cuda": {"gpu": False}}
+_KERNEL_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 # ---------------------------------------------------------------------------
@@ -84,7 +85,7 @@ def make_generator(make_call, reference, kernel_params=None):
     def generator(outs, ins, **params):
         dtype = np.dtype(outs[0].dtype)
         size = int(np.prod(outs[0].shape, dtype=np.int64))
-        if dtype not in _NUMBA_DTYPES or any(np.dtype(i.dtype) != dtype for i in ins) or size == 0:
+        if dtype not in _KERNEL_DTYPES or any(np.dtype(i.dtype) != dtype for i in ins) or size == 0:
             return lambda *a: reference(*a, outs=outs, **params)
         call = make_call(size, [jax.ShapeDtypeStruct((size,), o.dtype) for o in outs], dtype)
         strides = np.array([0 if int(np.prod(i.shape)) == 1 else 1 for i in ins], np.int32)
@@ -101,15 +102,6 @@ def make_generator(make_call, reference, kernel_params=None):
         return run
 
     return generator
-
-
-def _elementwise_generator(serial, parallel, reference, kernel_params=None):
-    """The Numba CPU generator: the parallel (prange) kernel for large arrays."""
-
-    def make_call(size, flat_outs, dtype):
-        return numba_kernel(parallel if size >= PARALLEL_MIN_SIZE else serial, outs=flat_outs)
-
-    return make_generator(make_call, reference, kernel_params)
 
 
 def _elementwise_batching(op: XLACustomKernel):
@@ -157,7 +149,7 @@ def spike(x: jax.Array, surrogate: str | Surrogate = "fast_sigmoid", alpha: floa
         surrogate: ``"sigmoid"``, ``"fast_sigmoid"`` (SuperSpike), ``"arctan"``,
             ``"triangle"`` or an :class:`evjax.Surrogate`.
         alpha: the surrogate's sharpness (``None``: its default).
-        backend: force a backend (``"numba"`` or ``"reference"``).
+        backend: force a backend (``"numba"``, ``"warp"``, ``"numba_cuda"``, ``"reference"``).
 
     Returns:
         Float spikes (0/1) of ``x``'s float dtype and shape.
@@ -173,16 +165,8 @@ def spike(x: jax.Array, surrogate: str | Surrogate = "fast_sigmoid", alpha: floa
     return out
 
 
-@numba.njit(cache=True, nogil=True)
-def _spike_serial(x, strides, out):
-    for k in range(out.size):
-        out[k] = 1.0 if x[k] >= 0 else 0.0
 
 
-@numba.njit(parallel=True, cache=True, nogil=True)
-def _spike_parallel(x, strides, out):
-    for k in numba.prange(out.size):
-        out[k] = 1.0 if x[k] >= 0 else 0.0
 
 
 def _spike_reference(x, *, outs, **params):
@@ -196,7 +180,6 @@ def _spike_jvp(t, x, *, outs, surrogate, alpha, **params):
 
 
 spike_p = XLACustomKernel("evjax_spike")
-spike_p.def_numba_kernel(_elementwise_generator(_spike_serial, _spike_parallel, _spike_reference))
 spike_p.def_reference(_spike_reference)
 spike_p.def_jvp_rule2(_spike_jvp)
 spike_p.def_batching_rule(_elementwise_batching(spike_p))
@@ -228,7 +211,7 @@ def lif_step(v: jax.Array, i_ext: jax.Array, *, tau: float = 10.0, v_th: float =
         detach_reset: treat the reset as a constant in the gradient (the
             ``-(u - v_reset) g du`` term is dropped), as commonly done to
             stabilise training.
-        backend: force a backend (``"numba"`` or ``"reference"``).
+        backend: force a backend (``"numba"``, ``"warp"``, ``"numba_cuda"``, ``"reference"``).
 
     Returns:
         ``(v_new, spikes)``, both of the float dtype of ``v`` and ``i_ext``.
@@ -255,26 +238,8 @@ def lif_step(v: jax.Array, i_ext: jax.Array, *, tau: float = 10.0, v_th: float =
     return v_new, spikes
 
 
-@numba.njit(cache=True, nogil=True)
-def _lif_serial(v, i_ext, strides, p, v_out, s_out):
-    k_leak, dt, v_rest, v_th, v_reset = p[0], p[1], p[2], p[3], p[4]
-    for k in range(v.size):
-        u = v[k] - k_leak * (v[k] - v_rest) + dt * i_ext[k]
-        if u >= v_th:
-            v_out[k], s_out[k] = v_reset, 1.0
-        else:
-            v_out[k], s_out[k] = u, 0.0
 
 
-@numba.njit(parallel=True, cache=True, nogil=True)
-def _lif_parallel(v, i_ext, strides, p, v_out, s_out):
-    k_leak, dt, v_rest, v_th, v_reset = p[0], p[1], p[2], p[3], p[4]
-    for k in numba.prange(v.size):
-        u = v[k] - k_leak * (v[k] - v_rest) + dt * i_ext[k]
-        if u >= v_th:
-            v_out[k], s_out[k] = v_reset, 1.0
-        else:
-            v_out[k], s_out[k] = u, 0.0
 
 
 def _lif_potential(v, i_ext, *, tau, dt, v_rest, **params):
@@ -322,8 +287,6 @@ def _lif_kernel_params(tau, dt, v_rest, v_th, v_reset, **_):
     return (dt / tau, dt, v_rest, v_th, v_reset)
 
 
-lif_step_p.def_numba_kernel(_elementwise_generator(_lif_serial, _lif_parallel, _lif_reference,
-                                                   kernel_params=_lif_kernel_params))
 lif_step_p.def_reference(_lif_reference)
 lif_step_p.def_jvp_rule(_lif_jvp)
 lif_step_p.def_batching_rule(_elementwise_batching(lif_step_p))
@@ -345,7 +308,7 @@ def exp_trace(trace: jax.Array, spikes: jax.Array, decay: jax.Array | float, *,
         spikes: spikes (bool, int or float), broadcastable to ``trace``.
         decay: a scalar or an array broadcastable to ``trace``; a Python number
             must lie in ``[0, 1]``.
-        backend: force a backend (``"numba"`` or ``"reference"``).
+        backend: force a backend (``"numba"``, ``"warp"``, ``"numba_cuda"``, ``"reference"``).
 
     Returns:
         The new trace, with ``trace``'s shape and float dtype.
@@ -371,18 +334,8 @@ def exp_trace(trace: jax.Array, spikes: jax.Array, decay: jax.Array | float, *,
     return out
 
 
-@numba.njit(cache=True, nogil=True)
-def _trace_serial(trace, spikes, decay, strides, out):
-    sd = strides[2]
-    for k in range(out.size):
-        out[k] = trace[k] * decay[k * sd] + spikes[k]
 
 
-@numba.njit(parallel=True, cache=True, nogil=True)
-def _trace_parallel(trace, spikes, decay, strides, out):
-    sd = strides[2]
-    for k in numba.prange(out.size):
-        out[k] = trace[k] * decay[k * sd] + spikes[k]
 
 
 def _trace_reference(trace, spikes, decay, *, outs, **params):
@@ -421,7 +374,6 @@ def _trace_transpose(cotangents, trace, spikes, decay, *, outs, **params):
 
 
 exp_trace_p = XLACustomKernel("evjax_exp_trace")
-exp_trace_p.def_numba_kernel(_elementwise_generator(_trace_serial, _trace_parallel, _trace_reference))
 exp_trace_p.def_reference(_trace_reference)
 exp_trace_p.def_jvp_rule(_trace_jvp)
 exp_trace_p.def_transpose_rule(_trace_transpose)
@@ -444,7 +396,7 @@ def detect_spikes(v: jax.Array, v_th: jax.Array | float = 1.0, v_rest: jax.Array
         surrogate: surrogate derivative of the step (see :func:`spike`).
         alpha: its sharpness (``None``: default).
         detach_reset: drop the reset's dependence on the spike from the gradient.
-        backend: force a backend (``"numba"`` or ``"reference"``).
+        backend: force a backend (``"numba"``, ``"warp"``, ``"numba_cuda"``, ``"reference"``).
 
     Returns:
         ``(spikes, v_out)``: float spikes (0/1) and the reset potentials.
@@ -470,24 +422,8 @@ def detect_spikes(v: jax.Array, v_th: jax.Array | float = 1.0, v_rest: jax.Array
     return spikes, v_out
 
 
-@numba.njit(cache=True, nogil=True)
-def _detect_serial(v, v_th, v_rest, strides, s_out, v_out):
-    st, sr = strides[1], strides[2]
-    for k in range(v.size):
-        if v[k] >= v_th[k * st]:
-            s_out[k], v_out[k] = 1.0, v_rest[k * sr]
-        else:
-            s_out[k], v_out[k] = 0.0, v[k]
 
 
-@numba.njit(parallel=True, cache=True, nogil=True)
-def _detect_parallel(v, v_th, v_rest, strides, s_out, v_out):
-    st, sr = strides[1], strides[2]
-    for k in numba.prange(v.size):
-        if v[k] >= v_th[k * st]:
-            s_out[k], v_out[k] = 1.0, v_rest[k * sr]
-        else:
-            s_out[k], v_out[k] = 0.0, v[k]
 
 
 def _detect_reference(v, v_th, v_rest, *, outs, **params):
@@ -524,14 +460,13 @@ def _detect_jvp(primals, tangents, *, outs, surrogate, alpha, detach_reset, **pa
 
 
 detect_spikes_p = XLACustomKernel("evjax_detect_spikes")
-detect_spikes_p.def_numba_kernel(_elementwise_generator(_detect_serial, _detect_parallel, _detect_reference))
 detect_spikes_p.def_reference(_detect_reference)
 detect_spikes_p.def_jvp_rule(_detect_jvp)
 detect_spikes_p.def_batching_rule(_elementwise_batching(detect_spikes_p))
 
 
 # ===========================================================================
-# other backends: Warp (cpu, gpu) and Numba CUDA (gpu), selectable with backend=
+# Backends: declared here, imported on first use (numba.py, warp.py, numba_cuda.py)
 # ===========================================================================
 # name -> (op, reference, kernel_params); the kernels of every backend share the
 # argument order of make_generator.
@@ -542,7 +477,5 @@ OPS = {
     "detect_spikes": (detect_spikes_p, _detect_reference, None),
 }
 
-from . import neuron_numba_cuda, neuron_warp  # noqa: E402  (they read OPS and make_generator)
-
-neuron_warp.register()
-neuron_numba_cuda.register()
+for _op, _, _ in OPS.values():
+    _op.declare_backends(__package__, BACKENDS)

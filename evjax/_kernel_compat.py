@@ -1,0 +1,338 @@
+"""The one module of evjax that touches Numba's and Warp's private APIs.
+
+Everything else reaches the internals of its kernel languages through the
+functions here (as :mod:`evjax._compat` does for JAX), so an upgrade of Numba
+or Warp breaks at most this file.  Nothing here imports Warp or ``numba.cuda``
+at import time.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import importlib
+import os
+import warnings
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    # Numba (CPU)
+    "quiet_numba_compile", "is_cpu_dispatcher", "kernel_options", "can_compile", "declared_signatures",
+    "serial_clone", "threadsafe_layer", "launch_numba_threads",
+    # Numba CUDA
+    "cuda_simulator_enabled", "is_cuda_dispatcher", "is_cuda_device_function", "cuda_overload", "cuda_function", "cuda_kernel_limits",
+    "cuda_packing", "cuda_launch", "cuda_needs_python_launch",
+    # Warp
+    "warp_initialize", "warp_cpu_entry", "warp_cuda_entry", "warp_cuda_launch_address", "warp_kernel_dim",
+    "warp_params", "warp_is_kernel", "warp_is_array_type", "warp_is_generic", "warp_specialize",
+]
+
+
+# ---------------------------------------------------------------------------
+# Numba, CPU target
+# ---------------------------------------------------------------------------
+@contextlib.contextmanager
+def quiet_numba_compile():
+    """Hide Numba's pedantic ``NumbaIRAssumptionWarning`` while compiling.
+
+    Numba reports it for ``while`` loops inside ``inline="always"`` helpers
+    (as in the CSR kernels): the compiled code is correct and the user can do
+    nothing about it.
+    """
+    from numba.core.errors import NumbaIRAssumptionWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NumbaIRAssumptionWarning)
+        yield
+
+
+def is_cpu_dispatcher(obj) -> bool:
+    """Whether ``obj`` is an ``@numba.njit`` function."""
+    from numba.core.registry import CPUDispatcher
+
+    return isinstance(obj, CPUDispatcher)
+
+
+def kernel_options(kernel) -> dict:
+    """The options a Numba dispatcher was made with (``parallel``, ``cache``, ...)."""
+    return dict(getattr(kernel, "targetoptions", {}))
+
+
+def can_compile(kernel) -> bool:
+    """Whether the dispatcher compiles new signatures (False once given explicit signatures)."""
+    return bool(getattr(kernel, "_can_compile", True))
+
+
+def declared_signatures(kernel) -> list:
+    """The signatures a dispatcher was compiled for (explicit ones, when it cannot compile more)."""
+    return list(getattr(kernel, "signatures", []))
+
+
+def serial_clone(kernel):
+    """``kernel`` recompiled without ``parallel`` (and outside its disk cache entry)."""
+    import numba
+
+    options = kernel_options(kernel)
+    options["parallel"] = False
+    options.pop("cache", None)  # the on-disk cache entry belongs to the parallel build
+    options.pop("nopython", None)
+    return numba.njit(**options)(kernel.py_func)
+
+
+_THREADSAFE: bool | None = None
+
+
+def threadsafe_layer() -> bool:
+    """Whether parallel kernels run on a thread-safe Numba threading layer (OpenMP or TBB).
+
+    Numba's ``workqueue`` layer aborts the process when two threads run
+    parallel kernels at once, which XLA does routinely.  Called where the first
+    parallel kernel is compiled (never at import): if the user left Numba's
+    layer at ``"default"`` and Numba's threads have not started, it is set to
+    ``"threadsafe"``, which is what ``"default"`` picks anyway where OpenMP or
+    TBB exists.  Returns False when the user forced ``workqueue`` or neither
+    layer loads.
+    """
+    global _THREADSAFE
+    if _THREADSAFE is None:
+        from numba import config
+        from numba.np.ufunc import parallel
+
+        forced = os.environ.get("NUMBA_THREADING_LAYER", "").strip().lower() or str(config.THREADING_LAYER)
+        available = False
+        if forced != "workqueue":
+            for module in ("numba.np.ufunc.omppool", "numba.np.ufunc.tbbpool"):
+                try:
+                    importlib.import_module(module)
+                    available = True
+                    break
+                except Exception:  # noqa: BLE001 - any failure means "not usable"
+                    continue
+        if available and forced == "default" and not parallel._is_initialized:
+            config.THREADING_LAYER = "threadsafe"
+        _THREADSAFE = available
+    return _THREADSAFE
+
+
+def launch_numba_threads() -> None:
+    """Start Numba's thread pool.
+
+    A parallel kernel (or one calling a parallel function) loaded from Numba's
+    disk cache and called from a handler, not through its dispatcher, finds the
+    pool not started and crashes.
+    """
+    from numba.np.ufunc import parallel
+
+    parallel._launch_threads()
+
+
+# ---------------------------------------------------------------------------
+# Numba, CUDA target (numba.cuda is imported by these functions only)
+# ---------------------------------------------------------------------------
+def cuda_simulator_enabled() -> bool:
+    """Whether Numba's CUDA simulator is on (``NUMBA_ENABLE_CUDASIM=1`` when numba was imported)."""
+    from numba.core import config
+
+    return bool(getattr(config, "ENABLE_CUDASIM", False))
+
+
+def is_cuda_dispatcher(obj) -> bool:
+    """Whether ``obj`` is a ``@numba.cuda.jit`` kernel (or the simulator's)."""
+    return type(obj).__name__ in ("CUDADispatcher", "FakeCUDAKernel")
+
+
+def is_cuda_device_function(obj) -> bool:
+    """Whether a CUDA dispatcher is a device function (``device=True``), which cannot be launched."""
+    return bool(kernel_options(obj).get("device") or getattr(obj, "_device", False))
+
+
+def numba_array_type(shape, dtype):
+    """The Numba type of a C-contiguous array."""
+    from numba import types
+    from numba.np.numpy_support import from_dtype
+
+    return types.Array(from_dtype(np.dtype(dtype)), len(shape), "C")
+
+
+def cuda_overload(kernel, specs):
+    """The compiled overload (``_Kernel``) of a CUDA kernel for arrays of ``(shape, dtype)`` specs.
+
+    Raises:
+        TypeError: the kernel was declared with explicit signatures that do not fit.
+    """
+    argtypes = tuple(numba_array_type(s, d) for s, d in specs)
+    for types_, overload in kernel.overloads.items():
+        if len(types_) == len(argtypes) and all(
+            getattr(t, "dtype", None) == a.dtype and getattr(t, "ndim", None) == a.ndim
+            for t, a in zip(types_, argtypes)
+        ):
+            return overload
+    if not can_compile(kernel):
+        declared = "; ".join(str(s) for s in kernel.overloads) or "none"
+        given = ", ".join(str(t) for t in argtypes)
+        raise TypeError(
+            f"CUDA kernel '{kernel.__name__}' was declared with signatures ({declared}) but is called with "
+            f"inputs+outputs ({given}). Pass arrays of the declared dtypes and ranks, or fix `outs`."
+        )
+    return kernel.compile(argtypes)
+
+
+def handle_address(handle) -> int:
+    """An integer address from a ctypes pointer, a cuda-python handle or an int."""
+    if handle is None:
+        return 0
+    if isinstance(handle, ctypes.c_void_p):
+        return int(handle.value or 0)
+    try:
+        return int(handle)
+    except TypeError:  # older cuda-python handles
+        return int(handle.getPtr())
+
+
+def cuda_function(overload) -> tuple[int, bool]:
+    """``(address, is_library_kernel)`` of an overload's function, loaded in the current context.
+
+    With numba-cuda on ``cuda.core`` the handle is a ``CUkernel`` (a library
+    kernel) whose ``CUfunction`` the caller gets with ``cuKernelGetFunction``.
+    """
+    cufunc = overload._codelibrary.get_cufunc()
+    return handle_address(cufunc.handle), type(cufunc.handle).__name__ == "CUkernel"
+
+
+def cuda_kernel_limits(overload, default_threads: int) -> tuple[int, int]:
+    """``(max threads per block, static shared memory bytes)`` of a compiled overload."""
+    attrs = overload._codelibrary.get_cufunc().attrs
+    return int(getattr(attrs, "maxthreads", default_threads)), int(getattr(attrs, "shared", 0))
+
+
+def cuda_needs_python_launch(overload) -> bool:
+    """Whether the overload uses debug mode, cooperative groups or argument extensions."""
+    return bool(overload.debug or getattr(overload, "cooperative", False) or overload.extensions)
+
+
+def cuda_packing(overload, specs, make_view) -> list:
+    """The kernel parameters Numba itself passes for arrays made by ``make_view(spec)`` (ctypes values)."""
+    from numba.cuda.args import ArgHint
+
+    class _Given(ArgHint):
+        def to_device(self, retr, stream=0):
+            return self.value
+
+    kernelargs: list = []
+    for spec in specs:
+        overload._prepare_args(numba_array_type(*spec), _Given(make_view(spec)), 0, [], kernelargs)
+    return kernelargs
+
+
+def cuda_launch(overload, arrays, grid, block, stream, shared_mem) -> None:
+    """Launch a compiled overload directly (no dispatch, no type inference)."""
+    overload.launch(arrays, grid, block, stream, shared_mem)
+
+
+# ---------------------------------------------------------------------------
+# Warp (imported by these functions only)
+# ---------------------------------------------------------------------------
+def warp_initialize(cache_folder: str):
+    """Import and initialise Warp, pointing its kernel cache at ``cache_folder`` unless Warp is
+    already initialised or the user chose a folder.  Returns the ``warp`` module."""
+    import warp as wp
+    from warp._src import context as wp_context
+
+    if getattr(wp_context, "runtime", None) is None:
+        if not wp.config.kernel_cache_dir and not os.environ.get("WARP_CACHE_PATH"):
+            wp.config.kernel_cache_dir = cache_folder
+        wp.init()
+    return wp
+
+
+def _warp_load(kernel, device, block_dim: int) -> tuple[Any, Any]:
+    exe = kernel.module.load(device, block_dim)
+    if exe is None:  # pragma: no cover - Warp reports its own build errors
+        raise RuntimeError(f"Warp could not load the module of kernel '{kernel.key}' on {device}")
+    return exe, exe.get_kernel_hooks(kernel)
+
+
+def warp_cpu_entry(kernel, device) -> tuple[int, tuple]:
+    """``(address of the kernel's *_cpu_forward entry, objects to keep alive)``, compiled or cached."""
+    exe, hooks = _warp_load(kernel, device, 1)
+    if hooks.forward is None:  # pragma: no cover
+        raise RuntimeError(f"Warp kernel '{kernel.key}' has no CPU forward entry point")
+    return int(ctypes.cast(hooks.forward, ctypes.c_void_p).value), (exe, hooks, kernel)
+
+
+def warp_cuda_entry(kernel, device) -> tuple[int, int, dict, tuple]:
+    """``(CUfunction, CUcontext, launch options, objects to keep alive)`` of ``kernel`` on a CUDA device.
+
+    The options are ``block_dim``, ``grid_stride``, ``cluster_dim`` and
+    ``smem`` (dynamic shared memory bytes).
+    """
+    block_dim = int(kernel.module.options["block_dim"])
+    exe, hooks = _warp_load(kernel, device, block_dim)
+    if hooks.forward is None:  # pragma: no cover
+        raise RuntimeError(f"Warp kernel '{kernel.key}' has no CUDA forward entry on {device}")
+    meta = getattr(hooks, "det_launch_meta", None)
+    if meta is not None and getattr(meta, "needs_deterministic", False):
+        raise NotImplementedError(
+            f"Warp kernel '{kernel.key}' is compiled in Warp's deterministic mode, which needs hidden "
+            f"buffers that evjax does not provide; use wp.launch, or turn deterministic mode off."
+        )
+    if getattr(hooks, "forward_smem_shortfall", None):
+        raise RuntimeError(
+            f"Warp kernel '{kernel.key}' needs more shared memory than {device} offers: "
+            f"{hooks.forward_smem_shortfall}"
+        )
+    forward = hooks.forward
+    function = forward if isinstance(forward, int) else ctypes.cast(forward, ctypes.c_void_p).value
+    options = {
+        "block_dim": block_dim,
+        "grid_stride": int(bool(kernel.grid_stride)),
+        "cluster_dim": int(getattr(hooks, "cluster_dim", 1) or 1),
+        "smem": int(hooks.forward_smem_bytes or 0),
+    }
+    return int(function or 0), int(device.context or 0), options, (exe, hooks, kernel)
+
+
+def warp_cuda_launch_address() -> int:
+    """Address of Warp's native ``wp_cuda_launch_kernel``."""
+    from warp._src import context as wp_context
+
+    return ctypes.cast(wp_context.runtime.core.wp_cuda_launch_kernel, ctypes.c_void_p).value
+
+
+def warp_params(kernel) -> list:
+    """The kernel's parameters (each has ``label`` and ``type``)."""
+    return list(kernel.adj.args)
+
+
+def warp_kernel_dim(kernel) -> int:
+    """How many indices ``wp.tid()`` returns in ``kernel``."""
+    dim = getattr(kernel.adj, "kernel_dim", None)
+    if dim is None:
+        kernel.adj.get_references()
+        dim = getattr(kernel.adj, "kernel_dim", 1)
+    return int(dim)
+
+
+def warp_is_kernel(obj) -> bool:
+    """Whether ``obj`` is a ``@warp.kernel``."""
+    import warp as wp
+
+    return isinstance(obj, wp.Kernel)
+
+
+def warp_is_array_type(annotation) -> bool:
+    """Whether a kernel parameter's annotation is a ``wp.array``."""
+    import warp as wp
+
+    return isinstance(annotation, wp.array)
+
+
+def warp_is_generic(kernel) -> bool:
+    """Whether the kernel has generic (``typing.Any``) parameters to specialise."""
+    return bool(kernel.is_generic)
+
+
+def warp_specialize(kernel, arg_types):
+    """A generic kernel specialised to ``arg_types`` (Warp types, one per parameter)."""
+    return kernel.add_overload(list(arg_types))

@@ -1,0 +1,362 @@
+"""The FFI core: what every XLA FFI handler of evjax does before its own work, written once.
+
+Every handler is a ``@numba.cfunc`` taking XLA's call frame.  They are all made
+by :func:`compile_handler`, which writes a small module: the same prologue,
+then the bridge's own body.  The prologue
+
+1. answers XLA's metadata query: the API version (the caller's, or the
+   installed jaxlib header's when XLA passes no API table) and the handler's
+   traits;
+2. returns at once for a stage other than EXECUTE.
+
+Errors are created here too: :func:`create_error` from a C string, and
+:func:`report` from a message that Python composes (a kernel's exception, a
+failed launch).  A handler whose work must run in Python (Numba CUDA's Python
+launch path) is a :class:`PythonHandler`: the one compiled
+:func:`python_target` handler runs the prologue and then calls back into
+Python through an address passed as the call's attribute.
+
+The module source is named by a digest of its text, of the sources of this
+package's compiled helpers and of the jaxlib/Numba versions, so an edit or an
+upgrade never reuses a stale cached handler, and the same handler is loaded
+once per process however many times it is asked for.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import importlib.util
+import itertools
+import os
+import sys
+import threading
+from typing import Callable
+
+import numba
+import numpy as np
+
+from .. import _compat, _kernel_compat
+from . import ffi_abi as abi
+from .intrinsics import (
+    as_int, as_voidptr, call_ptr_ptr, cstring, load_i32, load_i64, stack_bytes, store_i32, store_i64,
+)
+
+__all__ = [
+    "cache_dir", "prologue", "create_error", "report", "register_describer", "query_stream",
+    "query_device_ordinal", "scalar_attribute", "array_attribute", "compile_handler", "PythonHandler",
+    "python_target",
+]
+
+HANDLER_FORMAT = 3  # bump when the generated handler layout changes
+
+
+def cache_dir() -> str:
+    """The evjax cache folder (``$EVJAX_CACHE_DIR``, else ``~/.cache/evjax``)."""
+    root = os.environ.get("EVJAX_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "evjax"
+    )
+    os.makedirs(root, exist_ok=True)
+    return root
+
+
+# ---------------------------------------------------------------------------
+# Compiled helpers (inlined into every handler)
+# ---------------------------------------------------------------------------
+@numba.njit(nogil=True, cache=True)
+def prologue(frame, traits, major, minor):
+    """True when the handler has nothing more to do: XLA's metadata query (answered
+    here, with API version ``(major, minor)`` where XLA passes no API table) or a
+    stage other than EXECUTE."""
+    ext = load_i64(frame + abi.FRAME_EXTENSION_START)
+    if ext != 0 and load_i32(ext + abi.EXT_TYPE) == abi.EXT_TYPE_METADATA:
+        metadata = load_i64(ext + abi.EXT_METADATA_PTR)
+        api = load_i64(frame + abi.FRAME_API)
+        version_major = numba.int32(major)
+        version_minor = numba.int32(minor)
+        if api != 0:
+            version_major = load_i32(api + abi.API_VERSION_MAJOR)
+            version_minor = load_i32(api + abi.API_VERSION_MINOR)
+        store_i32(metadata + abi.METADATA_API_MAJOR, version_major)
+        store_i32(metadata + abi.METADATA_API_MINOR, version_minor)
+        store_i32(metadata + abi.METADATA_TRAITS, numba.int32(traits))
+        return True
+    return load_i32(frame + abi.FRAME_STAGE) != abi.STAGE_EXECUTE
+
+
+@numba.njit(nogil=True, cache=True)
+def create_error(frame, message, errc):
+    """An ``XLA_FFI_Error*`` (as int64) carrying the C string at address ``message``."""
+    api = load_i64(frame + abi.FRAME_API)
+    args = stack_bytes(32)  # XLA_FFI_Error_Create_Args {struct_size, extension_start, message, errc}
+    store_i64(args, abi.ERROR_CREATE_ARGS_SIZE)
+    store_i64(args + 8, 0)
+    store_i64(args + 16, message)
+    store_i32(args + 24, numba.int32(errc))
+    return call_ptr_ptr(load_i64(api + abi.API_ERROR_CREATE), args)
+
+
+@numba.njit(nogil=True, cache=True)
+def query_stream(frame):
+    """``(error, stream)``: XLA's stream for this call (``XLA_FFI_Stream_Get``; GPU only)."""
+    args = stack_bytes(32)  # XLA_FFI_Stream_Get_Args {struct_size, extension_start, ctx, stream (out)}
+    store_i64(args, abi.STREAM_GET_ARGS_SIZE)
+    store_i64(args + 8, 0)
+    store_i64(args + 16, load_i64(frame + abi.FRAME_CTX))
+    store_i64(args + 24, 0)
+    api = load_i64(frame + abi.FRAME_API)
+    error = call_ptr_ptr(load_i64(api + abi.API_STREAM_GET), args)
+    return error, load_i64(args + 24)
+
+
+@numba.njit(nogil=True, cache=True)
+def query_device_ordinal(frame):
+    """``(error, ordinal)``: the device of this call (``XLA_FFI_DeviceOrdinal_Get``; 0 where the
+    API table predates it)."""
+    api = load_i64(frame + abi.FRAME_API)
+    if load_i64(api) < abi.API_DEVICE_ORDINAL_GET + 8 or load_i64(api + abi.API_DEVICE_ORDINAL_GET) == 0:
+        return 0, 0
+    args = stack_bytes(32)  # XLA_FFI_DeviceOrdinal_Get_Args {struct_size, extension_start, ctx, int32 (out)}
+    store_i64(args, abi.DEVICE_ORDINAL_GET_ARGS_SIZE)
+    store_i64(args + 8, 0)
+    store_i64(args + 16, load_i64(frame + abi.FRAME_CTX))
+    store_i64(args + 24, 0)
+    error = call_ptr_ptr(load_i64(api + abi.API_DEVICE_ORDINAL_GET), args)
+    return error, np.int64(load_i32(args + 24))
+
+
+@numba.njit(nogil=True, cache=True)
+def scalar_attribute(frame):
+    """The int64 value of the call's only attribute, an int64 scalar (0 if there is not exactly one)."""
+    if load_i64(frame + abi.FRAME_ATTRS_SIZE) != 1:
+        return 0
+    scalar = load_i64(load_i64(frame + abi.FRAME_ATTRS))  # XLA_FFI_Scalar {int32 dtype, void* value}
+    if load_i32(scalar) != abi.FFI_DTYPE_CODES_S64:
+        return 0
+    return load_i64(load_i64(scalar + abi.SCALAR_VALUE))
+
+
+@numba.njit(nogil=True, cache=True)
+def array_attribute(frame):
+    """``(size, data address)`` of the call's only attribute, an int64 array ((0, 0) otherwise)."""
+    if load_i64(frame + abi.FRAME_ATTRS_SIZE) != 1:
+        return 0, 0
+    array = load_i64(load_i64(frame + abi.FRAME_ATTRS))  # XLA_FFI_Array {int32 dtype, size, data}
+    if load_i32(array) != abi.FFI_DTYPE_CODES_S64:
+        return 0, 0
+    return load_i64(array + 8), load_i64(array + 16)
+
+
+# ---------------------------------------------------------------------------
+# Errors described in Python
+# ---------------------------------------------------------------------------
+_describers: dict[int, Callable[[int, int], str]] = {}
+_keys = itertools.count(1)
+_local = threading.local()
+PYTHON_EXCEPTION = 0  # key of the message a PythonHandler left for its thread
+
+
+def register_describer(describe: Callable[[int, int], str], key: int | None = None) -> int:
+    """Register ``describe(frame, detail) -> message`` for :func:`report`; return its key."""
+    key = next(_keys) if key is None else int(key)
+    _describers[key] = describe
+    return key
+
+
+def _pending_message(frame: int, detail: int) -> str:
+    return getattr(_local, "pending", None) or "evjax: a Python handler failed"
+
+
+_describers[PYTHON_EXCEPTION] = _pending_message
+
+
+def _message_address(frame: int, key: int, detail: int) -> int:
+    """Compose the message of key ``key`` and return the address of its C string.
+
+    The buffer stays alive until the thread's next message; XLA copies it at once.
+    """
+    try:
+        describe = _describers.get(key)
+        text = describe(frame, detail) if describe else f"evjax: a kernel failed (no description for key {key})"
+    except Exception as exc:  # noqa: BLE001 - reported to the caller instead
+        text = f"evjax: a kernel failed ({exc!r} while describing the failure)"
+    _local.buffer = ctypes.create_string_buffer(text.encode("utf-8", "replace"))
+    return ctypes.addressof(_local.buffer)
+
+
+@numba.njit  # (no nogil: the object-mode block holds the GIL anyway)
+def report(frame, key, detail, errc):
+    """An ``XLA_FFI_Error*`` whose message the describer registered under ``key`` composes
+    in Python (only on a failure path)."""
+    with numba.objmode(message="int64"):
+        message = _message_address(frame, key, detail)
+    return create_error(frame, message, errc)
+
+
+# ---------------------------------------------------------------------------
+# Handler modules
+# ---------------------------------------------------------------------------
+_TEMPLATE = '''\
+# Generated by evjax.backends.ffi_core: an XLA FFI handler as a numba cfunc.
+import numba
+from numba import types
+from evjax.backends.intrinsics import *  # noqa: F403
+from evjax.backends.ffi_core import prologue, create_error, report, query_stream, query_device_ordinal, \\
+    scalar_attribute, array_attribute
+{imports}
+{preamble}
+
+@numba.cfunc(types.voidptr(types.voidptr), cache={cache}, nogil=True)
+def handler(frame_pointer):
+    frame = as_int(frame_pointer)
+    if prologue(frame, {traits}, {major}, {minor}):
+        return as_voidptr(0)
+{body}
+'''
+_CORE_SOURCES = ("ffi_abi.py", "intrinsics.py", "ffi_core.py")
+_modules: dict[str, object] = {}
+_lock = threading.RLock()
+
+
+def _sources_fingerprint(paths) -> str:
+    digest = hashlib.sha1()
+    for path in paths:
+        try:
+            with open(path, "rb") as f:
+                digest.update(f.read())
+        except OSError:
+            digest.update(path.encode())
+    return digest.hexdigest()
+
+
+def compile_handler(body: str, *, traits: int = 0, imports: str = "", preamble: str = "",
+                    namespace: dict | None = None, cache: bool = True, fingerprint: str = "",
+                    depends=()) -> tuple[object, str]:
+    """Write (once), load (once per process) and return a handler module and its digest.
+
+    Args:
+        body: the handler's statements after the prologue, indented by 4
+            spaces; ``frame`` is the call frame's address; each path returns
+            ``as_voidptr(error_or_0)``.
+        traits: the FFI traits the metadata query declares (1: CUDA-graph safe).
+        imports, preamble: module-level source before the handler.
+        namespace: globals to inject before the module runs (e.g. the kernel).
+        cache: let Numba cache the compiled handler on disk.
+        fingerprint: whatever else the handler's machine code depends on (a
+            kernel's source and closure); with ``cache=False`` the module is
+            named for this process only, and its file removed once loaded.
+        depends: modules whose compiled helpers the handler inlines.
+
+    Returns:
+        ``(module, digest)``; the compiled handler is ``module.handler``, and
+        ``module.HANDLER_KEY`` (an int derived from the digest, the same in every
+        process) is the key to register a describer of its errors under.
+    """
+    major, minor = _compat.ffi_api_header_version()
+    source = _TEMPLATE.format(imports=imports, preamble=preamble, cache=cache, traits=int(traits),
+                              major=major, minor=minor, body=body.rstrip())
+    here = os.path.dirname(os.path.abspath(__file__))
+    paths = [os.path.join(here, name) for name in _CORE_SOURCES] + [m.__file__ for m in depends]
+    digest = hashlib.sha1("\n".join([
+        source, fingerprint, _sources_fingerprint(paths), numba.__version__, f"format={HANDLER_FORMAT}",
+    ]).encode()).hexdigest()[:20]
+    if not cache:  # not cached on disk: a module of this process only (same content, same module)
+        digest = f"{digest}_{os.getpid()}"
+    name = f"_evjax_handler_{digest}"
+    with _lock:
+        module = _modules.get(name)
+        if module is None:
+            namespace = dict(namespace or {}, HANDLER_KEY=int(digest[:15], 16))
+            module = _modules[name] = _load(name, source, namespace, keep_file=cache)
+    return module, digest
+
+
+def _load(module_name: str, source: str, namespace: dict, *, keep_file: bool):
+    folder = os.path.join(cache_dir(), "handlers")
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, module_name + ".py")
+    if not _file_has(path, source):
+        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+        with open(tmp, "w") as f:
+            f.write(source)
+        os.replace(tmp, path)
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    module.__dict__.update(namespace)
+    sys.modules[module_name] = module
+    with _kernel_compat.quiet_numba_compile():
+        spec.loader.exec_module(module)
+    if not keep_file:
+        try:
+            os.remove(path)
+        except OSError:
+            pass
+    return module
+
+
+def _file_has(path: str, text: str) -> bool:
+    try:
+        with open(path) as f:
+            return f.read() == text
+    except OSError:
+        return False
+
+
+# ---------------------------------------------------------------------------
+# Handlers that run Python (through one compiled trampoline)
+# ---------------------------------------------------------------------------
+CALLBACK_ATTRIBUTE = "evjax_callback"  # the attribute carrying a PythonHandler's callback address
+_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64)
+_TRAMPOLINE_BODY = f"""\
+    callback = scalar_attribute(frame)
+    if callback == 0:
+        return as_voidptr(create_error(frame, cstring("evjax: a Python handler was called without its "
+                                                     "'{CALLBACK_ATTRIBUTE}' attribute"), {abi.ERRC_INVALID_ARGUMENT}))
+    status = call_ptr_ptr(callback, frame)
+    if status == -1:
+        return as_voidptr(report(frame, {PYTHON_EXCEPTION}, 0, {abi.ERRC_INTERNAL}))
+    return as_voidptr(status)
+"""
+_registered_targets: set[str] = set()
+
+
+def python_target(platform: str) -> str:
+    """The FFI target of the compiled trampoline into Python on ``platform`` ("cpu" or "CUDA").
+
+    Registered once per process and platform; each call passes its
+    :class:`PythonHandler`'s attributes.
+    """
+    import jax
+
+    name = f"evjax_python_{platform.lower()}"
+    with _lock:
+        if name not in _registered_targets:
+            module, _ = compile_handler(_TRAMPOLINE_BODY)
+            jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(module.handler.address), platform=platform)
+            _registered_targets.add(name)
+    return name
+
+
+class PythonHandler:
+    """A handler whose work is ``run(frame) -> XLA error address or 0``, in Python.
+
+    Call its :attr:`target_name` with ``**handler.attributes``.  An exception
+    in ``run`` becomes an XLA error carrying ``who`` and the exception's text.
+    Keep the object alive as long as XLA may call it.
+    """
+
+    def __init__(self, who: str, run: Callable[[int], int], platform: str = "CUDA"):
+        self.who = who
+        self.run = run
+        self.callback = _CALLBACK(self._call)
+        self.callback_address = int(ctypes.cast(self.callback, ctypes.c_void_p).value)
+        self.target_name = python_target(platform)
+        self.attributes = {CALLBACK_ATTRIBUTE: np.int64(self.callback_address)}
+        self.address = int(compile_handler(_TRAMPOLINE_BODY)[0].handler.address)  # the trampoline
+
+    def _call(self, frame: int) -> int:
+        try:
+            return int(self.run(frame) or 0)
+        except BaseException as exc:  # noqa: BLE001 - must not unwind into XLA
+            _local.pending = f"evjax: {self.who} raised {type(exc).__name__}: {exc}"
+            return -1
+

@@ -1,0 +1,171 @@
+"""Numba intrinsics over raw memory: the one set every compiled FFI handler uses.
+
+Addresses are plain ``int64`` values (a pointer read from memory, or a
+``void*`` turned into one with :func:`as_int`), so handler code reads like C
+with casts: ``load_i64(frame + FRAME_ARGS)``.  Only ``numba.extending.intrinsic``
+(Numba's documented extension API) and llvmlite's IR builder are used.
+"""
+from __future__ import annotations
+
+import hashlib
+
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
+
+__all__ = [
+    "load_i64", "load_i32", "store_i64", "store_i32", "store_u16",
+    "as_int", "as_voidptr", "typed_pointer", "stack_bytes", "cstring",
+    "call_ptr_ptr", "call_void_ptr_ptr", "call_i32_ptr",
+]
+
+I8 = ir.IntType(8)
+I16 = ir.IntType(16)
+I32 = ir.IntType(32)
+I64 = ir.IntType(64)
+PTR = I8.as_pointer()
+
+
+def _pointer(builder, address, kind):
+    return builder.inttoptr(address, kind.as_pointer())
+
+
+def _loader(kind, numba_type, doc):
+    def load(typingctx, address):
+        def codegen(context, builder, signature, args):
+            return builder.load(_pointer(builder, args[0], kind))
+
+        return numba_type(types.int64), codegen
+
+    load.__doc__ = doc
+    return intrinsic(load)
+
+
+def _storer(kind, numba_type, doc):
+    def store(typingctx, address, value):
+        def codegen(context, builder, signature, args):
+            value = args[1]
+            if value.type != kind:  # narrower stores take a wider integer
+                value = builder.trunc(value, kind)
+            builder.store(value, _pointer(builder, args[0], kind))
+
+        return types.void(types.int64, numba_type), codegen
+
+    store.__doc__ = doc
+    return intrinsic(store)
+
+
+load_i64 = _loader(I64, types.int64, "``*(int64*)address``.")
+load_i32 = _loader(I32, types.int32, "``*(int32*)address``.")
+store_i64 = _storer(I64, types.int64, "``*(int64*)address = value``.")
+store_i32 = _storer(I32, types.int32, "``*(int32*)address = value``.")
+store_u16 = _storer(I16, types.int64, "``*(uint16*)address = (uint16)value``.")
+
+
+@intrinsic
+def as_int(typingctx, pointer):
+    """A ``void*`` as an int64 address."""
+
+    def codegen(context, builder, signature, args):
+        return builder.ptrtoint(args[0], I64)
+
+    return types.int64(types.voidptr), codegen
+
+
+@intrinsic
+def as_voidptr(typingctx, address):
+    """An int64 address as a ``void*`` (a handler's return value)."""
+
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], PTR)
+
+    return types.voidptr(types.int64), codegen
+
+
+@intrinsic
+def typed_pointer(typingctx, address, dtype):
+    """An int64 address as a pointer to ``dtype``'s scalars (for ``numba.carray``)."""
+    pointer_type = types.CPointer(dtype.dtype)
+
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], context.get_value_type(pointer_type))
+
+    return pointer_type(types.int64, dtype), codegen
+
+
+@intrinsic(prefer_literal=True)
+def stack_bytes(typingctx, size):
+    """The int64 address of ``size`` (a literal) bytes on the calling function's stack, 16-aligned.
+
+    The space is reserved in the function's entry block, so a call in a loop
+    reuses it; it lives until the (inlined-into) function returns.
+    """
+    if not isinstance(size, types.IntegerLiteral):
+        return None
+    n = int(size.literal_value)
+
+    def codegen(context, builder, signature, args):
+        with builder.goto_entry_block():
+            slot = builder.alloca(ir.ArrayType(I8, n), name="evjax_stack")
+            slot.align = 16
+        return builder.ptrtoint(slot, I64)
+
+    return types.int64(size), codegen
+
+
+@intrinsic
+def cstring(typingctx, text):
+    """The int64 address of a constant NUL-terminated copy of ``text`` (a string literal)."""
+    if not isinstance(text, types.StringLiteral):
+        return None
+    data = bytearray(text.literal_value.encode("utf-8")) + b"\0"
+
+    def codegen(context, builder, signature, args):
+        module = builder.module
+        name = "evjax_cstring_" + hashlib.sha1(bytes(data)).hexdigest()[:16]
+        try:
+            variable = module.get_global(name)
+        except KeyError:
+            constant = ir.Constant(ir.ArrayType(I8, len(data)), data)
+            variable = ir.GlobalVariable(module, constant.type, name=name)
+            variable.global_constant = True
+            variable.linkage = "internal"
+            variable.initializer = constant
+        return builder.ptrtoint(variable, I64)
+
+    return types.int64(text), codegen
+
+
+@intrinsic
+def call_ptr_ptr(typingctx, function, argument):
+    """Call ``void* function(void*)`` (XLA's API entries take one argument struct); int64 result."""
+
+    def codegen(context, builder, signature, args):
+        fnty = ir.FunctionType(PTR, [PTR])
+        result = builder.call(_pointer(builder, args[0], fnty), [builder.inttoptr(args[1], PTR)])
+        return builder.ptrtoint(result, I64)
+
+    return types.int64(types.int64, types.int64), codegen
+
+
+@intrinsic
+def call_void_ptr_ptr(typingctx, function, first, second):
+    """Call ``void function(void*, void*)``."""
+
+    def codegen(context, builder, signature, args):
+        fnty = ir.FunctionType(ir.VoidType(), [PTR, PTR])
+        builder.call(_pointer(builder, args[0], fnty),
+                     [builder.inttoptr(args[1], PTR), builder.inttoptr(args[2], PTR)])
+
+    return types.void(types.int64, types.int64, types.int64), codegen
+
+
+@intrinsic
+def call_i32_ptr(typingctx, function, argument):
+    """Call ``int function(void*)`` (e.g. the CUDA driver's ``cuCtxGetCurrent``)."""
+
+    def codegen(context, builder, signature, args):
+        fnty = ir.FunctionType(I32, [PTR])
+        return builder.call(_pointer(builder, args[0], fnty), [builder.inttoptr(args[1], PTR)])
+
+    return types.int32(types.int64, types.int64), codegen

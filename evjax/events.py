@@ -1,0 +1,95 @@
+"""Event arrays: ``BinaryArray`` marks an array as spikes, and the one events-as-bool rule.
+
+An event operand is bool, or a number where nonzero means a spike.  Event ops
+read only whether each entry is nonzero (:func:`as_bool_events`); the gradient
+w.r.t. a float event array is straight-through.  Sparse and connectivity types
+(:class:`evjax.CSR`, ...) take over ``@`` with a ``BinaryArray`` and run their
+event-driven ops: a class says so with a true ``takes_events`` class attribute.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+__all__ = ["BinaryArray", "EventArray", "as_bool_events"]
+
+
+def as_bool_events(x):
+    """Events as bool: ``x`` itself if it is bool, else ``x != 0`` (one byte per entry for kernels)."""
+    return x if x.dtype == jnp.bool_ else x != 0
+
+
+def _defers(other) -> bool:
+    """Whether ``other`` runs its own event ops for ``@`` with events (it sets ``takes_events``)."""
+    return bool(getattr(type(other), "takes_events", False))
+
+
+@jax.tree_util.register_pytree_node_class
+class BinaryArray:
+    """Marks an array as spikes: bool, or float where nonzero means a spike.
+
+    Multiplying it with a sparse matrix such as :class:`evjax.CSR` uses the
+    event-driven operators; with a dense array it is a matmul of the 0/1
+    spikes.  The gradient w.r.t. a float ``value`` is straight-through.
+
+    Args:
+        value: the spike array (any shape; vectors and matrices take part in matmul).
+
+    Example:
+        >>> spikes = evjax.BinaryArray(jnp.array([True, False, True]))
+        >>> current = spikes @ W          # W: evjax.CSR of shape (3, n_post)
+    """
+
+    __array_ufunc__ = None  # numpy defers ``ndarray @ BinaryArray`` to us
+
+    def __init__(self, value: Any):
+        self.value = value if isinstance(value, jax.Array) else jnp.asarray(value)
+
+    def tree_flatten(self):
+        return (self.value,), None
+
+    @classmethod
+    def tree_unflatten(cls, aux, children):
+        obj = object.__new__(cls)
+        obj.value = children[0]
+        return obj
+
+    @property
+    def shape(self) -> tuple:
+        return tuple(self.value.shape)
+
+    @property
+    def dtype(self):
+        return self.value.dtype
+
+    @property
+    def ndim(self) -> int:
+        return self.value.ndim
+
+    def __repr__(self) -> str:
+        return f"BinaryArray({self.value!r})"
+
+    def _dense(self, dtype):
+        # 0/1 forward, straight-through gradient for float values
+        ones = (self.value != 0).astype(dtype)
+        if jnp.issubdtype(self.value.dtype, jnp.floating):
+            v = self.value.astype(dtype)
+            return v + jax.lax.stop_gradient(ones - v)
+        return ones
+
+    def __matmul__(self, other):
+        if _defers(other):
+            return NotImplemented  # the other type's __rmatmul__ runs its event op
+        other = jnp.asarray(other)
+        return self._dense(other.dtype) @ other
+
+    def __rmatmul__(self, other):
+        if _defers(other):
+            return NotImplemented
+        other = jnp.asarray(other)
+        return other @ self._dense(other.dtype)
+
+
+EventArray = BinaryArray

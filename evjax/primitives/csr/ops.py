@@ -1,0 +1,531 @@
+"""Event-driven CSR operators: sparse synaptic propagation under jit, grad, jvp and vmap.
+
+A CSR matrix ``A`` of shape ``(n_rows, n_cols)`` is three arrays: ``data``
+(weights: shape ``(1,)`` homogeneous, or ``(nnz,)`` per synapse), ``indices``
+(column of each synapse, ``(nnz,)``) and ``indptr`` (``(n_rows + 1,)``, row
+``i`` owns ``indices[indptr[i]:indptr[i + 1]]``).  Duplicate column indices in
+a row are summed.
+
+Ops (:class:`~evjax.XLACustomKernel` instances): ``csrmv_p``, ``csrmm_p``
+(float operand), ``binary_csrmv_p``, ``binary_csrmm_p`` (event operand) and
+``csr_sddmm_p`` (the weight gradient).  Operands, in order: ``data``,
+``indices``, ``indptr``, then the dense operand (contracted dimension first,
+row-major); static params ``shape=(n_rows, n_cols)`` and ``transpose``.
+``docs/csr_backend_contract.md`` is the contract every backend follows.
+
+Backends are declared, not imported: ``numba`` (CPU), ``warp`` (CPU and GPU)
+and ``numba_cuda`` (GPU) live in this package's modules of those names, which
+the op imports the first time it lowers with them.  On CPU the default is
+Numba; on GPU the first installed of Warp and Numba CUDA, else the reference.
+
+Orientation: ``transpose=True`` scatters the operand's rows (``spikes @ W``
+with ``W`` of shape ``(n_pre, n_post)``) and is event-driven: its cost follows
+the synapses of active rows.  ``transpose=False`` gathers (``W @ x``).
+Gradients w.r.t. an event operand given as float are straight-through
+(``d out / d s = A``).
+"""
+from __future__ import annotations
+
+import functools
+import weakref
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ... import _compat
+from ...dtypes import compute_dtype
+from ...events import as_bool_events
+from ...rules import ad as ad_rules
+from ...rules import batching as batching_rules
+from ...xla_custom_kernel import XLACustomKernel
+
+__all__ = [
+    "csrmv", "csrmm", "binary_csrmv", "binary_csrmm", "csr_sddmm",
+    "csrmv_p", "csrmm_p", "binary_csrmv_p", "binary_csrmm_p", "csr_sddmm_p",
+    "validate_csr", "row_ids", "OPS",
+]
+
+# backend -> {platform: default candidate?}, candidates in order of preference
+BACKENDS = {"numba": {"cpu": True}, "warp": {"cpu": False, "gpu": True}, "numba_cuda": {"gpu": True}}
+
+
+# ===========================================================================
+# Validation (shapes and dtypes always; values when concrete, once per structure)
+# ===========================================================================
+def _is_concrete(x) -> bool:
+    return not isinstance(x, _compat.Tracer)
+
+
+def _index_dtype(*dtypes) -> np.dtype:
+    wide = any(np.dtype(d).itemsize > 4 or np.dtype(d) == np.uint32 for d in dtypes)
+    return np.dtype(np.int64) if wide and jax.config.jax_enable_x64 else np.dtype(np.int32)
+
+
+# (id(indices), id(indptr)) -> shape of structures whose values were checked; an entry
+# leaves with either array, so an id is never reused for an unchecked array.
+_checked: dict[tuple[int, int], tuple] = {}
+
+
+def _remember_checked(indices, indptr, shape) -> None:
+    key = (id(indices), id(indptr))
+    if key not in _checked:
+        _checked[key] = shape
+        for array in (indices, indptr):
+            weakref.finalize(array, _checked.pop, key, None)
+
+
+def _check_values(indices, indptr, shape, who: str) -> None:
+    if _checked.get((id(indices), id(indptr))) == shape:
+        return
+    n_rows, n_cols = shape
+    nnz = indices.shape[0]
+    ptr = np.asarray(indptr)
+    if ptr[0] != 0:
+        raise ValueError(f"{who}: indptr must start at 0, got indptr[0] = {ptr[0]}")
+    if np.any(np.diff(ptr) < 0):
+        row = int(np.argmax(np.diff(ptr) < 0))
+        raise ValueError(
+            f"{who}: indptr must be non-decreasing, but indptr[{row + 1}] = {ptr[row + 1]} < "
+            f"indptr[{row}] = {ptr[row]}"
+        )
+    if ptr[-1] != nnz:
+        raise ValueError(f"{who}: indptr[-1] = {ptr[-1]} must equal nnz = len(indices) = {nnz}")
+    if nnz:
+        idx = np.asarray(indices)
+        bad = (idx < 0) | (idx >= n_cols)
+        if bad.any():
+            k = int(np.argmax(bad))
+            raise ValueError(
+                f"{who}: indices out of range: indices[{k}] = {idx[k]}, but columns must lie in "
+                f"[0, {n_cols}) for shape {shape}"
+            )
+    _remember_checked(indices, indptr, shape)
+
+
+def validate_csr(data, indices, indptr, shape, *, who: str = "CSR", check_values: bool = True):
+    """Check and normalise a CSR structure.
+
+    Args:
+        data: weights, a scalar or shape ``(1,)`` (homogeneous) or ``(nnz,)``.
+        indices: column index of each synapse, ``(nnz,)``.
+        indptr: row pointers, ``(n_rows + 1,)``.
+        shape: ``(n_rows, n_cols)``.
+        who: the caller's name, for messages.
+        check_values: also check ``indptr`` and ``indices`` values when they
+            are concrete (not traced); a structure already checked is not
+            checked again.
+
+    Returns:
+        ``(data, indices, indptr, shape)`` with ``data`` 1-d and both index
+        arrays of one dtype (int32, or int64 when 64-bit mode is on).
+
+    Raises:
+        TypeError: non-float weights or non-integer indices.
+        ValueError: any shape or value that does not describe a CSR matrix.
+    """
+    try:
+        shape = tuple(int(d) for d in shape)
+    except TypeError:
+        raise TypeError(f"{who}: shape must be a tuple (n_rows, n_cols) of ints, got {shape!r}") from None
+    if len(shape) != 2 or min(shape) < 0:
+        raise ValueError(f"{who}: shape must be (n_rows, n_cols) with non-negative sizes, got {shape}")
+    n_rows = shape[0]
+    data, indices, indptr = jnp.asarray(data), jnp.asarray(indices), jnp.asarray(indptr)
+    if not jnp.issubdtype(data.dtype, jnp.floating):
+        raise TypeError(
+            f"{who}: weights (data) must be floating point (float16, bfloat16, float32, float64), "
+            f"got {data.dtype}; convert them, e.g. data.astype(jnp.float32)"
+        )
+    for name, arr in (("indices", indices), ("indptr", indptr)):
+        if not jnp.issubdtype(arr.dtype, jnp.integer):
+            raise TypeError(f"{who}: {name} must be an integer array (int32 or int64), got {arr.dtype}")
+        if arr.ndim != 1:
+            raise ValueError(f"{who}: {name} must be 1-d, got shape {arr.shape}")
+    if data.ndim == 0:
+        data = data.reshape(1)
+    if data.ndim != 1:
+        raise ValueError(f"{who}: data must be a scalar or 1-d, got shape {data.shape}")
+    nnz = indices.shape[0]
+    if indptr.shape[0] != n_rows + 1:
+        raise ValueError(
+            f"{who}: indptr has length {indptr.shape[0]} but a matrix of shape {shape} needs "
+            f"n_rows + 1 = {n_rows + 1}"
+        )
+    if data.shape[0] not in (1, nnz):
+        raise ValueError(
+            f"{who}: data has length {data.shape[0]}, but must have length nnz = {nnz} (one weight per "
+            f"synapse) or 1 (homogeneous weight)"
+        )
+    dtype = _index_dtype(indices.dtype, indptr.dtype)
+    indices = indices if indices.dtype == dtype else indices.astype(dtype)
+    indptr = indptr if indptr.dtype == dtype else indptr.astype(dtype)
+    if check_values and _is_concrete(indptr) and _is_concrete(indices):
+        _check_values(indices, indptr, shape, who)
+    return data, indices, indptr, shape
+
+
+def _operand(x, data, shape, transpose: bool, rank: int, event: bool, who: str):
+    """Check the dense operand; return it and the result dtype."""
+    x = jnp.asarray(x)
+    name = "v" if rank == 1 else "B"
+    need = shape[1] if not transpose else shape[0]
+    what = "n_cols" if not transpose else "n_rows"
+    if x.ndim != rank or x.shape[0] != need:
+        expect = f"({need},)" if rank == 1 else f"({need}, k)"
+        raise ValueError(
+            f"{who}: {name} has shape {x.shape}, but a matrix of shape {shape} with transpose={transpose} "
+            f"needs {expect} ({what} = {need} first)"
+        )
+    if jnp.issubdtype(x.dtype, jnp.complexfloating):
+        raise TypeError(f"{who}: complex operands are not supported, got {x.dtype}")
+    if event:
+        if not (x.dtype == jnp.bool_ or jnp.issubdtype(x.dtype, jnp.floating)):
+            x = as_bool_events(x)  # integer spike counts: nonzero = spike
+        return x, data.dtype
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        return x.astype(data.dtype), data.dtype
+    return x, jnp.promote_types(data.dtype, x.dtype)
+
+
+def _out_shape(shape, transpose: bool, x_shape) -> tuple:
+    n = shape[0] if not transpose else shape[1]
+    return (n,) + tuple(x_shape[1:])
+
+
+def _bind(op: XLACustomKernel, data, indices, indptr, x, *, shape, transpose, dtype, backend):
+    outs = [jax.ShapeDtypeStruct(_out_shape(shape, transpose, x.shape), dtype)]
+    return op.bind(data, indices, indptr, x, outs=outs, shape=tuple(shape), transpose=bool(transpose),
+                   backend=backend)[0]
+
+
+def _matmul(op, data, indices, indptr, x, *, shape, transpose, backend, rank, event, who):
+    """Validate, promote and bind one of the four matmul ops (the public wrappers)."""
+    data, indices, indptr, shape = validate_csr(data, indices, indptr, shape, who=who)
+    x, dtype = _operand(x, data, shape, transpose, rank, event, who)
+    if not event:
+        data, x = data.astype(dtype), x.astype(dtype)
+    return _bind(op, data, indices, indptr, x, shape=shape, transpose=transpose, dtype=dtype, backend=backend)
+
+
+# ===========================================================================
+# Shared maths: pure-JAX reference, weight cotangent, batching
+# ===========================================================================
+def row_ids(indptr, nnz: int):
+    """Row of each stored entry: ``row_ids[k] = i`` for ``indptr[i] <= k < indptr[i + 1]``."""
+    return jnp.searchsorted(indptr[1:], jnp.arange(nnz, dtype=indptr.dtype), side="right")
+
+
+def _reference_matmul(data, indices, indptr, x, *, outs, shape, transpose, event):
+    """Pure-JAX ``A @ x`` / ``A.T @ x`` (the fallback backend and the tests' oracle)."""
+    out = outs[0]
+    dtype = compute_dtype(out.dtype)
+    nnz = indices.shape[0]
+    w = jnp.broadcast_to(data.astype(dtype), (nnz,)) if data.shape[0] != nnz else data.astype(dtype)
+    x = as_bool_events(x).astype(dtype) if event else x.astype(dtype)
+    rows = row_ids(indptr, nnz)
+    n_in = shape[1] if not transpose else shape[0]
+    if n_in == 0 or nnz == 0:
+        return [jnp.zeros(out.shape, out.dtype)]
+    valid = (indices >= 0) & (indices < shape[1])  # malformed structures: drop bad columns
+    cols = jnp.where(valid, indices, 0)
+    w = jnp.where(valid, w, 0)
+    if x.ndim == 2:
+        w = w[:, None]
+    if not transpose:  # y_i = sum_{k in row i} w_k x_{j_k}
+        y = jax.ops.segment_sum(w * x[cols], rows, num_segments=shape[0])
+    else:  # y_j = sum_{k: j_k = j} w_k x_{i_k}
+        contrib = w * x[jnp.clip(rows, 0, n_in - 1)]
+        contrib = jnp.where((rows < shape[0]).reshape((-1,) + (1,) * (x.ndim - 1)), contrib, 0)
+        y = jnp.zeros((shape[1],) + x.shape[1:], dtype).at[cols].add(contrib)
+    return [y.astype(out.dtype)]
+
+
+def _weight_cotangent(op, data, indices, indptr, x, ct, *, shape, transpose, backend):
+    """Cotangent of the weights of ``y = op(data, ..., x)`` given ``ct = y_bar``.
+
+    Per synapse k in row i with column j (x binarised for event ops):
+        transpose=False:  y_i += w_k x_j   =>  w_bar_k = <y_bar_i, x_j>
+        transpose=True:   y_j += w_k x_i   =>  w_bar_k = <x_i, y_bar_j>
+    i.e. w_bar = sddmm(r, q) with (r, q) = (y_bar, x) or (x, y_bar); rows where
+    r is zero (silent spikes in the scatter orientation) are skipped: event-driven.
+    Homogeneous w (shape (1,)):  w_bar = sum_k (...) = <y_bar, op(1, ..., x)>,
+    computed with the op itself, in the same (event-driven) orientation.
+    """
+    aval = ad_rules.aval_of(data)
+    nnz = indices.shape[0]
+    if aval.shape[0] != nnz or nnz == 1:
+        y1 = _bind(op, jnp.ones((1,), aval.dtype), indices, indptr, x, shape=shape, transpose=transpose,
+                   dtype=ct.dtype, backend=backend)
+        acc = compute_dtype(aval.dtype)
+        return jnp.sum(ct.astype(acc) * y1.astype(acc)).astype(aval.dtype).reshape(1)
+    r, q = (ct, x) if not transpose else (x, ct)
+    return _bind_sddmm(indices, indptr, r, q, shape=shape, dtype=aval.dtype, backend=backend)
+
+
+def _matmul_batching(vector_op, matrix_op, rank: int):
+    """Batching rule of a matmul op (``rank`` of its dense operand).
+
+    * dense operand batched: one call of the matrix op (``vmap`` of mv is mm;
+      ``vmap`` of mm folds the batch into the columns): native, no loop.
+    * homogeneous weights batched: y_b = w_b * op(1, ..., x_b), one call.
+    * per-synapse weights or the structure batched: a loop over the batch.
+    """
+    op_self = vector_op if rank == 1 else matrix_op
+
+    def rule(args, axes, *, outs, shape, transpose, backend):
+        data, indices, indptr, x = args
+        d_ax, i_ax, p_ax, x_ax = axes
+        dtype = outs[0].dtype
+        homogeneous = d_ax is not None and data.shape[1 - d_ax] == 1
+        if i_ax is not None or p_ax is not None or (d_ax is not None and not homogeneous):
+            return batching_rules.sequential_batch(op_self.primitive, args, axes, outs=outs, shape=shape,
+                                                   transpose=transpose, backend=backend)
+        weights = jnp.ones((1,), data.dtype) if d_ax is not None else data  # scaled per example below
+        if x_ax is None:
+            y = _bind(op_self, weights, indices, indptr, x, shape=shape, transpose=transpose, dtype=dtype,
+                      backend=backend)
+            y_ax = None
+        else:
+            xb = jnp.moveaxis(x, x_ax, 1)  # (n, batch) or (n, batch, k)
+            size = xb.shape[1]
+            flat = xb.reshape(xb.shape[0], int(np.prod(xb.shape[1:])))
+            y = _bind(matrix_op, weights, indices, indptr, flat, shape=shape, transpose=transpose,
+                      dtype=dtype, backend=backend)
+            y = y.reshape((y.shape[0], size) + xb.shape[2:])
+            y_ax = 1
+        if d_ax is None:
+            return [y], [y_ax]
+        w = jnp.moveaxis(data, d_ax, 0)[:, 0]  # (batch,)
+        y = y[None] if y_ax is None else jnp.moveaxis(y, 1, 0)
+        acc = compute_dtype(dtype)
+        scale = w.astype(acc).reshape((-1,) + (1,) * (y.ndim - 1))
+        return [(scale * y.astype(acc)).astype(dtype)], [0]
+
+    return rule
+
+
+# ===========================================================================
+# Rules shared by the four matmul ops
+# ===========================================================================
+def _operand_cotangent(float_op):
+    def rule(cts, data, indices, indptr, x, *, outs, shape, transpose, backend):
+        # y = A x  =>  x_bar = A.T y_bar ;  y = A.T x  =>  x_bar = A y_bar
+        return _bind(float_op, data, indices, indptr, cts[0], shape=shape, transpose=not transpose,
+                     dtype=ad_rules.aval_of(x).dtype, backend=backend)
+
+    return rule
+
+
+def _weights_cotangent(op, event: bool):
+    def rule(cts, data, indices, indptr, x, *, outs, shape, transpose, backend):
+        # w_bar_k = <y_bar[i_k], x[j_k]>  (or <x[i_k], y_bar[j_k]>), x as 1[x != 0] for events;
+        # in the scatter orientation only the synapses of active rows are computed.
+        x = as_bool_events(x) if event else x
+        return _weight_cotangent(op, data, indices, indptr, x, cts[0], shape=shape, transpose=transpose,
+                                 backend=backend)
+
+    return rule
+
+
+def _straight_through(float_op):
+    def rule(t_s, data, indices, indptr, s, *, outs, shape, transpose, backend):
+        # The forward uses 1[s != 0]; the derivative is taken as if y = A s:
+        # dy/ds = A (resp. A.T), so dy = A ds (the float op on the tangent).
+        return float_op.bind(data, indices, indptr, t_s.astype(outs[0].dtype), outs=outs, shape=shape,
+                             transpose=transpose, backend=backend)
+
+    return rule
+
+
+def _define_matmul(name: str, float_op, event: bool) -> XLACustomKernel:
+    """One matmul op: reference, JVPs and transpose.
+
+    JVP: y = A(w) x is linear in w, and (float ops) in x: dy = A(dw) x + A(w) dx.
+    Event ops: dy = A(dw) 1[s != 0] + A(w) ds  (straight-through in s).
+    """
+    op = XLACustomKernel(name)
+    op.def_reference(functools.partial(_reference_matmul, event=event))
+    rules = list(ad_rules.linear_jvp_rules(op, 4, (0,) if event else (0, 3)))
+    if event:
+        rules[3] = _straight_through(float_op)
+    op.def_jvp_rule2(*rules)
+    cotangents = {0: _weights_cotangent(op, event)}
+    if not event:  # an event op is not linear in its events: its JVP w.r.t. them is the float op
+        cotangents[3] = _operand_cotangent(op)
+    op.def_transpose_rule(ad_rules.linear_transpose_rule(cotangents, name=name))
+    op.declare_backends(__package__, BACKENDS)
+    return op
+
+
+csrmv_p = _define_matmul("evjax_csrmv", None, event=False)
+csrmm_p = _define_matmul("evjax_csrmm", None, event=False)
+binary_csrmv_p = _define_matmul("evjax_binary_csrmv", csrmv_p, event=True)
+binary_csrmm_p = _define_matmul("evjax_binary_csrmm", csrmm_p, event=True)
+for _vector, _matrix in ((csrmv_p, csrmm_p), (binary_csrmv_p, binary_csrmm_p)):
+    _vector.def_batching_rule(_matmul_batching(_vector, _matrix, rank=1))
+    _matrix.def_batching_rule(_matmul_batching(_vector, _matrix, rank=2))
+
+
+# ===========================================================================
+# Public wrappers
+# ===========================================================================
+def csrmv(data, indices, indptr, v, *, shape, transpose: bool = False, backend: str | None = None) -> jax.Array:
+    """Sparse matrix times float vector.
+
+    Args:
+        data: weights, shape ``(1,)``/scalar (homogeneous) or ``(nnz,)``; float.
+        indices: column indices, ``(nnz,)``, int32 or int64.
+        indptr: row pointers, ``(n_rows + 1,)``.
+        v: ``(n_cols,)`` (transpose=False) or ``(n_rows,)`` (transpose=True).
+        shape: ``(n_rows, n_cols)``.
+        transpose: compute ``A.T @ v`` (the scatter orientation).
+        backend: ``"numba"``, ``"warp"``, ``"numba_cuda"``, ``"reference"``
+            (default: see :mod:`evjax.config`).
+
+    Returns:
+        ``A @ v`` of shape ``(n_rows,)`` or ``A.T @ v`` of shape ``(n_cols,)``,
+        in the promoted dtype of ``data`` and ``v``.
+
+    Example:
+        >>> y = evjax.csrmv(W.data, W.indices, W.indptr, v, shape=W.shape)
+    """
+    return _matmul(csrmv_p, data, indices, indptr, v, shape=shape, transpose=transpose, backend=backend,
+                   rank=1, event=False, who="csrmv")
+
+
+def csrmm(data, indices, indptr, B, *, shape, transpose: bool = False, backend: str | None = None) -> jax.Array:
+    """Sparse matrix times float matrix.
+
+    Args:
+        data, indices, indptr, shape, transpose, backend: as in :func:`csrmv`.
+        B: ``(n_cols, k)`` (transpose=False) or ``(n_rows, k)`` (transpose=True).
+
+    Returns:
+        ``A @ B`` of shape ``(n_rows, k)`` or ``A.T @ B`` of shape ``(n_cols, k)``.
+    """
+    return _matmul(csrmm_p, data, indices, indptr, B, shape=shape, transpose=transpose, backend=backend,
+                   rank=2, event=False, who="csrmm")
+
+
+def binary_csrmv(data, indices, indptr, spikes, *, shape, transpose: bool = False,
+                 backend: str | None = None) -> jax.Array:
+    """Sparse matrix times event vector: only active entries of ``spikes`` contribute.
+
+    With ``transpose=True`` (``spikes @ W`` for ``W`` of shape ``(n_pre, n_post)``)
+    the cost follows the synapses of the active rows.
+
+    Args:
+        data, indices, indptr, shape, transpose, backend: as in :func:`csrmv`.
+        spikes: bool, or float with nonzero = spike (the value is ignored in
+            the forward pass; its gradient is straight-through, ``A``).
+
+    Returns:
+        The result in the weight dtype.
+    """
+    return _matmul(binary_csrmv_p, data, indices, indptr, spikes, shape=shape, transpose=transpose,
+                   backend=backend, rank=1, event=True, who="binary_csrmv")
+
+
+def binary_csrmm(data, indices, indptr, spikes, *, shape, transpose: bool = False,
+                 backend: str | None = None) -> jax.Array:
+    """Sparse matrix times event matrix (a batch of spike vectors as columns).
+
+    Args:
+        data, indices, indptr, shape, transpose, backend: as in :func:`csrmv`.
+        spikes: ``(n_cols, k)`` (transpose=False) or ``(n_rows, k)``
+            (transpose=True); bool, or float with nonzero = spike.
+
+    Returns:
+        ``(n_rows, k)`` or ``(n_cols, k)`` in the weight dtype.
+    """
+    return _matmul(binary_csrmm_p, data, indices, indptr, spikes, shape=shape, transpose=transpose,
+                   backend=backend, rank=2, event=True, who="binary_csrmm")
+
+
+# ===========================================================================
+# csr_sddmm: g[k] = <r[i_k], q[j_k]>  (the weight gradient; r, q vectors or matrices)
+# ===========================================================================
+def csr_sddmm(indices, indptr, r, q, *, shape, dtype=None, backend: str | None = None) -> jax.Array:
+    """Sampled dense-dense product on the CSR pattern: ``g[k] = <r[row k], q[indices[k]]>``.
+
+    The gradient of the CSR matmuls w.r.t. per-synapse weights.  Rows where
+    ``r`` is zero are skipped (their entries are written as 0), which makes the
+    gradient of the scatter orientation event-driven.
+
+    Args:
+        indices, indptr, shape: the CSR structure.
+        r: ``(n_rows,)`` or ``(n_rows, k)``; float or bool.
+        q: ``(n_cols,)`` or ``(n_cols, k)``; float or bool.
+        dtype: the result dtype (default: promotion of the float operands).
+        backend: as in :func:`csrmv`.
+
+    Returns:
+        ``(nnz,)`` array.
+    """
+    r, q = jnp.asarray(r), jnp.asarray(q)
+    if r.ndim not in (1, 2) or r.ndim != q.ndim or r.shape[0] != shape[0] or q.shape[0] != shape[1] \
+            or r.shape[1:] != q.shape[1:]:
+        raise ValueError(
+            f"csr_sddmm: r {r.shape} and q {q.shape} must be (n_rows[, k]) and (n_cols[, k]) for shape {shape}"
+        )
+    if dtype is None:
+        floats = [a.dtype for a in (r, q) if a.dtype != jnp.bool_]
+        dtype = jnp.result_type(*floats) if floats else jnp.float32
+    return _bind_sddmm(indices, indptr, r, q, shape=tuple(shape), dtype=dtype, backend=backend)
+
+
+def _bind_sddmm(indices, indptr, r, q, *, shape, dtype, backend):
+    outs = [jax.ShapeDtypeStruct((indices.shape[0],), dtype)]
+    return csr_sddmm_p.bind(indices, indptr, r, q, outs=outs, shape=tuple(shape), backend=backend)[0]
+
+
+def _sddmm_dense(indices, indptr, r, q, *, dtype, shape):
+    acc = compute_dtype(dtype)
+    nnz = indices.shape[0]
+    if nnz == 0 or min(shape) == 0:
+        return jnp.zeros((nnz,), dtype)
+    rows = row_ids(indptr, nnz)
+    valid = (rows < shape[0]) & (indices >= 0) & (indices < shape[1])
+    rv = r.astype(acc)[jnp.clip(rows, 0, max(shape[0] - 1, 0))]
+    qv = q.astype(acc)[jnp.clip(indices, 0, max(shape[1] - 1, 0))]
+    g = rv * qv if r.ndim == 1 else jnp.sum(rv * qv, axis=-1)
+    return jnp.where(valid, g, 0).astype(dtype)
+
+
+def _sddmm_reference(indices, indptr, r, q, *, outs, shape):
+    return [_sddmm_dense(indices, indptr, r, q, dtype=outs[0].dtype, shape=shape)]
+
+
+def _sddmm_r_cotangent(cts, indices, indptr, r, q, *, outs, shape, backend):
+    # r_bar_i = sum_{k in row i} g_bar_k q_{j_k} = (A(g_bar) q)_i
+    dt = ad_rules.aval_of(r).dtype
+    op = csrmv_p if ad_rules.aval_of(r).ndim == 1 else csrmm_p
+    return _bind(op, cts[0].astype(dt), indices, indptr, q.astype(dt), shape=shape, transpose=False, dtype=dt,
+                 backend=backend)
+
+
+def _sddmm_q_cotangent(cts, indices, indptr, r, q, *, outs, shape, backend):
+    # q_bar_j = sum_{k: j_k = j} g_bar_k r_{i_k} = (A(g_bar).T r)_j
+    dt = ad_rules.aval_of(q).dtype
+    op = csrmv_p if ad_rules.aval_of(q).ndim == 1 else csrmm_p
+    return _bind(op, cts[0].astype(dt), indices, indptr, r.astype(dt), shape=shape, transpose=True, dtype=dt,
+                 backend=backend)
+
+
+def _sddmm_batching(args, axes, *, outs, shape, backend):
+    # vectorised pure-JAX formula g[b, k] = <r_b[i_k], q_b[j_k]> (used by jacfwd / hessian)
+    fn = functools.partial(_sddmm_dense, dtype=outs[0].dtype, shape=shape)
+    return [jax.vmap(fn, in_axes=tuple(axes))(*args)], [0]
+
+
+csr_sddmm_p = XLACustomKernel("evjax_csr_sddmm")
+csr_sddmm_p.def_reference(_sddmm_reference)
+# g = <r_i, q_j> is bilinear: dg = sddmm(dr, q) + sddmm(r, dq)
+csr_sddmm_p.def_jvp_rule2(*ad_rules.linear_jvp_rules(csr_sddmm_p, 4, (2, 3)))
+csr_sddmm_p.def_transpose_rule(ad_rules.linear_transpose_rule(
+    {2: _sddmm_r_cotangent, 3: _sddmm_q_cotangent}, name="evjax_csr_sddmm"))
+csr_sddmm_p.def_batching_rule(_sddmm_batching)
+csr_sddmm_p.declare_backends(__package__, BACKENDS)
+
+OPS = (csrmv_p, csrmm_p, binary_csrmv_p, binary_csrmm_p, csr_sddmm_p)

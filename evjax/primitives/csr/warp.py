@@ -1,0 +1,431 @@
+"""Warp backend of the CSR ops (float and event; mv and mm; both orientations), CPU and GPU.
+
+Imported by the ops the first time they run with ``backend="warp"``; importing
+it registers the generators below as the ``"warp"`` backend (cpu and gpu) of
+``csrmv_p``, ``csrmm_p``, ``binary_csrmv_p``, ``binary_csrmm_p`` and
+``csr_sddmm_p``.  Each generator follows the CSR contract of
+:mod:`evjax.primitives.csr.ops`: ``generator(outs, ins, shape, transpose)``
+returns ``run(data, indices, indptr, x) -> [out]`` (``generator(outs, ins)``
+returns ``run(indices, indptr, r, q) -> [g]`` for the SDDMM).
+
+Kernels, with ``W`` the ``(n_rows, n_cols)`` CSR matrix:
+
+* ``transpose=False`` (gather, ``W @ v``): one thread per output row (mv) or
+  per output element (mm) reads the row's synapses; pure outputs.
+* ``transpose=True`` (scatter, ``W.T @ v``): one thread per source row (mv) or
+  per (row, column) (mm); silent events are skipped (event ops) and each
+  synapse adds with ``wp.atomic_add`` into an in-out buffer of zeros.
+* the weight gradient ``csr_sddmm_p`` (``g[k] = <r[row k], q[indices[k]]>``):
+  one thread per row; a row whose ``r`` is zero (a silent neuron) is skipped,
+  so only the synapses of active rows are computed and the rest of ``g`` stays
+  the zeros XLA wrote into the in-out buffer.
+
+Each kernel is a small factory of the Warp types of one dtype signature
+(:func:`_types`), selected by :data:`KERNELS` / :data:`SDDMM_KERNELS`; the
+helpers ``span`` (a row's synapses) and ``weight`` are written once
+(:func:`_helpers`).  Homogeneous (``data.shape == (1,)``) and per-synapse
+weights share a kernel (a runtime branch).  float16 and bfloat16 (which Warp
+lacks) are computed in float32 (:func:`evjax.dtypes.compute_dtype`) and the
+result is rounded back to the output dtype; events are passed as bool
+(:func:`evjax.events.as_bool_events`); a malformed structure (possible under
+``jit``, where it cannot be validated) never reads or writes out of bounds:
+row spans are clamped to ``[0, nnz]`` and out-of-range columns ignored.  The
+eight forward kernels of one dtype signature live in one Warp module, so a
+signature compiles once (then loads from Warp's kernel cache in milliseconds);
+the two SDDMM kernels live in another, which forward-only use never compiles.
+"""
+# No `from __future__ import annotations`: Warp reads the kernels' annotations as objects.
+
+import functools
+import threading
+from types import SimpleNamespace
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ...backends import warp as bridge
+from ...dtypes import compute_dtype
+from ...events import as_bool_events
+from ...warp_kernel import jaxtype_to_warptype, warp_kernel
+from . import ops
+
+__all__ = [
+    "csrmv_warp", "csrmm_warp", "binary_csrmv_warp", "binary_csrmm_warp", "csr_sddmm_warp",
+    "csr_kernels", "sddmm_kernels", "KERNELS", "SDDMM_KERNELS",
+]
+
+wp = bridge.import_warp()
+_lock = threading.Lock()
+
+
+# ---------------------------------------------------------------------------
+# Types of one dtype signature, and the helpers every kernel shares
+# ---------------------------------------------------------------------------
+def _helpers(t):
+    """``span`` and ``weight``, as Warp functions of ``t``'s module and types."""
+
+    @wp.func(module=t.module)
+    def span(indptr: t.P1, i: int, nnz: int):
+        """Row ``i``'s synapses, clamped to [0, nnz] (a malformed structure never reads out of bounds)."""
+        return wp.max(int(indptr[i]), 0), wp.min(int(indptr[i + 1]), nnz)
+
+    @wp.func(module=t.module)
+    def weight(data: t.F1, j: int):
+        """Synapse ``j``'s weight: ``data[0]`` when homogeneous."""
+        if data.shape[0] == 1:
+            return data[0]
+        return data[j]
+
+    return span, weight
+
+
+def _types(prefix: str, compute_dt: str, index_dt: str, indptr_dt: str) -> SimpleNamespace:
+    """The Warp types of one dtype signature, its Warp module (``prefix``) and the shared helpers.
+
+    Returns:
+        A namespace: scalar types ``F`` (compute), ``I`` (indices), ``P``
+        (indptr); array annotations ``F1``, ``F2``, ``B1``, ``B2`` (events),
+        ``I1``, ``P1``; ``module``, the kernel options ``opts``, and the
+        functions ``span`` and ``weight``.
+    """
+    F, I, P = (jaxtype_to_warptype(dt) for dt in (compute_dt, index_dt, indptr_dt))  # noqa: E741
+    module = wp.get_module(f"{prefix}_{compute_dt}_{index_dt}_{indptr_dt}")
+    t = SimpleNamespace(
+        F=F, I=I, P=P, module=module, opts=dict(enable_backward=False, module=module),
+        F1=wp.array(dtype=F, ndim=1), F2=wp.array(dtype=F, ndim=2),
+        B1=wp.array(dtype=wp.bool, ndim=1), B2=wp.array(dtype=wp.bool, ndim=2),
+        I1=wp.array(dtype=I, ndim=1), P1=wp.array(dtype=P, ndim=1),
+    )
+    t.span, t.weight = _helpers(t)
+    return t
+
+
+# ---------------------------------------------------------------------------
+# gather: y = W @ x (one thread per output row / element; pure output)
+# ---------------------------------------------------------------------------
+def _mv_gather(t):
+    span, weight = t.span, t.weight
+
+    @wp.kernel(**t.opts)
+    def mv_gather(data: t.F1, indices: t.I1, indptr: t.P1, x: t.F1, out: t.F1):
+        i = wp.tid()
+        a, b = span(indptr, i, indices.shape[0])
+        acc = t.F(0)
+        for j in range(a, b):
+            col = int(indices[j])
+            if col >= 0 and col < x.shape[0]:
+                acc += weight(data, j) * x[col]
+        out[i] = acc
+
+    return mv_gather
+
+
+def _ev_mv_gather(t):
+    span, weight = t.span, t.weight
+
+    @wp.kernel(**t.opts)
+    def ev_mv_gather(data: t.F1, indices: t.I1, indptr: t.P1, x: t.B1, out: t.F1):
+        i = wp.tid()
+        a, b = span(indptr, i, indices.shape[0])
+        acc = t.F(0)
+        for j in range(a, b):
+            col = int(indices[j])
+            if col >= 0 and col < x.shape[0]:
+                if x[col]:
+                    acc += weight(data, j)
+        out[i] = acc
+
+    return ev_mv_gather
+
+
+def _mm_gather(t):
+    span, weight = t.span, t.weight
+
+    @wp.kernel(**t.opts)
+    def mm_gather(data: t.F1, indices: t.I1, indptr: t.P1, x: t.F2, out: t.F2):
+        i, c = wp.tid()
+        a, b = span(indptr, i, indices.shape[0])
+        acc = t.F(0)
+        for j in range(a, b):
+            col = int(indices[j])
+            if col >= 0 and col < x.shape[0]:
+                acc += weight(data, j) * x[col, c]
+        out[i, c] = acc
+
+    return mm_gather
+
+
+def _ev_mm_gather(t):
+    span, weight = t.span, t.weight
+
+    @wp.kernel(**t.opts)
+    def ev_mm_gather(data: t.F1, indices: t.I1, indptr: t.P1, x: t.B2, out: t.F2):
+        i, c = wp.tid()
+        a, b = span(indptr, i, indices.shape[0])
+        acc = t.F(0)
+        for j in range(a, b):
+            col = int(indices[j])
+            if col >= 0 and col < x.shape[0]:
+                if x[col, c]:
+                    acc += weight(data, j)
+        out[i, c] = acc
+
+    return ev_mm_gather
+
+
+# ---------------------------------------------------------------------------
+# scatter: y = W.T @ x (one thread per source row / (row, column); atomics into zeros)
+# ---------------------------------------------------------------------------
+def _mv_scatter(t):
+    span, weight = t.span, t.weight
+
+    @wp.kernel(**t.opts)
+    def mv_scatter(data: t.F1, indices: t.I1, indptr: t.P1, x: t.F1, out: t.F1):
+        i = wp.tid()
+        xi = x[i]
+        a, b = span(indptr, i, indices.shape[0])
+        for j in range(a, b):
+            col = int(indices[j])
+            if col >= 0 and col < out.shape[0]:
+                wp.atomic_add(out, col, weight(data, j) * xi)
+
+    return mv_scatter
+
+
+def _ev_mv_scatter(t):
+    span, weight = t.span, t.weight
+
+    @wp.kernel(**t.opts)
+    def ev_mv_scatter(data: t.F1, indices: t.I1, indptr: t.P1, x: t.B1, out: t.F1):
+        i = wp.tid()
+        if x[i]:  # silent rows cost nothing
+            a, b = span(indptr, i, indices.shape[0])
+            for j in range(a, b):
+                col = int(indices[j])
+                if col >= 0 and col < out.shape[0]:
+                    wp.atomic_add(out, col, weight(data, j))
+
+    return ev_mv_scatter
+
+
+def _mm_scatter(t):
+    span, weight = t.span, t.weight
+
+    @wp.kernel(**t.opts)
+    def mm_scatter(data: t.F1, indices: t.I1, indptr: t.P1, x: t.F2, out: t.F2):
+        i, c = wp.tid()
+        xi = x[i, c]
+        a, b = span(indptr, i, indices.shape[0])
+        for j in range(a, b):
+            col = int(indices[j])
+            if col >= 0 and col < out.shape[0]:
+                wp.atomic_add(out, col, c, weight(data, j) * xi)
+
+    return mm_scatter
+
+
+def _ev_mm_scatter(t):
+    span, weight = t.span, t.weight
+
+    @wp.kernel(**t.opts)
+    def ev_mm_scatter(data: t.F1, indices: t.I1, indptr: t.P1, x: t.B2, out: t.F2):
+        i, c = wp.tid()
+        if x[i, c]:
+            a, b = span(indptr, i, indices.shape[0])
+            for j in range(a, b):
+                col = int(indices[j])
+                if col >= 0 and col < out.shape[0]:
+                    wp.atomic_add(out, col, c, weight(data, j))
+
+    return ev_mm_scatter
+
+
+# ---------------------------------------------------------------------------
+# SDDMM: g[k] = <r[row k], q[indices[k]]> (one thread per row; silent rows skipped)
+# ---------------------------------------------------------------------------
+def _sddmm_vec(t):
+    span = t.span
+
+    @wp.kernel(**t.opts)
+    def sddmm_vec(indices: t.I1, indptr: t.P1, r: t.F1, q: t.F1, g: t.F1):
+        i = wp.tid()
+        ri = r[i]
+        if ri != t.F(0):  # silent rows cost nothing: their entries keep the zeros
+            a, b = span(indptr, i, indices.shape[0])
+            for k in range(a, b):
+                col = int(indices[k])
+                if col >= 0 and col < q.shape[0]:
+                    g[k] = ri * q[col]
+
+    return sddmm_vec
+
+
+def _sddmm_mat(t):
+    span = t.span
+
+    @wp.kernel(**t.opts)
+    def sddmm_mat(indices: t.I1, indptr: t.P1, r: t.F2, q: t.F2, g: t.F1):
+        i = wp.tid()
+        width = r.shape[1]
+        active = int(0)
+        for c in range(width):
+            if r[i, c] != t.F(0):
+                active += 1
+        if active > 0:
+            a, b = span(indptr, i, indices.shape[0])
+            for k in range(a, b):
+                col = int(indices[k])
+                if col >= 0 and col < q.shape[0]:
+                    acc = t.F(0)
+                    for c in range(width):
+                        acc += r[i, c] * q[col, c]
+                    g[k] = acc
+
+    return sddmm_mat
+
+
+# (kind, event, transpose) -> kernel factory; kind "mv" (vector) or "mm" (matrix)
+KERNELS = {
+    ("mv", False, False): _mv_gather,
+    ("mv", False, True): _mv_scatter,
+    ("mm", False, False): _mm_gather,
+    ("mm", False, True): _mm_scatter,
+    ("mv", True, False): _ev_mv_gather,
+    ("mv", True, True): _ev_mv_scatter,
+    ("mm", True, False): _ev_mm_gather,
+    ("mm", True, True): _ev_mm_scatter,
+}
+
+# rank of r and q -> SDDMM kernel factory
+SDDMM_KERNELS = {1: _sddmm_vec, 2: _sddmm_mat}
+
+
+@functools.lru_cache(maxsize=None)
+def csr_kernels(compute_dt: str, index_dt: str, indptr_dt: str) -> dict:
+    """The eight forward Warp kernels of one dtype signature, built together in one Warp module.
+
+    Args:
+        compute_dt: the weights' and float operands' dtype (``"float32"`` or
+            ``"float64"``); events arrive as bool.
+        index_dt: the dtype of ``indices``.
+        indptr_dt: the dtype of ``indptr``.
+
+    Returns:
+        ``{(kind, event, transpose): kernel}``, keyed as :data:`KERNELS`.
+    """
+    t = _types("evjax_csr", compute_dt, index_dt, indptr_dt)
+    return {key: factory(t) for key, factory in KERNELS.items()}
+
+
+@functools.lru_cache(maxsize=None)
+def sddmm_kernels(compute_dt: str, index_dt: str, indptr_dt: str) -> dict:
+    """The two weight-gradient (SDDMM) Warp kernels of one dtype signature, in their own Warp module.
+
+    Args:
+        compute_dt, index_dt, indptr_dt: as in :func:`csr_kernels`.
+
+    Returns:
+        ``{rank: kernel}``: ``r`` and ``q`` vectors (1) or ``(rows, k)`` matrices (2).
+    """
+    t = _types("evjax_csr_sddmm", compute_dt, index_dt, indptr_dt)
+    return {rank: factory(t) for rank, factory in SDDMM_KERNELS.items()}
+
+
+def _signature(dtype, index_in, indptr_in) -> tuple:
+    return str(np.dtype(dtype)), str(np.dtype(index_in.dtype)), str(np.dtype(indptr_in.dtype))
+
+
+def _as(x, dtype):
+    return x if x.dtype == dtype else x.astype(dtype)
+
+
+# ---------------------------------------------------------------------------
+# Generators (the ops' "warp" backend)
+# ---------------------------------------------------------------------------
+def _matmul_generator(outs, ins, shape, transpose, kind: str, event: bool):
+    out = outs[0]
+    _, index_in, indptr_in, dense_in = ins
+    dtype = compute_dtype(out.dtype)
+    with _lock:
+        kernel = csr_kernels(*_signature(dtype, index_in, indptr_in))[(kind, event, bool(transpose))]
+    out_shape = tuple(int(d) for d in out.shape)
+    launch = (int(shape[0]),) if kind == "mv" else (int(shape[0]), int(dense_in.shape[1]))
+    if transpose:  # scatter: atomics into an in-out buffer of zeros
+        call = warp_kernel(kernel, [], launch_dims=launch, in_out_argnames=("out",))
+    else:  # gather: every output element written once
+        call = warp_kernel(kernel, jax.ShapeDtypeStruct(out_shape, dtype), launch_dims=launch)
+
+    def run(data, indices, indptr, x):
+        data = _as(data, dtype)
+        x = as_bool_events(x) if event else _as(x, dtype)
+        if transpose:
+            (y,) = call(data, indices, indptr, x, jnp.zeros(out_shape, dtype))
+        else:
+            y = call(data, indices, indptr, x)
+        return [_as(y, out.dtype)]
+
+    return run
+
+
+def csrmv_warp(outs, ins, shape, transpose):
+    """Warp kernel generator for ``csrmv_p`` (float vector).
+
+    Args:
+        outs: the one output's ``ShapeDtypeStruct``.
+        ins: the operands' ``ShapeDtypeStruct``s (data, indices, indptr, x).
+        shape: ``(n_rows, n_cols)``.
+        transpose: scatter (``W.T @ x``) instead of gather (``W @ x``).
+
+    Returns:
+        ``run(data, indices, indptr, x) -> [out]``.
+    """
+    return _matmul_generator(outs, ins, shape, transpose, "mv", event=False)
+
+
+def csrmm_warp(outs, ins, shape, transpose):
+    """Warp kernel generator for ``csrmm_p`` (float matrix); arguments as in :func:`csrmv_warp`."""
+    return _matmul_generator(outs, ins, shape, transpose, "mm", event=False)
+
+
+def binary_csrmv_warp(outs, ins, shape, transpose):
+    """Warp kernel generator for ``binary_csrmv_p`` (event vector); arguments as in :func:`csrmv_warp`."""
+    return _matmul_generator(outs, ins, shape, transpose, "mv", event=True)
+
+
+def binary_csrmm_warp(outs, ins, shape, transpose):
+    """Warp kernel generator for ``binary_csrmm_p`` (event matrix); arguments as in :func:`csrmv_warp`."""
+    return _matmul_generator(outs, ins, shape, transpose, "mm", event=True)
+
+
+def csr_sddmm_warp(outs, ins):
+    """Warp kernel generator for ``csr_sddmm_p``: ``g[k] = <r[row k], q[indices[k]]>``.
+
+    Args:
+        outs: the one output's ``ShapeDtypeStruct``, ``(nnz,)``.
+        ins: the operands' ``ShapeDtypeStruct``s (indices, indptr, r, q).
+
+    Returns:
+        ``run(indices, indptr, r, q) -> [g]``; rows where ``r`` is zero are
+        skipped and their entries stay 0.
+    """
+    out = outs[0]
+    index_in, indptr_in, r_in, _ = ins
+    dtype = compute_dtype(out.dtype)
+    with _lock:
+        kernel = sddmm_kernels(*_signature(dtype, index_in, indptr_in))[len(r_in.shape)]
+    n_rows, nnz = int(r_in.shape[0]), int(out.shape[0])
+    call = warp_kernel(kernel, [], launch_dims=(n_rows,), in_out_argnames=("g",))
+
+    def run(indices, indptr, r, q):
+        # events (bool) become 0/1
+        (g,) = call(indices, indptr, _as(r, dtype), _as(q, dtype), jnp.zeros((nnz,), dtype))
+        return [_as(g, out.dtype)]
+
+    return run
+
+
+for _op, _generator in ((ops.csrmv_p, csrmv_warp), (ops.csrmm_p, csrmm_warp),
+                        (ops.binary_csrmv_p, binary_csrmv_warp), (ops.binary_csrmm_p, binary_csrmm_warp),
+                        (ops.csr_sddmm_p, csr_sddmm_warp)):
+    _op.def_warp_kernel(_generator)

@@ -1,0 +1,120 @@
+"""Backend names, the libraries they need, and the lazy loading of backend modules.
+
+A *backend* is a named way of running an op on a platform (``"cpu"`` or
+``"gpu"``): ``"numba"``, ``"warp"``, ``"numba_cuda"``, a name an op author
+registers with :meth:`evjax.XLACustomKernel.def_kernel`, or ``"reference"``
+(the op's pure-JAX implementation, available everywhere).
+
+The built-in backends need a library.  Whether it is installed is answered
+without importing it (``importlib.util.find_spec``), so asking costs no import
+and ``import evjax`` never loads Warp or ``numba.cuda``.
+
+An operator family declares its backend modules (``<package>.<backend>``); the
+op imports one the first time it needs that backend, and the module registers
+its kernels on import.  Nothing here imports an op.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import threading
+
+__all__ = [
+    "REFERENCE",
+    "PLATFORMS",
+    "platform_of",
+    "note_backend_name",
+    "known_backend_names",
+    "check_backend_name",
+    "missing_library",
+    "load_backend_module",
+    "default_rank",
+]
+
+REFERENCE = "reference"
+PLATFORMS = ("cpu", "gpu")
+_PLATFORM_ALIASES = {"cpu": "cpu", "gpu": "gpu", "cuda": "gpu", "rocm": "gpu"}
+
+# backend -> (module that must be importable, how to install it)
+_LIBRARIES = {
+    "numba": ("numba", "pip install numba"),
+    "warp": ("warp", "pip install 'evjax[warp]' (warp-lang)"),
+    "numba_cuda": ("numba.cuda", "pip install 'evjax[cuda]' (numba-cuda)"),
+}
+
+_lock = threading.Lock()
+_known: set[str] = {REFERENCE, *_LIBRARIES}
+_missing: dict[str, str | None] = {}
+
+
+def platform_of(name: str, *, who: str = "evjax") -> str:
+    """The platform ``"cpu"`` or ``"gpu"`` for a platform name (``"cuda"`` and ``"rocm"`` are ``"gpu"``).
+
+    Raises:
+        ValueError: an unknown platform name.
+    """
+    platform = _PLATFORM_ALIASES.get(name) if isinstance(name, str) else None
+    if platform is None:
+        raise ValueError(f"{who}: unknown platform {name!r}; use one of {PLATFORMS}")
+    return platform
+
+
+def note_backend_name(name: str) -> None:
+    """Remember a backend name registered by some op (so that choosing it is not an error)."""
+    with _lock:
+        _known.add(name)
+
+
+def known_backend_names() -> list[str]:
+    """Every backend name evjax knows: the built-in ones, ``"reference"`` and those ops registered."""
+    with _lock:
+        return sorted(_known)
+
+
+def check_backend_name(name, *, who: str) -> None:
+    """Raise unless ``name`` is a backend some op has (or ``None``).
+
+    Raises:
+        TypeError: ``name`` is not a string.
+        ValueError: no op has a backend of that name; the message lists the known ones.
+    """
+    if name is None:
+        return
+    if not isinstance(name, str):
+        raise TypeError(f"{who}: a backend name is a string, got {type(name).__name__} {name!r}")
+    if name not in _known:
+        raise ValueError(
+            f"{who}: unknown backend {name!r}; known backends: {', '.join(known_backend_names())}"
+        )
+
+
+def missing_library(backend: str) -> str | None:
+    """Why ``backend`` cannot run here (its library is not installed), or ``None`` if it can.
+
+    Backends without a library of their own (the reference, names registered by
+    op authors) are always available.  The answer is cached.
+    """
+    if backend not in _LIBRARIES:
+        return None
+    if backend not in _missing:
+        module, install = _LIBRARIES[backend]
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        _missing[backend] = None if found else f"{module} is not installed ({install})"
+    return _missing[backend]
+
+
+def load_backend_module(module: str) -> None:
+    """Import a family's backend module, which registers its kernels on the family's ops."""
+    importlib.import_module(module)
+
+
+def default_rank(platform: str, backend: str) -> int:
+    """Where ``backend`` stands among an op's default candidates on ``platform`` (lower first).
+
+    Warp's CPU kernels run on one thread, so on CPU Warp is the default only
+    when the op has no other CPU candidate.  Otherwise registration order rules.
+    """
+    return 1 if (platform, backend) == ("cpu", "warp") else 0
