@@ -80,9 +80,11 @@ def host_handler_benchmark() -> None:
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
     from numba_cuda_fakes import FakeApi, Frame
 
+    from numba_cuda_fakes import HANDLER_T
+
     from evjax.backends import ffi_abi
-    from evjax.backends import numba_cuda_cfunc as cfunc
-    from evjax.backends.numba_cuda_cfunc import as_int, as_voidptr, poke_i64
+    from evjax.backends import numba_cuda_launch as launch
+    from evjax.backends.intrinsics import as_int, as_voidptr, store_i64
 
     # compiled stand-ins for the driver's cuLaunchKernel and XLA's Stream_Get
     @numba.cfunc(types.int32(types.voidptr, *[types.uint32] * 7, types.voidptr, types.voidptr, types.voidptr))
@@ -91,14 +93,14 @@ def host_handler_benchmark() -> None:
 
     @numba.cfunc(types.voidptr(types.voidptr))
     def stream_get(args):
-        poke_i64(as_int(args) + 24, 0xABC0)
+        store_i64(as_int(args) + 24, 0xABC0)
         return as_voidptr(0)
 
     arrays = [np.ones(64, np.float32), np.ones(64, np.float32), np.zeros(64, np.float32)]
     specs = [((64,), np.dtype(np.float32))] * 3
     values, slots = bridge.pack_plan(specs, 2)
-    plan = cfunc.LaunchPlan(tuple(values), tuple(slots), (1, 1, 1), (64, 1, 1), 0, 0x1234, 0, no_launch.address)
-    compiled = cfunc.build(plan, lambda status: "failed")
+    plan = launch.LaunchPlan(tuple(values), tuple(slots), (1, 1, 1), (64, 1, 1), 0, 0x1234, 0, no_launch.address)
+    compiled = launch.build(plan, lambda status: "failed")
 
     class NoOpOverload:  # numba's own launch (arg packing + cuLaunchKernel) would come on top
         def launch(self, arrays, grid, block, stream, shared):
@@ -110,10 +112,12 @@ def host_handler_benchmark() -> None:
     python = bridge.PythonHandler("bench", run)
     api = FakeApi()
     api.table[ffi_abi.API_STREAM_GET // 8] = stream_get.address
-    frame = Frame(api, arrays[:2], arrays[2:], attributes=compiled.attributes)
+    frames = {"compiled cfunc handler": Frame(api, arrays[:2], arrays[2:], attributes=compiled.attributes),
+              "Python callback handler": Frame(api, arrays[:2], arrays[2:], attributes=python.attributes)}
     rows = []
     for name, handler in (("compiled cfunc handler", compiled.address), ("Python callback handler", python.address)):
-        fn = ffi_abi.HANDLER_CFUNCTYPE(handler)
+        fn = HANDLER_T(handler)
+        frame = frames[name]
         best = math.inf
         for _ in range(7):
             start = time.perf_counter()
