@@ -10,7 +10,6 @@ import textwrap
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
 
 import evjax
 from evjax.backends import ffi_abi, ffi_core, numba_cpu

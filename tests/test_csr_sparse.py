@@ -8,7 +8,6 @@ import pytest
 import scipy.sparse as sp
 
 import evjax
-from evjax.primitives import csr
 from evjax.primitives.csr import numba as csr_numba
 
 from .test_csr_ops import random_structure

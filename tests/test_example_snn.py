@@ -6,7 +6,6 @@ import pathlib
 import sys
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 

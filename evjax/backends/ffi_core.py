@@ -38,7 +38,7 @@ import numpy as np
 from .. import _compat, _kernel_compat
 from . import ffi_abi as abi
 from .intrinsics import (
-    as_int, as_voidptr, call_ptr_ptr, cstring, load_i32, load_i64, stack_bytes, store_i32, store_i64,
+    call_ptr_ptr, load_i32, load_i64, stack_bytes, store_i32, store_i64,
 )
 
 __all__ = [

@@ -38,7 +38,7 @@ import jax
 import numpy as np
 
 from .. import _kernel_compat
-from . import ffi_abi, ffi_core, numba_cuda_launch
+from . import ffi_abi, numba_cuda_launch
 from .ffi_core import PythonHandler
 
 LAUNCH_ENV = "EVJAX_NUMBA_CUDA_LAUNCH"  # "auto" (default), "compiled" or "python"

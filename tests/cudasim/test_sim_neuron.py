@@ -4,7 +4,6 @@ the CPU, against the op's pure-JAX reference."""
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 

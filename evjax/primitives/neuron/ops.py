@@ -17,7 +17,6 @@ gradients and serve directly as events for the CSR ops.
 from __future__ import annotations
 
 import math
-from typing import Sequence
 
 import jax
 import jax.numpy as jnp
