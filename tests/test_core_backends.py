@@ -269,3 +269,20 @@ def test_import_compiles_nothing_clears_nothing_and_loads_no_backend():
                          timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split("\n")[-2] == "1 0 0 [] [] False", out.stdout
+
+
+@pytest.mark.parametrize("family", ["csr", "neuron"])
+def test_each_backend_module_registers_every_op_of_its_family(family):
+    """A family's ops share their backends, so a per-call choice holds for the ops their rules bind."""
+    import importlib
+
+    ops = importlib.import_module(f"evjax.primitives.{family}.ops")
+    all_ops = ops.OPS if family == "csr" else [op for op, _, _ in ops.OPS.values()]
+    for backend, platforms in ops.BACKENDS.items():
+        if registry.missing_library(backend) is not None:
+            continue
+        for platform in platforms:
+            for op in all_ops:
+                generator = op.kernel_generator(platform, backend)  # imports the module on first use
+                assert callable(generator), (op.name, platform, backend)
+            assert f"evjax.primitives.{family}.{backend}" in sys.modules
