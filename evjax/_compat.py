@@ -5,6 +5,8 @@ from here, so that a JAX upgrade breaks (at most) this file.
 """
 from __future__ import annotations
 
+import functools
+
 import jax
 from jax.interpreters import ad, batching, mlir
 
@@ -96,6 +98,7 @@ def symbolic_zero(aval):
     return Zero(aval.to_tangent_aval())
 
 
+@functools.lru_cache(maxsize=None)
 def ffi_api_header_version() -> tuple[int, int]:
     """(major, minor) of the XLA FFI C API in the installed jaxlib headers."""
     import os

@@ -155,13 +155,16 @@ def _entries() -> tuple:
     return _block_value() + _global_value()[1]
 
 
-def get_backend(platform: str = "cpu") -> str | None:
-    """The backend chosen by :func:`use_backend` or :func:`set_backend` for ``platform``, if any."""
-    platform = _platform(platform)
-    for entry_platform, backend in _entries():
+def _first(entries: tuple, platform: str) -> str | None:
+    for entry_platform, backend in entries:
         if entry_platform in (platform, ALL_PLATFORMS):
             return backend
     return None
+
+
+def get_backend(platform: str = "cpu") -> str | None:
+    """The backend chosen by :func:`use_backend` or :func:`set_backend` for ``platform``, if any."""
+    return _first(_entries(), _platform(platform))
 
 
 def choices_snapshot() -> tuple:
@@ -175,7 +178,7 @@ def choices_snapshot() -> tuple:
     entries = _entries()
     if not entries:
         return ()
-    return tuple((p, get_backend(p)) for p in registry.PLATFORMS)
+    return tuple((p, _first(entries, p)) for p in registry.PLATFORMS)
 
 
 def defaults_changed() -> None:

@@ -24,6 +24,7 @@ once per process however many times it is asked for.
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import importlib.util
 import itertools
@@ -217,7 +218,9 @@ _modules: dict[str, object] = {}
 _lock = threading.RLock()
 
 
-def _sources_fingerprint(paths) -> str:
+@functools.lru_cache(maxsize=None)
+def _sources_fingerprint(paths: tuple[str, ...]) -> str:
+    """A digest of the files' contents, read once per process."""
     digest = hashlib.sha1()
     for path in paths:
         try:
@@ -255,7 +258,7 @@ def compile_handler(body: str, *, traits: int = 0, imports: str = "", preamble: 
     source = _TEMPLATE.format(imports=imports, preamble=preamble, cache=cache, traits=int(traits),
                               major=major, minor=minor, body=body.rstrip())
     here = os.path.dirname(os.path.abspath(__file__))
-    paths = [os.path.join(here, name) for name in _CORE_SOURCES] + [m.__file__ for m in depends]
+    paths = tuple(os.path.join(here, name) for name in _CORE_SOURCES) + tuple(m.__file__ for m in depends)
     digest = hashlib.sha1("\n".join([
         source, fingerprint, _sources_fingerprint(paths), numba.__version__, f"format={HANDLER_FORMAT}",
     ]).encode()).hexdigest()[:20]
@@ -330,10 +333,13 @@ def python_target(platform: str) -> str:
     name = f"evjax_python_{platform.lower()}"
     with _lock:
         if name not in _registered_targets:
-            module, _ = compile_handler(_TRAMPOLINE_BODY)
-            jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(module.handler.address), platform=platform)
+            jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(_trampoline_address()), platform=platform)
             _registered_targets.add(name)
     return name
+
+
+def _trampoline_address() -> int:
+    return int(compile_handler(_TRAMPOLINE_BODY)[0].handler.address)
 
 
 class PythonHandler:
@@ -351,7 +357,7 @@ class PythonHandler:
         self.callback_address = int(ctypes.cast(self.callback, ctypes.c_void_p).value)
         self.target_name = python_target(platform)
         self.attributes = {CALLBACK_ATTRIBUTE: np.int64(self.callback_address)}
-        self.address = int(compile_handler(_TRAMPOLINE_BODY)[0].handler.address)  # the trampoline
+        self.address = _trampoline_address()
 
     def _call(self, frame: int) -> int:
         try:

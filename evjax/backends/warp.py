@@ -244,21 +244,20 @@ def launch_attr(
 # The compiled handlers
 # ---------------------------------------------------------------------------
 _registered: set[str] = set()
-_keepalive_handlers: list[Any] = []
 
 
 def cpu_target() -> str:
     """Register (once) and return the FFI target of the CPU handler."""
-    return _register(CPU_TARGET, "cpu", warp_launch.CPU_BODY, traits=0)
+    return _register(CPU_TARGET, "cpu")
 
 
 def cuda_target() -> str:
     """Register (once) and return the FFI target of the CUDA handler (CUDA-graph safe: a launch on
     XLA's stream, no synchronisation, no allocation)."""
-    return _register(CUDA_TARGET, "CUDA", warp_launch.CUDA_BODY, traits=ffi_abi.TRAIT_COMMAND_BUFFER_COMPATIBLE)
+    return _register(CUDA_TARGET, "CUDA")
 
 
-def _register(name: str, platform: str, body: str, traits: int) -> str:
+def _register(name: str, platform: str) -> str:
     if name in _registered:
         return name
     with _lock:
@@ -266,17 +265,15 @@ def _register(name: str, platform: str, body: str, traits: int) -> str:
             return name
         import jax
 
-        module, _ = ffi_core.compile_handler(body, traits=traits, imports=warp_launch.IMPORTS,
-                                             depends=(warp_launch,))
-        _keepalive_handlers.append(module)
-        jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(module.handler.address), platform=platform)
+        jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(handler_address(platform)), platform=platform)
         _registered.add(name)
     return name
 
 
 def handler_address(platform: str) -> int:
-    """The address of the CPU (``"cpu"``) or CUDA (``"CUDA"``) handler (tests call it with fake frames)."""
-    body = warp_launch.CPU_BODY if platform == "cpu" else warp_launch.CUDA_BODY
-    traits = 0 if platform == "cpu" else ffi_abi.TRAIT_COMMAND_BUFFER_COMPATIBLE
+    """The address of the CPU (``"cpu"``) or CUDA (``"CUDA"``) handler, compiled once per process
+    (``ffi_core`` keeps the module alive); tests call it with fake frames."""
+    body, traits = ((warp_launch.CPU_BODY, 0) if platform == "cpu"
+                    else (warp_launch.CUDA_BODY, ffi_abi.TRAIT_COMMAND_BUFFER_COMPATIBLE))
     module, _ = ffi_core.compile_handler(body, traits=traits, imports=warp_launch.IMPORTS, depends=(warp_launch,))
     return int(module.handler.address)
