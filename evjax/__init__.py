@@ -5,7 +5,7 @@ Importing evjax compiles nothing, clears no cache, imports neither Warp nor
 ``numba.cuda`` and changes no setting of Numba: backends are imported, and
 kernels compiled, the first time an op needs them.
 """
-from . import config, rules, surrogate
+from . import config, errors, rules, surrogate
 from .config import set_backend, use_backend
 from .events import BinaryArray, EventArray
 from .numba_cuda_kernel import numba_cuda_callable, numba_cuda_kernel
@@ -21,6 +21,7 @@ __version__ = "0.1.0"
 __all__ = [
     "XLACustomKernel",
     "config",
+    "errors",
     "numba_kernel",
     "numba_cuda_callable",
     "numba_cuda_kernel",

@@ -19,6 +19,8 @@ import importlib
 import importlib.util
 import threading
 
+from .errors import BackendNotAvailableError
+
 __all__ = [
     "REFERENCE",
     "PLATFORMS",
@@ -51,9 +53,12 @@ def platform_of(name: str, *, who: str = "evjax") -> str:
     """The platform ``"cpu"`` or ``"gpu"`` for a platform name (``"cuda"`` and ``"rocm"`` are ``"gpu"``).
 
     Raises:
+        TypeError: ``name`` is not a string.
         ValueError: an unknown platform name.
     """
-    platform = _PLATFORM_ALIASES.get(name) if isinstance(name, str) else None
+    if not isinstance(name, str):
+        raise TypeError(f"{who}: a platform is a string, one of {PLATFORMS}; got {type(name).__name__} {name!r}")
+    platform = _PLATFORM_ALIASES.get(name)
     if platform is None:
         raise ValueError(f"{who}: unknown platform {name!r}; use one of {PLATFORMS}")
     return platform
@@ -76,14 +81,15 @@ def check_backend_name(name, *, who: str) -> None:
 
     Raises:
         TypeError: ``name`` is not a string.
-        ValueError: no op has a backend of that name; the message lists the known ones.
+        BackendNotAvailableError: (a ``ValueError``) no op has a backend of
+            that name; the message lists the known ones.
     """
     if name is None:
         return
     if not isinstance(name, str):
         raise TypeError(f"{who}: a backend name is a string, got {type(name).__name__} {name!r}")
     if name not in _known:
-        raise ValueError(
+        raise BackendNotAvailableError(
             f"{who}: unknown backend {name!r}; known backends: {', '.join(known_backend_names())}"
         )
 

@@ -28,6 +28,7 @@ import jax
 import numpy as np
 
 from . import _compat, config, registry
+from .errors import BackendNotAvailableError, KernelCompilationError, KernelError, KernelNotFoundError
 from .outs import normalize_outs
 from .rules import ad as ad_rules
 from .rules import batching as batching_rules
@@ -100,6 +101,11 @@ def _check_hashable(op_name: str, params: dict) -> None:
             ) from None
 
 
+def _signature(structs) -> str:
+    """``float32[3], int32[7]``: the shapes and dtypes of a signature, for messages."""
+    return ", ".join(f"{np.dtype(s.dtype).name}{list(s.shape)}" for s in structs) or "none"
+
+
 def _is_snapshot(value) -> bool:
     """Whether ``value`` is a choice recorded at trace time (see :func:`evjax.config.choices_snapshot`)."""
     return isinstance(value, tuple) and all(
@@ -158,13 +164,21 @@ class XLACustomKernel:
                 order, is the default); ``False`` never makes it the default.
 
         Raises:
-            TypeError: ``backend`` is not a string or ``generator`` not callable.
+            TypeError: ``backend`` or ``platform`` is not a string, ``generator``
+                is not callable, or ``default`` is not ``True``, ``False`` or ``None``.
             ValueError: an unknown platform, or ``"reference"`` (use :meth:`def_reference`).
         """
         if not isinstance(backend, str) or not backend:
-            raise TypeError(f"op '{self.name}': a backend name is a non-empty string, got {backend!r}")
+            raise TypeError(
+                f"op '{self.name}': a backend name is a non-empty string, got {type(backend).__name__} "
+                f"{backend!r}"
+            )
         if not isinstance(platform, str):
-            raise TypeError(f"op '{self.name}': platform must be 'cpu' or 'gpu', got {platform!r}")
+            raise TypeError(
+                f"op '{self.name}': platform must be 'cpu' or 'gpu', got {type(platform).__name__} {platform!r}"
+            )
+        if default is not None and not isinstance(default, bool):
+            raise TypeError(f"op '{self.name}': default must be True, False or None, got {default!r}")
         platform = registry.platform_of(platform, who=f"op '{self.name}'")
         if backend == REFERENCE:
             raise ValueError(f"op '{self.name}': use def_reference for the pure-JAX reference backend")
@@ -229,7 +243,19 @@ class XLACustomKernel:
                 generators with :meth:`def_kernel` when imported.
             table: ``{backend: {platform: is_default_candidate}}``, candidates
                 in order of preference.
+
+        Raises:
+            TypeError: ``package`` is not a string or ``table`` not a mapping of mappings.
         """
+        if not isinstance(package, str) or not package:
+            raise TypeError(f"op '{self.name}': package must be a module name, got {package!r}")
+        if not isinstance(table, Mapping) or not all(
+            isinstance(b, str) and isinstance(p, Mapping) for b, p in table.items()
+        ):
+            raise TypeError(
+                f"op '{self.name}': the backend table must be {{backend: {{platform: is_default_candidate}}}}, "
+                f"got {table!r}"
+            )
         with self._lock:
             for backend, platforms in table.items():
                 for platform, candidate in platforms.items():
@@ -246,7 +272,7 @@ class XLACustomKernel:
         """
         platform = registry.platform_of(platform, who=f"op '{self.name}'")
         if not self._has(platform, backend):
-            raise ValueError(
+            raise BackendNotAvailableError(
                 f"op '{self.name}' has no backend {backend!r} on {platform}; it has: {self.backends(platform)}"
             )
         with self._lock:
@@ -309,9 +335,11 @@ class XLACustomKernel:
             A backend name, or ``"reference"``.
 
         Raises:
-            ValueError: a named backend the op lacks on ``platform``, or whose
-                library is not installed; the message lists what it has.
-            NotImplementedError: no backend at all for ``platform`` and no reference.
+            BackendNotAvailableError: (a ``ValueError``) a named backend the op
+                lacks on ``platform``, or whose library is not installed; the
+                message lists what it has.
+            KernelNotFoundError: (also a ``NotImplementedError``) no backend at
+                all for ``platform`` and no reference.
         """
         platform = registry.platform_of(platform, who=f"op '{self.name}'")
         if isinstance(requested, str):
@@ -322,7 +350,7 @@ class XLACustomKernel:
         name = self.default_backend(platform)
         if name == REFERENCE and self._reference is None:
             has = [p for p in PLATFORMS if self._has_any(p)]
-            raise NotImplementedError(
+            raise KernelNotFoundError(
                 f"op '{self.name}' has no backend for platform '{platform}' and no reference (it has backends "
                 f"on: {has or 'no platform'}). Register one with def_numba_kernel / def_warp_kernel / "
                 f"def_numba_cuda_kernel, or def_reference."
@@ -332,13 +360,13 @@ class XLACustomKernel:
     def _usable(self, platform: str, name: str, how: str) -> str:
         if not self._has(platform, name):
             what = "reference implementation" if name == REFERENCE else f"backend {name!r}"
-            raise ValueError(
+            raise BackendNotAvailableError(
                 f"op '{self.name}' has no {what} on {platform} (chosen by {how}); available on {platform}: "
                 f"{self.available_backends(platform)}"
             )
         missing = registry.missing_library(name)
         if missing is not None:
-            raise ValueError(
+            raise BackendNotAvailableError(
                 f"op '{self.name}': backend {name!r} (chosen by {how}) is not available on {platform}: {missing}. "
                 f"Available on {platform}: {self.available_backends(platform)}"
             )
@@ -359,7 +387,9 @@ class XLACustomKernel:
         """The generator registered as ``backend`` on ``platform`` (importing a declared backend module)."""
         platform = registry.platform_of(platform, who=f"op '{self.name}'")
         if not self._has(platform, backend) or backend == REFERENCE:
-            raise ValueError(f"op '{self.name}' has no backend {backend!r} on {platform}: {self.backends(platform)}")
+            raise BackendNotAvailableError(
+                f"op '{self.name}' has no backend {backend!r} on {platform}: {self.backends(platform)}"
+            )
         return self._generator(platform, backend).generator
 
     def kernel_for(self, platform: str, backend: str | tuple | None, args_avals, outs, params) -> Callable:
@@ -372,7 +402,19 @@ class XLACustomKernel:
         if name == REFERENCE:
             return name, functools.partial(call_with_accepted, self._reference, outs=outs, **params)
         ins = tuple(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args_avals)
-        return name, self._generator(platform, name)(outs, ins, params)
+        generator = self._generator(platform, name)
+        try:
+            return name, generator(outs, ins, params)
+        except KernelError:  # already says what is wrong (e.g. a backend that cannot take this size)
+            raise
+        except Exception as err:
+            others = [b for b in self.available_backends(platform) if b != name]
+            raise KernelCompilationError(
+                f"op '{self.name}': the kernel generator of backend {name!r} on {platform} raised "
+                f"{type(err).__name__}: {err} (inputs {_signature(ins)}; outputs {_signature(outs)}; params "
+                f"{params}). Other backends of this op on {platform}: {others or 'none'}; choose one with "
+                f"backend=... or evjax.use_backend(...)."
+            ) from err
 
     # --------------------------------------------------------------------- rules
     def def_jvp_rule(self, rule: Callable):
@@ -452,7 +494,7 @@ class XLACustomKernel:
         registry.check_backend_name(backend, who=f"op '{self.name}'")
         if not any(self._has(p, backend) for p in PLATFORMS):
             has = {p: self.backends(p) for p in PLATFORMS if self._has_any(p)}
-            raise ValueError(
+            raise BackendNotAvailableError(
                 f"op '{self.name}' has no backend {backend!r}. Its backends: {has}"
                 f"{'' if self._reference is not None else ' (and no reference)'}."
             )
