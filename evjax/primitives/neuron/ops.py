@@ -40,6 +40,16 @@ _KERNEL_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 # ---------------------------------------------------------------------------
 # shared helpers
 # ---------------------------------------------------------------------------
+def _reject_complex(who: str, **operands) -> None:
+    """Raise TypeError for a complex operand (casting it to float would silently drop its imaginary part)."""
+    for name, x in operands.items():
+        if np.iscomplexobj(x):
+            raise TypeError(
+                f"{who}: {name} is complex ({getattr(x, 'dtype', type(x).__name__)}), which neuron ops do not "
+                f"take; pass a real array, e.g. jnp.real({name}) if the imaginary part is zero"
+            )
+
+
 def _float_dtype(*xs) -> np.dtype:
     dtype = jnp.result_type(*xs)
     return np.dtype(dtype) if jnp.issubdtype(dtype, jnp.floating) else np.dtype(jnp.float32)
@@ -155,8 +165,10 @@ def spike(x: jax.Array, surrogate: str | Surrogate = "fast_sigmoid", alpha: floa
 
     Raises:
         ValueError: unknown surrogate name or non-positive ``alpha``.
+        TypeError: complex ``x``.
     """
     choice = resolve_surrogate(surrogate, alpha)
+    _reject_complex("spike", x=x)
     x = jnp.asarray(x)
     x = x.astype(_float_dtype(x))
     (out,) = spike_p(x, outs=[jax.ShapeDtypeStruct(x.shape, x.dtype)], backend=backend,
@@ -218,8 +230,10 @@ def lif_step(v: jax.Array, i_ext: jax.Array, *, tau: float = 10.0, v_th: float =
     Raises:
         ValueError: non-positive ``tau`` or ``dt``, non-finite parameters or an
             unknown surrogate.
-        TypeError: a parameter is a traced array (they are static numbers).
+        TypeError: a parameter is a traced array (they are static numbers), or
+            ``v`` or ``i_ext`` is complex.
     """
+    _reject_complex("lif_step", v=v, i_ext=i_ext)
     tau = _static_float("lif_step: tau", tau, positive=True)
     dt = _static_float("lif_step: dt", dt, positive=True)
     v_th = _static_float("lif_step: v_th", v_th)
@@ -315,7 +329,9 @@ def exp_trace(trace: jax.Array, spikes: jax.Array, decay: jax.Array | float, *,
     Raises:
         ValueError: a Python-number ``decay`` outside ``[0, 1]``, or ``spikes``
             not broadcastable to ``trace``.
+        TypeError: a complex argument.
     """
+    _reject_complex("exp_trace", trace=trace, spikes=spikes, decay=decay)
     if isinstance(decay, (int, float)) and not isinstance(decay, bool):
         if not (0.0 <= decay <= 1.0):
             raise ValueError(f"exp_trace: decay must lie in [0, 1] (decay = exp(-dt/tau)), got {decay}")
@@ -402,7 +418,9 @@ def detect_spikes(v: jax.Array, v_th: jax.Array | float = 1.0, v_rest: jax.Array
 
     Raises:
         ValueError: unknown surrogate, or thresholds that do not broadcast to ``v``.
+        TypeError: a complex argument.
     """
+    _reject_complex("detect_spikes", v=v, v_th=v_th, v_rest=v_rest)
     choice = resolve_surrogate(surrogate, alpha)
     v = jnp.asarray(v)
     dtype = _float_dtype(v)
