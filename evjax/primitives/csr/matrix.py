@@ -28,6 +28,7 @@ import numpy as np
 from ...dtypes import LOW_PRECISION
 from ...events import BinaryArray
 from .ops import binary_csrmm, binary_csrmv, csrmm, csrmv, row_ids, validate_csr
+from .validation import INT32_MAX, check_shape, checked_index_cast
 
 __all__ = ["CSR", "CSC"]
 
@@ -106,20 +107,30 @@ class _Compressed:
     indptr: jax.Array
     shape: tuple
 
-    def __init__(self, data, indices=None, indptr=None, *, shape, _from_tree: bool = False):
+    def __init__(self, data, indices=None, indptr=None, *, shape, indptr_dtype="auto", _from_tree: bool = False):
         if _from_tree:  # rebuilt by JAX from its own leaves: no validation
             self._set(data, indices, indptr, shape)
             return
         if indices is None and indptr is None:
             data, indices, indptr = data
-        self._set(*self._validated(data, indices, indptr, shape))
+        self._set(*self._validated(data, indices, indptr, shape, indptr_dtype))
 
-    def _validated(self, data, indices, indptr, shape) -> tuple:
+    def _validated(self, data, indices, indptr, shape, indptr_dtype) -> tuple:
         """``(data, indices, indptr, shape)`` checked and normalised (per subclass)."""
         raise NotImplementedError
 
     def _set(self, data, indices, indptr, shape) -> None:
         self.data, self.indices, self.indptr, self.shape = data, indices, indptr, tuple(shape)
+
+    @classmethod
+    def _from_scipy_parts(cls, data, m, index_dtype, indptr_dtype):
+        """An instance from a scipy matrix's arrays, cast to ``index_dtype`` only where every value fits."""
+        who = f"{cls.__name__}.from_scipy"
+        index_dtype = m.indices.dtype if index_dtype is None else index_dtype
+        indices, indptr = checked_index_cast(m.indices, index_dtype, "indices", who), m.indptr
+        if (indptr_dtype is None or isinstance(indptr_dtype, str) and indptr_dtype == "auto") and m.nnz <= INT32_MAX:
+            indptr = checked_index_cast(indptr, index_dtype, "indptr", who)  # "auto": indices' dtype where it fits
+        return cls((data, indices, indptr), shape=m.shape, indptr_dtype=indptr_dtype)
 
     @classmethod
     def _make(cls, data, indices, indptr, shape):
@@ -189,18 +200,22 @@ class CSR(_Compressed):
         args: ``(data, indices, indptr)``, or ``data`` followed by ``indices``
             and ``indptr`` as separate arguments.
         shape: ``(n_rows, n_cols)``.
+        indptr_dtype: ``"auto"``, ``jnp.int32`` or ``jnp.int64``: the dtype of
+            ``indptr``, which counts synapses; int64 (needed beyond ``2**31 - 1``
+            synapses, and chosen by ``"auto"`` there) needs JAX's 64-bit mode.
 
     ``data`` is a scalar or ``(1,)`` (one weight for all synapses) or ``(nnz,)``;
     ``indices`` (int32/int64) are the columns of each row's synapses; duplicate
-    columns in a row are summed.  Concrete arrays are validated.
+    columns in a row are summed.  Concrete arrays are validated before any
+    conversion (see :mod:`evjax.primitives.csr.validation`).
 
     Example:
         >>> W = CSR((data, indices, indptr), shape=(n_pre, n_post))
         >>> I = BinaryArray(spikes) @ W      # event-driven, (n_post,)
     """
 
-    def _validated(self, data, indices, indptr, shape) -> tuple:
-        return validate_csr(data, indices, indptr, shape, who=type(self).__name__)
+    def _validated(self, data, indices, indptr, shape, indptr_dtype) -> tuple:
+        return validate_csr(data, indices, indptr, shape, who=type(self).__name__, indptr_dtype=indptr_dtype)
 
     @property
     def _stored_shape(self) -> tuple:
@@ -225,16 +240,26 @@ class CSR(_Compressed):
         return sp.csr_matrix(self._scipy_arrays(), shape=self.shape)
 
     @classmethod
-    def from_scipy(cls, matrix, *, dtype=None, index_dtype=None) -> "CSR":
-        """From any ``scipy.sparse`` matrix or array (converted to CSR)."""
+    def from_scipy(cls, matrix, *, dtype=None, index_dtype=None, indptr_dtype="auto") -> "CSR":
+        """From any ``scipy.sparse`` matrix or array (converted to CSR).
+
+        ``index_dtype`` (default: scipy's) is that of ``indices`` and, with
+        ``indptr_dtype="auto"``, of ``indptr`` unless nnz needs int64.
+        """
         m = matrix.tocsr()
         data = m.data if dtype is None else m.data.astype(dtype)
-        idx_dt = index_dtype or m.indices.dtype
-        return cls((data, m.indices.astype(idx_dt), m.indptr.astype(idx_dt)), shape=m.shape)
+        return cls._from_scipy_parts(data, m, index_dtype, indptr_dtype)
 
     @classmethod
-    def fromdense(cls, dense, *, index_dtype=np.int32) -> "CSR":
-        """From a dense (concrete) matrix, keeping its nonzero entries."""
+    def fromdense(cls, dense, *, index_dtype=np.int32, indptr_dtype="auto") -> "CSR":
+        """From a dense (concrete) matrix, keeping its nonzero entries.
+
+        Args:
+            dense: a 2-d array.
+            index_dtype: the dtype of ``indices`` and, with
+                ``indptr_dtype="auto"``, of ``indptr`` unless nnz needs int64.
+            indptr_dtype: as in :class:`CSR`.
+        """
         import scipy.sparse as sp
 
         dense = np.asarray(dense)
@@ -246,7 +271,7 @@ class CSR(_Compressed):
         else:
             m = sp.csr_matrix(dense)
             data = m.data
-        return cls((data, m.indices.astype(index_dtype), m.indptr.astype(index_dtype)), shape=dense.shape)
+        return cls._from_scipy_parts(data, m, index_dtype, indptr_dtype)
 
     from_dense = fromdense
 
@@ -264,12 +289,10 @@ class CSC(_Compressed):
         shape: ``(n_rows, n_cols)``.
     """
 
-    def _validated(self, data, indices, indptr, shape) -> tuple:
-        shape = tuple(int(d) for d in shape)
-        if len(shape) != 2:
-            raise ValueError(f"CSC: shape must be (n_rows, n_cols), got {shape}")
+    def _validated(self, data, indices, indptr, shape, indptr_dtype) -> tuple:
+        shape = check_shape(shape, who="CSC")
         data, indices, indptr, stored = validate_csr(
-            data, indices, indptr, shape[::-1], who="CSC (as the CSR of its transpose)"
+            data, indices, indptr, shape[::-1], who="CSC (as the CSR of its transpose)", indptr_dtype=indptr_dtype
         )
         return data, indices, indptr, stored[::-1]
 
@@ -295,9 +318,8 @@ class CSC(_Compressed):
         return sp.csc_matrix(self._scipy_arrays(), shape=self.shape)
 
     @classmethod
-    def from_scipy(cls, matrix, *, dtype=None, index_dtype=None) -> "CSC":
-        """From any ``scipy.sparse`` matrix or array (converted to CSC)."""
+    def from_scipy(cls, matrix, *, dtype=None, index_dtype=None, indptr_dtype="auto") -> "CSC":
+        """From any ``scipy.sparse`` matrix or array (converted to CSC); dtypes as in :meth:`CSR.from_scipy`."""
         m = matrix.tocsc()
         data = m.data if dtype is None else m.data.astype(dtype)
-        idx_dt = index_dtype or m.indices.dtype
-        return cls((data, m.indices.astype(idx_dt), m.indptr.astype(idx_dt)), shape=m.shape)
+        return cls._from_scipy_parts(data, m, index_dtype, indptr_dtype)

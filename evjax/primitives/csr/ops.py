@@ -27,18 +27,17 @@ Gradients w.r.t. an event operand given as float are straight-through
 from __future__ import annotations
 
 import functools
-import weakref
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ... import _compat
 from ...dtypes import compute_dtype
 from ...events import as_bool_events
 from ...rules import ad as ad_rules
 from ...rules import batching as batching_rules
 from ...xla_custom_kernel import XLACustomKernel
+from .validation import check_operand, validate_csr
 
 __all__ = [
     "csrmv", "csrmm", "binary_csrmv", "binary_csrmm", "csr_sddmm",
@@ -51,143 +50,8 @@ BACKENDS = {"numba": {"cpu": True}, "warp": {"cpu": False, "gpu": True}, "numba_
 
 
 # ===========================================================================
-# Validation (shapes and dtypes always; values when concrete, once per structure)
+# Validation (in validation.py: shapes and dtypes always; values when concrete, once per structure)
 # ===========================================================================
-def _is_concrete(x) -> bool:
-    return not isinstance(x, _compat.Tracer)
-
-
-def _index_dtype(*dtypes) -> np.dtype:
-    wide = any(np.dtype(d).itemsize > 4 or np.dtype(d) == np.uint32 for d in dtypes)
-    return np.dtype(np.int64) if wide and jax.config.jax_enable_x64 else np.dtype(np.int32)
-
-
-# (id(indices), id(indptr)) -> shape of structures whose values were checked; an entry
-# leaves with either array, so an id is never reused for an unchecked array.
-_checked: dict[tuple[int, int], tuple] = {}
-
-
-def _remember_checked(indices, indptr, shape) -> None:
-    key = (id(indices), id(indptr))
-    if key not in _checked:
-        _checked[key] = shape
-        for array in (indices, indptr):
-            weakref.finalize(array, _checked.pop, key, None)
-
-
-def _check_values(indices, indptr, shape, who: str) -> None:
-    if _checked.get((id(indices), id(indptr))) == shape:
-        return
-    n_rows, n_cols = shape
-    nnz = indices.shape[0]
-    ptr = np.asarray(indptr)
-    if ptr[0] != 0:
-        raise ValueError(f"{who}: indptr must start at 0, got indptr[0] = {ptr[0]}")
-    if np.any(np.diff(ptr) < 0):
-        row = int(np.argmax(np.diff(ptr) < 0))
-        raise ValueError(
-            f"{who}: indptr must be non-decreasing, but indptr[{row + 1}] = {ptr[row + 1]} < "
-            f"indptr[{row}] = {ptr[row]}"
-        )
-    if ptr[-1] != nnz:
-        raise ValueError(f"{who}: indptr[-1] = {ptr[-1]} must equal nnz = len(indices) = {nnz}")
-    if nnz:
-        idx = np.asarray(indices)
-        bad = (idx < 0) | (idx >= n_cols)
-        if bad.any():
-            k = int(np.argmax(bad))
-            raise ValueError(
-                f"{who}: indices out of range: indices[{k}] = {idx[k]}, but columns must lie in "
-                f"[0, {n_cols}) for shape {shape}"
-            )
-    _remember_checked(indices, indptr, shape)
-
-
-def validate_csr(data, indices, indptr, shape, *, who: str = "CSR", check_values: bool = True):
-    """Check and normalise a CSR structure.
-
-    Args:
-        data: weights, a scalar or shape ``(1,)`` (homogeneous) or ``(nnz,)``.
-        indices: column index of each synapse, ``(nnz,)``.
-        indptr: row pointers, ``(n_rows + 1,)``.
-        shape: ``(n_rows, n_cols)``.
-        who: the caller's name, for messages.
-        check_values: also check ``indptr`` and ``indices`` values when they
-            are concrete (not traced); a structure already checked is not
-            checked again.
-
-    Returns:
-        ``(data, indices, indptr, shape)`` with ``data`` 1-d and both index
-        arrays of one dtype (int32, or int64 when 64-bit mode is on).
-
-    Raises:
-        TypeError: non-float weights or non-integer indices.
-        ValueError: any shape or value that does not describe a CSR matrix.
-    """
-    try:
-        shape = tuple(int(d) for d in shape)
-    except TypeError:
-        raise TypeError(f"{who}: shape must be a tuple (n_rows, n_cols) of ints, got {shape!r}") from None
-    if len(shape) != 2 or min(shape) < 0:
-        raise ValueError(f"{who}: shape must be (n_rows, n_cols) with non-negative sizes, got {shape}")
-    n_rows = shape[0]
-    data, indices, indptr = jnp.asarray(data), jnp.asarray(indices), jnp.asarray(indptr)
-    if not jnp.issubdtype(data.dtype, jnp.floating):
-        raise TypeError(
-            f"{who}: weights (data) must be floating point (float16, bfloat16, float32, float64), "
-            f"got {data.dtype}; convert them, e.g. data.astype(jnp.float32)"
-        )
-    for name, arr in (("indices", indices), ("indptr", indptr)):
-        if not jnp.issubdtype(arr.dtype, jnp.integer):
-            raise TypeError(f"{who}: {name} must be an integer array (int32 or int64), got {arr.dtype}")
-        if arr.ndim != 1:
-            raise ValueError(f"{who}: {name} must be 1-d, got shape {arr.shape}")
-    if data.ndim == 0:
-        data = data.reshape(1)
-    if data.ndim != 1:
-        raise ValueError(f"{who}: data must be a scalar or 1-d, got shape {data.shape}")
-    nnz = indices.shape[0]
-    if indptr.shape[0] != n_rows + 1:
-        raise ValueError(
-            f"{who}: indptr has length {indptr.shape[0]} but a matrix of shape {shape} needs "
-            f"n_rows + 1 = {n_rows + 1}"
-        )
-    if data.shape[0] not in (1, nnz):
-        raise ValueError(
-            f"{who}: data has length {data.shape[0]}, but must have length nnz = {nnz} (one weight per "
-            f"synapse) or 1 (homogeneous weight)"
-        )
-    dtype = _index_dtype(indices.dtype, indptr.dtype)
-    indices = indices if indices.dtype == dtype else indices.astype(dtype)
-    indptr = indptr if indptr.dtype == dtype else indptr.astype(dtype)
-    if check_values and _is_concrete(indptr) and _is_concrete(indices):
-        _check_values(indices, indptr, shape, who)
-    return data, indices, indptr, shape
-
-
-def _operand(x, data, shape, transpose: bool, rank: int, event: bool, who: str):
-    """Check the dense operand; return it and the result dtype."""
-    x = jnp.asarray(x)
-    name = "v" if rank == 1 else "B"
-    need = shape[1] if not transpose else shape[0]
-    what = "n_cols" if not transpose else "n_rows"
-    if x.ndim != rank or x.shape[0] != need:
-        expect = f"({need},)" if rank == 1 else f"({need}, k)"
-        raise ValueError(
-            f"{who}: {name} has shape {x.shape}, but a matrix of shape {shape} with transpose={transpose} "
-            f"needs {expect} ({what} = {need} first)"
-        )
-    if jnp.issubdtype(x.dtype, jnp.complexfloating):
-        raise TypeError(f"{who}: complex operands are not supported, got {x.dtype}")
-    if event:
-        if not (x.dtype == jnp.bool_ or jnp.issubdtype(x.dtype, jnp.floating)):
-            x = as_bool_events(x)  # integer spike counts: nonzero = spike
-        return x, data.dtype
-    if not jnp.issubdtype(x.dtype, jnp.floating):
-        return x.astype(data.dtype), data.dtype
-    return x, jnp.promote_types(data.dtype, x.dtype)
-
-
 def _out_shape(shape, transpose: bool, x_shape) -> tuple:
     n = shape[0] if not transpose else shape[1]
     return (n,) + tuple(x_shape[1:])
@@ -202,7 +66,7 @@ def _bind(op: XLACustomKernel, data, indices, indptr, x, *, shape, transpose, dt
 def _matmul(op, data, indices, indptr, x, *, shape, transpose, backend, rank, event, who):
     """Validate, promote and bind one of the four matmul ops (the public wrappers)."""
     data, indices, indptr, shape = validate_csr(data, indices, indptr, shape, who=who)
-    x, dtype = _operand(x, data, shape, transpose, rank, event, who)
+    x, dtype = check_operand(x, data, shape, transpose, rank, event, who)
     if not event:
         data, x = data.astype(dtype), x.astype(dtype)
     return _bind(op, data, indices, indptr, x, shape=shape, transpose=transpose, dtype=dtype, backend=backend)

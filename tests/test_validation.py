@@ -1,0 +1,267 @@
+"""Input validation that tells the truth: index values checked before any cast, int64 ``indptr``
+(at a size where it matters, by dtype decisions and lowering, not by allocating 2**31 synapses),
+shapes, and complex inputs."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import evjax
+from evjax.primitives.csr import csr_sddmm_p, validate_csr
+from evjax.primitives.csr.numba_rows import _span
+from evjax.primitives.csr.validation import INT32_MAX, check_shape, index_dtypes
+
+S = jax.ShapeDtypeStruct
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+I32, I64 = np.dtype(np.int32), np.dtype(np.int64)
+
+
+def small(seed=0, m=7, n=5, density=0.5):
+    a = sp.random(m, n, density=density, format="csr", random_state=seed, dtype=np.float32)
+    a.data[:] = np.random.default_rng(seed).uniform(0.5, 1.5, a.nnz)
+    return a
+
+
+# ---------------------------------------------------------------------------
+# index values are checked before they are cast
+# ---------------------------------------------------------------------------
+def test_a_column_beyond_int32_raises_instead_of_wrapping_with_x64_off():
+    assert not jax.config.jax_enable_x64
+    data = np.ones(2, np.float32)
+    indptr = np.array([0, 2], np.int64)
+    for indices in (np.array([1, 2**32 + 4], np.int64), [1, 2**32 + 4], np.array([1, 2**32 + 4], np.uint64)):
+        # 2**32 + 4 would become column 4 (in range for 10 columns) if cast first
+        with pytest.raises(ValueError, match=r"CSR: indices\[1\] = 4294967300 does not fit int32.*jax_enable_x64"):
+            evjax.CSR((data, indices, indptr), shape=(1, 10))
+        with pytest.raises(ValueError, match=r"csrmv: indices\[1\] = 4294967300 does not fit int32"):
+            evjax.csrmv(data, indices, indptr, np.ones(10, np.float32), shape=(1, 10))
+    with pytest.raises(ValueError, match=r"indices\[0\] = 2147483648 does not fit int32"):
+        evjax.CSR((data, np.array([2**31, 0], np.uint32), indptr), shape=(1, 10))
+    with pytest.raises(ValueError, match=r"indptr\[1\] = 4294967298 does not fit int32"):
+        evjax.CSR((data, np.array([0, 1]), np.array([0, 2**32 + 2], np.int64)), shape=(1, 10))
+    with pytest.raises(ValueError, match=r"CSC \(as the CSR of its transpose\): indices\[1\] = 4294967300"):
+        evjax.CSC((data, np.array([1, 2**32 + 4], np.int64), indptr), shape=(10, 1))
+    # values that fit are converted, from any integer dtype
+    w = evjax.CSR((data, np.array([1, 4], np.uint64), indptr), shape=(1, 10))
+    assert w.indices.dtype == jnp.int32 and w.indptr.dtype == jnp.int32
+    np.testing.assert_array_equal(np.asarray(w.todense())[0, [1, 4]], [1, 1])
+
+
+def test_with_x64_on_values_are_checked_against_the_true_columns():
+    data = np.ones(2, np.float32)
+    indptr = np.array([0, 2], np.int64)
+    with jax.enable_x64(True):
+        with pytest.raises(ValueError, match=r"indices out of range: indices\[1\] = 4294967300.*\[0, 10\)"):
+            evjax.CSR((data, np.array([1, 2**32 + 4], np.int64), indptr), shape=(1, 10))
+        with pytest.raises(ValueError, match=r"indices\[1\] = 9223372036854775813 does not fit int64: fix the value"):
+            evjax.CSR((data, np.array([1, 2**63 + 5], np.uint64), indptr), shape=(1, 10))
+        w = evjax.CSR((data, np.array([1, 4], np.int64), indptr), shape=(1, 10))
+        assert w.indices.dtype == jnp.int64 and w.indptr.dtype == jnp.int64
+
+
+def test_from_scipy_and_fromdense_convert_nothing_unchecked():
+    a = small()
+    for index_dtype in (np.int32, np.int64, np.uint16, None):
+        w = evjax.CSR.from_scipy(a, index_dtype=index_dtype)
+        assert w.indices.dtype == jnp.int32 and w.indptr.dtype == jnp.int32  # x64 off
+        np.testing.assert_array_equal(np.asarray(w.todense()), a.toarray())
+    with jax.enable_x64(True):
+        w = evjax.CSR.fromdense(a.toarray(), index_dtype=np.int64)
+        assert w.indices.dtype == jnp.int64 and w.indptr.dtype == jnp.int64  # "auto": indptr follows indices
+        w = evjax.CSR.fromdense(a.toarray(), indptr_dtype=jnp.int64)
+        assert w.indices.dtype == jnp.int32 and w.indptr.dtype == jnp.int64
+        c = evjax.CSC.from_scipy(a.tocsc(), indptr_dtype=jnp.int64)
+        assert c.indices.dtype == jnp.int32 and c.indptr.dtype == jnp.int64
+        np.testing.assert_array_equal(np.asarray(c.todense()), a.toarray())
+    with pytest.raises(ValueError, match="indptr_dtype=int64 needs JAX's 64-bit mode.*jax_enable_x64"):
+        evjax.CSR.fromdense(a.toarray(), indptr_dtype=jnp.int64)
+    with pytest.raises(ValueError, match="indptr_dtype must be 'auto', jnp.int32 or jnp.int64, got 'int16'"):
+        evjax.CSR.fromdense(a.toarray(), indptr_dtype="int16")
+
+
+def test_empty_and_list_structures():
+    w = evjax.CSR(([], [], [0, 0, 0]), shape=(2, 3))  # an empty list is an empty index array
+    assert w.nnz == 0 and w.indices.dtype == jnp.int32
+    np.testing.assert_array_equal(np.asarray(w @ np.ones(3, np.float32)), [0, 0])
+    with pytest.raises(TypeError, match="indices must be an integer array"):
+        evjax.CSR(([1.0], [0.5], [0, 1]), shape=(1, 3))
+    with pytest.raises(TypeError, match="indptr must be an integer array.*bool"):
+        evjax.CSR(([1.0], [0], np.array([False, True])), shape=(1, 3))
+
+
+# ---------------------------------------------------------------------------
+# int64 indptr: the dtype decision, at sizes where it matters (no allocation)
+# ---------------------------------------------------------------------------
+def test_index_dtypes_decide_from_nnz_without_allocating():
+    big = INT32_MAX + 1  # one more synapse than int32 offsets can count
+    assert index_dtypes(I32, I32, INT32_MAX) == (I32, I32)
+    with pytest.raises(ValueError, match="nnz = 2147483648 synapses is more than int32 offsets.*jax_enable_x64"):
+        index_dtypes(I32, I32, big)
+    with pytest.raises(ValueError, match="indptr_dtype=int64 needs JAX's 64-bit mode"):
+        index_dtypes(I32, I32, 10, requested=jnp.int64)
+    with jax.enable_x64(True):
+        assert index_dtypes(I32, I32, big) == (I32, I64)  # columns stay int32; offsets widen
+        assert index_dtypes(I32, I32, 3 * 2**32) == (I32, I64)
+        assert index_dtypes(I32, I32, INT32_MAX) == (I32, I32)
+        assert index_dtypes(I64, I32, 10) == (I64, I32)
+        assert index_dtypes(np.uint32, np.uint32, 10) == (I64, I64)  # uint32 values may exceed int32
+        assert index_dtypes(np.int16, np.uint16, 10) == (I32, I32)
+        assert index_dtypes(I32, I32, 10, requested=jnp.int64) == (I32, I64)
+        assert index_dtypes(I64, I64, 10, requested="int32") == (I64, I32)
+        with pytest.raises(ValueError, match="indptr_dtype=int32 cannot count nnz = 2147483648"):
+            index_dtypes(I32, I64, big, requested=np.int32)
+    with pytest.raises(ValueError, match="indptr_dtype must be"):
+        index_dtypes(I32, I32, 10, requested=np.float32)
+
+
+def test_numba_row_spans_keep_int64_offsets_beyond_int32():
+    # the offsets a kernel derives from an int64 indptr are not truncated (checked without the synapses)
+    indptr = np.array([0, 2**31 + 5, 2**32 + 7, 2**33], np.int64)
+    assert _span(indptr, 1, 2**33) == (2**31 + 5, 2**32 + 7)
+    assert _span(indptr, 2, 2**33 - 1) == (2**32 + 7, 2**33 - 1)  # clamped to nnz, still 64-bit
+
+
+@pytest.mark.parametrize("backend", ["numba", "reference", "warp"])
+def test_more_synapses_than_int32_lower_with_int64_offsets(backend):
+    """Lower (not run) an event product with nnz = 2**31 + 1: shapes only, nothing is allocated."""
+    nnz = INT32_MAX + 2
+
+    def forward(data, indices, indptr, spikes):
+        return evjax.binary_csrmv(data, indices, indptr, spikes, shape=(3, 4), transpose=True, backend=backend)
+
+    args = (S((nnz,), jnp.float32), S((nnz,), jnp.int32), S((4,), jnp.int64), S((3,), jnp.bool_))
+    with jax.enable_x64(True):
+        if backend == "warp":  # Warp arrays have int32 sizes: a clear error, not a wrapped size
+            with pytest.raises(ValueError, match="too large for Warp's int32 shapes"):
+                jax.jit(forward).lower(*args)
+            return
+        text = jax.jit(forward).lower(*args).as_text()
+    assert f"%arg1: tensor<{nnz}xi32>, %arg2: tensor<4xi64>" in text
+    if backend == "numba":  # int32 columns and int64 offsets reach the kernel as they are
+        (call,) = [line for line in text.splitlines() if "stablehlo.custom_call" in line]
+        assert "%arg0, %arg1, %arg2, %arg3)" in call
+    else:  # the synapse numbers whose rows are looked up are int64
+        assert f"stablehlo.iota dim = 0 : tensor<{nnz}xi64>" in text
+
+
+# ---------------------------------------------------------------------------
+# int64 indptr with int32 indices, end to end on every CPU backend
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", ["numba", "warp", "reference"])
+def test_int32_indices_with_int64_indptr_forward_grad_vmap(backend):
+    a = small(seed=3)
+    dense = a.toarray().astype(np.float64)
+    rows = np.repeat(np.arange(a.shape[0]), np.diff(a.indptr))
+    rng = np.random.default_rng(1)
+    spikes = rng.random(a.shape[0]) < 0.6
+    v = rng.standard_normal(a.shape[1]).astype(np.float32)
+    batch = rng.random((4, a.shape[0])) < 0.5
+    with jax.enable_x64(True):
+        w = evjax.CSR((a.data, a.indices.astype(np.int32), a.indptr.astype(np.int32)), shape=a.shape,
+                      indptr_dtype=jnp.int64)
+        assert w.indices.dtype == jnp.int32 and w.indptr.dtype == jnp.int64
+        d, i, p = w.data, w.indices, w.indptr
+
+        def scatter(data, s):
+            return evjax.binary_csrmv(data, i, p, s, shape=a.shape, transpose=True, backend=backend)
+
+        def gather(data, x):
+            return evjax.csrmv(data, i, p, x, shape=a.shape, backend=backend)
+
+        np.testing.assert_allclose(scatter(d, spikes), spikes @ dense, rtol=1e-5)
+        np.testing.assert_allclose(gather(d, v), dense @ v, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(jax.vmap(lambda s: scatter(d, s))(batch), batch @ dense, rtol=1e-5)
+        # d/dw_k sum(y^2) with y = s @ A:  2 y[j_k] s[i_k]
+        y = spikes @ dense
+        g = jax.jit(jax.grad(lambda data: jnp.sum(scatter(data, spikes) ** 2)))(d)
+        np.testing.assert_allclose(g, 2 * y[a.indices] * spikes[rows], rtol=1e-5)
+        # d/dx sum(ct * (A @ x)) = A.T @ ct
+        ct = rng.standard_normal(a.shape[0]).astype(np.float32)
+        gx = jax.grad(lambda x: jnp.sum(jnp.asarray(ct) * gather(d, x)))(jnp.asarray(v))
+        np.testing.assert_allclose(gx, dense.T @ ct, rtol=1e-5, atol=1e-6)
+        gs = evjax.csr_sddmm(i, p, ct, v, shape=a.shape, backend=backend)
+        assert csr_sddmm_p.resolve_backend("cpu", backend) == backend
+        np.testing.assert_allclose(gs, ct[rows] * v[a.indices], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.cudasim
+def test_numba_cuda_kernels_take_int64_indptr_with_int32_indices():
+    path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONPATH": path, "JAX_PLATFORMS": "cpu"}
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/cudasim/test_sim_mixed_indices.py"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
+    assert " passed" in result.stdout and " failed" not in result.stdout
+
+
+# ---------------------------------------------------------------------------
+# shapes
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("shape, problem", [
+    ((4.7, 5), "4.7 is not a whole number"),
+    ("ab", "got 'ab'"),
+    ((2, "5"), "str '5' is not an integer"),
+    ((None, 5), "NoneType None is not an integer"),
+    (5, "got 5"),
+    ((2,), "got 1 sizes"),
+    ((2, 5, 1), "got 3 sizes"),
+    ((-1, 5), "-1 is negative"),
+    ((True, 5), "True is a bool"),
+    ((2, np.float32(np.nan)), "nan is not a whole number"),
+])
+def test_bad_shapes_raise_value_error_naming_shape(shape, problem):
+    indices, indptr = np.array([0, 1], np.int32), np.array([0, 1, 2], np.int32)
+    with pytest.raises(ValueError, match=f"CSR: shape .*{problem}"):
+        evjax.CSR((np.ones(2, np.float32), indices, indptr), shape=shape)
+    with pytest.raises(ValueError, match=f"csrmv: shape .*{problem}"):
+        evjax.csrmv(np.ones(2, np.float32), indices, indptr, np.ones(5, np.float32), shape=shape)
+    with pytest.raises(ValueError, match=f"CSC: shape .*{problem}"):
+        evjax.CSC((np.ones(2, np.float32), indices, indptr), shape=shape)
+
+
+def test_integral_shapes_of_any_integer_type_are_accepted():
+    assert check_shape((np.int64(2), 5.0), "t") == (2, 5)
+    assert check_shape([np.uint8(0), np.array(3)], "t") == (0, 3)
+    assert all(type(d) is int for d in check_shape((np.int32(2), np.float64(5)), "t"))
+    _, _, _, shape = validate_csr(np.ones(2, np.float32), [0, 1], [0, 1, 2], (2.0, np.int16(5)))
+    assert shape == (2, 5)
+    with pytest.raises(ValueError, match="t: n_shape must be a pair"):
+        check_shape(None, "t", name="n_shape")
+
+
+# ---------------------------------------------------------------------------
+# complex inputs
+# ---------------------------------------------------------------------------
+def test_complex_inputs_raise_type_error():
+    x = jnp.ones(3, jnp.complex64)
+    with pytest.raises(TypeError, match="spike: x is complex"):
+        evjax.spike(x)
+    with pytest.raises(TypeError, match="spike: x is complex"):
+        jax.jit(evjax.spike)(x)
+    with pytest.raises(TypeError, match="lif_step: v is complex"):
+        evjax.lif_step(x, 1.0)
+    with pytest.raises(TypeError, match="lif_step: i_ext is complex"):
+        evjax.lif_step(jnp.zeros(3), 1j)
+    with pytest.raises(TypeError, match="exp_trace: decay is complex"):
+        evjax.exp_trace(jnp.zeros(3), jnp.ones(3), 0.5 + 0j)
+    with pytest.raises(TypeError, match="exp_trace: spikes is complex"):
+        evjax.exp_trace(jnp.zeros(3), np.ones(3, np.complex128), 0.5)
+    with pytest.raises(TypeError, match="detect_spikes: v_th is complex"):
+        evjax.detect_spikes(jnp.zeros(3), np.complex64(1))
+    a = small()
+    with pytest.raises(TypeError, match="weights \\(data\\) must be floating point.*complex64"):
+        evjax.CSR((a.data.astype(np.complex64), a.indices, a.indptr), shape=a.shape)
+    w = evjax.CSR.from_scipy(a)
+    with pytest.raises(TypeError, match="complex operands are not supported"):
+        w @ np.ones(a.shape[1], np.complex64)
+    # real inputs still work, and a real-valued spike matches its definition
+    np.testing.assert_array_equal(evjax.spike(jnp.array([-1.0, 0.0, 2.0])), [0, 1, 1])
