@@ -408,7 +408,7 @@ def csrmm(data, indices, indptr, B, *, shape, transpose: bool = False, backend: 
                    rank=2, event=False, who="csrmm")
 
 
-def binary_csrmv(data, indices, indptr, spikes, *, shape, transpose: bool = False,
+def binary_csrmv(data, indices, indptr, spikes, *, shape, workspace=None, transpose: bool = False,
                  backend: str | None = None) -> jax.Array:
     """Sparse matrix times event vector: only active entries of ``spikes`` contribute.
 
@@ -419,6 +419,8 @@ def binary_csrmv(data, indices, indptr, spikes, *, shape, transpose: bool = Fals
         data, indices, indptr, shape, transpose, backend: as in :func:`csrmv`.
         spikes: bool, or float with nonzero = spike (the value is ignored in
             the forward pass; its gradient is straight-through, ``A``).
+        workspace: accepted for brainevent's signature and ignored: evjax's
+            kernels need no scratch buffer.
 
     Returns:
         The result in the weight dtype.
@@ -427,7 +429,7 @@ def binary_csrmv(data, indices, indptr, spikes, *, shape, transpose: bool = Fals
                    backend=backend, rank=1, event=True, who="binary_csrmv")
 
 
-def binary_csrmm(data, indices, indptr, spikes, *, shape, transpose: bool = False,
+def binary_csrmm(data, indices, indptr, spikes, *, shape, workspace=None, transpose: bool = False,
                  backend: str | None = None) -> jax.Array:
     """Sparse matrix times event matrix (a batch of spike vectors as columns).
 
@@ -435,6 +437,7 @@ def binary_csrmm(data, indices, indptr, spikes, *, shape, transpose: bool = Fals
         data, indices, indptr, shape, transpose, backend: as in :func:`csrmv`.
         spikes: ``(n_cols, k)`` (transpose=False) or ``(n_rows, k)``
             (transpose=True); bool, or float with nonzero = spike.
+        workspace: as in :func:`binary_csrmv` (accepted and ignored).
 
     Returns:
         ``(n_rows, k)`` or ``(n_cols, k)`` in the weight dtype.
