@@ -221,6 +221,8 @@ def normalize_row_index(index, n_rows: int, who: str) -> np.ndarray:
         if rows.shape != (n_rows,):
             raise IndexError(f"{who}: a bool mask must have shape ({n_rows},), got {rows.shape}")
         return np.flatnonzero(rows)
+    if rows.size == 0:  # [] is float to NumPy
+        return np.zeros(0, np.int64)
     if not np.issubdtype(rows.dtype, np.integer):
         raise TypeError(f"{who}: rows must be given by ints, a slice or a bool mask, got dtype {rows.dtype}")
     rows = rows.reshape(-1)
