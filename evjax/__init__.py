@@ -12,6 +12,8 @@ from .numba_cuda_kernel import numba_cuda_callable, numba_cuda_kernel
 from .numba_kernel import numba_kernel
 from .primitives.csr import CSC, CSR, binary_csrmm, binary_csrmv, csr_sddmm, csrmm, csrmv
 from .primitives.neuron import detect_spikes, exp_trace, lif_step, spike
+from .rules.ad import defjvp
+from .rules.batching import general_batching_rule
 from .surrogate import SURROGATES, Surrogate, surrogate_grad
 from .warp_kernel import jaxinfo_to_warpinfo, jaxtype_to_warptype, warp_kernel
 from .xla_custom_kernel import XLACustomKernel
@@ -22,6 +24,8 @@ __all__ = [
     "XLACustomKernel",
     "config",
     "errors",
+    "defjvp",
+    "general_batching_rule",
     "numba_kernel",
     "numba_cuda_callable",
     "numba_cuda_kernel",

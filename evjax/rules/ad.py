@@ -114,3 +114,32 @@ def linear_transpose_rule(per_argument: Mapping[int, Callable], *, name: str = "
         return result
 
     return rule
+
+
+def defjvp(primitive, *jvp_rules: Callable | None) -> None:
+    """Define one JVP rule per input of an :class:`~evjax.XLACustomKernel` (brainevent's name).
+
+    Args:
+        primitive: the op (an ``XLACustomKernel``).
+        jvp_rules: one per operand, in order: ``rule(tangent, *primals,
+            outs, **params) -> tangent of the outputs``, or ``None`` where the
+            outputs do not depend differentiably on that operand.
+
+    The same as ``primitive.def_jvp_rule2(*jvp_rules)``.  Maths: the op's JVP
+    is the sum of the rules' terms, ``dy = sum_i (df/dx_i) . dx_i``, over the
+    inputs whose tangent is not a symbolic zero.
+
+    Raises:
+        TypeError: ``primitive`` is not an ``XLACustomKernel`` (for a plain
+            JAX primitive, register a rule with ``jax.interpreters.ad``).
+    """
+    define = getattr(primitive, "def_jvp_rule2", None)
+    if not callable(define):
+        raise TypeError(
+            f"defjvp: expected an evjax.XLACustomKernel, got {type(primitive).__name__}; build the op with "
+            f"XLACustomKernel(name), or register a plain JAX primitive's rule with jax.interpreters.ad"
+        )
+    for i, rule in enumerate(jvp_rules):
+        if rule is not None and not callable(rule):
+            raise TypeError(f"defjvp: rule {i} must be a function or None, got {type(rule).__name__}")
+    define(*jvp_rules)

@@ -54,3 +54,38 @@ def sequential_batch(primitive, args, axes, **params):
 
     results = jax.lax.map(one_example, tuple(moved))
     return list(results), [0] * len(results)
+
+
+def general_batching_rule(prim, args: Sequence, axes: Sequence, **kwargs):
+    """The sequential batching fallback under brainevent's name: one call per batch element.
+
+    Args:
+        prim: a primitive, or any object with ``bind`` (an
+            :class:`~evjax.XLACustomKernel`), or a function of the operands.
+        args, axes: the batching rule's operands and their batch axes
+            (``None``: unbatched).
+        kwargs: the primitive's parameters (``outs=...`` and the rest), bound
+            unchanged.
+
+    Returns:
+        ``(outputs, out_axes)``: the outputs (the primitive's result structure)
+        with the batch at axis 0, and a matching structure of 0s; when no
+        operand is batched, one call and ``None`` axes.
+
+    Example:
+        >>> op.def_batching_rule(functools.partial(general_batching_rule, op))
+    """
+    bind = getattr(prim, "bind", prim)
+    if all(axis is None for axis in axes):
+        out = bind(*args, **kwargs)
+        return out, jax.tree_util.tree_map(lambda _: None, out)
+    batched = [i for i, axis in enumerate(axes) if axis is not None]
+
+    def one_example(slices):
+        operands = list(args)
+        for i, value in zip(batched, slices):
+            operands[i] = value
+        return bind(*operands, **kwargs)
+
+    outs = jax.lax.map(one_example, tuple(move_batch_axis(args[i], axes[i]) for i in batched))
+    return outs, jax.tree_util.tree_map(lambda _: 0, outs)

@@ -18,8 +18,18 @@ expression          op                                          orientation
 ``x`` may be a vector or a matrix (a batch: rows for ``x @ W``, columns for
 ``W @ x``).  A :class:`evjax.BinaryArray`, or a plain bool array, selects the
 event ops (``binary_csrmv`` / ``binary_csrmm``).
+
+Beyond ``@``, a matrix has brainevent's everyday methods: ``sum(axis)``,
+``todense``/``toarray``, ``tocoo`` (a ``jax.experimental.sparse.BCOO``),
+``tocsr``/``tocsc`` (re-sorted storage), ``T``/``transpose()`` (a view),
+``apply(fn)``, ``*``, ``/`` and unary ``-`` on the weights, ``diag_add`` and
+``slice_rows``; the structural maths is in :mod:`.convert`.  ``np.asarray(W)``
+raises a ``TypeError`` pointing to ``todense()``.
 """
 from __future__ import annotations
+
+import operator
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -27,6 +37,16 @@ import numpy as np
 
 from ...dtypes import LOW_PRECISION
 from ...events import BinaryArray
+from .convert import (
+    add_diagonal,
+    axis_sums,
+    dense_at_entries,
+    is_concrete,
+    normalize_row_index,
+    select_rows,
+    transpose_structure,
+    weights_of,
+)
 from .ops import binary_csrmm, binary_csrmv, csrmm, csrmv, row_ids, validate_csr
 from .validation import INT32_MAX, check_shape, checked_index_cast
 
@@ -97,6 +117,44 @@ def _register_pytree(cls):
     return cls
 
 
+
+def _normalize_axis(axis, who: str):
+    """``None`` (all entries), ``0`` or ``1`` from a NumPy-style axis: an int or a tuple of ints."""
+    if axis is None:
+        return None
+    axes = list(axis) if isinstance(axis, (tuple, list)) else [axis]
+    valid = all(isinstance(a, (int, np.integer)) and not isinstance(a, bool) and -2 <= a <= 1 for a in axes)
+    if not axes or not valid:
+        raise ValueError(f"{who}: axis must be None, 0, 1 (or -1, -2) or a tuple of them, got {axis!r}")
+    axes = {int(a) % 2 for a in axes}
+    return None if len(axes) == 2 else axes.pop()
+
+
+def _constructor_parts(who: str, data, indices, indptr, args: tuple, shape, unknown: dict) -> tuple:
+    """``(data, indices, indptr, shape)`` from the accepted call forms, errors naming the class.
+
+    Forms: ``C((data, indices, indptr), shape=s)``, ``C((data, indices, indptr), s)``,
+    ``C(data, indices, indptr, shape=s)`` and ``C(data, indices, indptr, s)``.
+    """
+    usage = f"e.g. {who}((data, indices, indptr), shape=(n_rows, n_cols))"
+    if unknown:
+        raise TypeError(f"{who}: unexpected keyword argument(s) {sorted(unknown)}; {usage}")
+    if indptr is None and isinstance(data, (tuple, list)):  # the (data, indices, indptr) form
+        if len(data) != 3:
+            raise ValueError(f"{who}: expected (data, indices, indptr), got a sequence of {len(data)}; {usage}")
+        positional = () if indices is None else (indices,)
+        data, indices, indptr = data
+        args = positional + args
+    elif indices is None or indptr is None:
+        raise TypeError(f"{who}: give data, indices and indptr (as one tuple or three arguments); {usage}")
+    if len(args) > 1 or (args and shape is not None):
+        raise TypeError(f"{who}: too many arguments (the shape was given twice, or extra arguments); {usage}")
+    shape = args[0] if args else shape
+    if shape is None:
+        raise TypeError(f"{who}: shape=(n_rows, n_cols) is required; {usage}")
+    return data, indices, indptr, shape
+
+
 class _Compressed:
     __array_ufunc__ = None  # numpy defers ``ndarray @ sparse`` to __rmatmul__
     takes_events = True  # ``BinaryArray @ sparse`` runs the event ops (see evjax.events)
@@ -107,13 +165,13 @@ class _Compressed:
     indptr: jax.Array
     shape: tuple
 
-    def __init__(self, data, indices=None, indptr=None, *, shape, indptr_dtype="auto", _from_tree: bool = False):
+    def __init__(self, data, indices=None, indptr=None, *args, shape=None, indptr_dtype="auto",
+                 _from_tree: bool = False, **unknown):
         if _from_tree:  # rebuilt by JAX from its own leaves: no validation
             self._set(data, indices, indptr, shape)
             return
-        if indices is None and indptr is None:
-            data, indices, indptr = data
-        self._set(*self._validated(data, indices, indptr, shape, indptr_dtype))
+        parts = _constructor_parts(type(self).__name__, data, indices, indptr, args, shape, unknown)
+        self._set(*self._validated(*parts, indptr_dtype))
 
     def _validated(self, data, indices, indptr, shape, indptr_dtype) -> tuple:
         """``(data, indices, indptr, shape)`` checked and normalised (per subclass)."""
@@ -159,16 +217,177 @@ class _Compressed:
 
     def with_data(self, data):
         """The same structure with new weights (shape ``(1,)``/scalar or ``(nnz,)``, float)."""
+        return self._with_weights(data, "with_data")
+
+    def _with_weights(self, data, who: str):
         data = jnp.asarray(data)
         if not jnp.issubdtype(data.dtype, jnp.floating):
-            raise TypeError(f"with_data: weights must be floating point, got {data.dtype}")
+            raise TypeError(f"{who}: weights must be floating point, got {data.dtype}")
         data = data.reshape(1) if data.ndim == 0 else data
         if data.ndim != 1 or data.shape[0] not in (1, self.nnz):
-            raise ValueError(f"with_data: data must have shape (1,) or (nnz,) = ({self.nnz},), got {data.shape}")
+            raise ValueError(f"{who}: data must have shape (1,) or (nnz,) = ({self.nnz},), got {data.shape}")
         return self._make(data, self.indices, self.indptr, self.shape)
 
     def _weights(self):
-        return jnp.broadcast_to(self.data, (self.nnz,)) if self.data.shape[0] != self.nnz else self.data
+        return weights_of(self.data, self.nnz)
+
+    # ------------------------------------------------------------ weights only
+    def apply(self, fn: Callable):
+        """A matrix of the same structure with weights ``fn(data)`` (``fn`` elementwise, float result).
+
+        A homogeneous matrix stays homogeneous: ``fn`` sees its one weight.
+        """
+        return self._with_weights(fn(self.data), f"{type(self).__name__}.apply")
+
+    def _elementwise(self, other, op: Callable, symbol: str, reverse: bool = False):
+        """``self (op) other`` (``other (op) self`` if ``reverse``) on the stored entries.
+
+        ``other`` is a scalar, a dense matrix of the same shape (read at the
+        stored positions) or a matrix of the same structure (the same
+        ``indices`` and ``indptr`` arrays, as ``W.with_data(...)`` keeps).
+        """
+        who = f"{type(self).__name__} {symbol}"
+        if isinstance(other, _Compressed):
+            if type(other) is not type(self) or other.indices is not self.indices or \
+                    other.indptr is not self.indptr or other.shape != self.shape:
+                raise TypeError(f"{who}: two sparse matrices must share one structure (the same indices and "
+                                f"indptr arrays, e.g. W and W.with_data(...)); convert one with .todense()")
+            mine, theirs = self.data, other.data
+            if mine.shape != theirs.shape:
+                mine, theirs = self._weights(), other._weights()
+        else:
+            theirs = other if isinstance(other, jax.Array) else jnp.asarray(other)
+            if theirs.size == 1:
+                mine, theirs = self.data, theirs.reshape(())
+            elif theirs.shape == self.shape:
+                dense = theirs if self._row_major else theirs.T
+                mine, theirs = self._weights(), dense_at_entries(dense, self.indices, self.indptr)
+            else:
+                raise ValueError(f"{who}: the other operand must be a scalar or a dense matrix of shape "
+                                 f"{self.shape}, got shape {theirs.shape}")
+        return self._with_weights(op(theirs, mine) if reverse else op(mine, theirs), who)
+
+    def __mul__(self, other):
+        return self._elementwise(other, operator.mul, "*")
+
+    def __rmul__(self, other):
+        return self._elementwise(other, operator.mul, "*", reverse=True)
+
+    def __truediv__(self, other):
+        return self._elementwise(other, operator.truediv, "/")
+
+    def __rtruediv__(self, other):
+        return self._elementwise(other, operator.truediv, "/", reverse=True)
+
+    def __neg__(self):
+        return self.apply(operator.neg)
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return self.apply(jnp.abs)
+
+    # ------------------------------------------------------------- reductions
+    def sum(self, axis=None) -> jax.Array:
+        """Sum of the stored entries (duplicates included), in the weight dtype.
+
+        Args:
+            axis: ``None`` or ``(0, 1)`` (all entries, a scalar), ``0`` (sum
+                over rows: ``(n_cols,)``) or ``1`` (``(n_rows,)``); negative
+                axes count from the end.
+        """
+        axis = _normalize_axis(axis, f"{type(self).__name__}.sum")
+        if axis is not None and not self._row_major:
+            axis = 1 - axis  # the stored matrix is the transpose
+        return axis_sums(self.data, self.indices, self.indptr, self._stored_shape, axis)
+
+    # ------------------------------------------------------------ conversions
+    def toarray(self) -> jax.Array:
+        """The dense matrix (duplicates summed), as :meth:`todense`."""
+        return self.todense()
+
+    def tocoo(self):
+        """The same matrix as a ``jax.experimental.sparse.BCOO`` (JAX's coordinate format).
+
+        ``coo.data`` holds one weight per stored entry (a homogeneous weight
+        is broadcast), ``coo.indices[:, 0]`` the rows and ``coo.indices[:, 1]``
+        the columns, in storage order; duplicates are kept (``todense`` sums
+        them).  It works under ``jit``, ``grad`` and ``vmap``.
+        """
+        from jax.experimental import sparse as jax_sparse
+
+        rows = row_ids(self.indptr, self.nnz).astype(self.indices.dtype)
+        coords = (rows, self.indices) if self._row_major else (self.indices, rows)
+        return jax_sparse.BCOO((self._weights(), jnp.stack(coords, axis=1)), shape=self.shape)
+
+    def transpose(self, axes=None):
+        """The transpose, a view sharing the arrays (``CSR`` <-> ``CSC``); as :attr:`T`.
+
+        Args:
+            axes: ``None`` or ``(1, 0)`` (for NumPy's signature).
+        """
+        if axes is not None and tuple(axes) != (1, 0):
+            raise ValueError(f"{type(self).__name__}.transpose: axes must be None or (1, 0), got {axes!r}")
+        return self.T
+
+    # ------------------------------------------------------------- structure
+    def diag_add(self, other):
+        """``A + diag(other)``: a new matrix of the same class and shape.
+
+        Args:
+            other: a scalar or ``(min(n_rows, n_cols),)`` values (cast to the
+                weight dtype).
+
+        Diagonal entries missing from the pattern are inserted (so ``nnz``
+        may grow) when the structure is concrete.  Under ``jax.jit`` with the
+        matrix as an argument the structure is traced and cannot grow by a
+        data-dependent amount: each row ``i < min(shape)`` then gets one entry
+        ``(i, i)`` appended (``nnz + min(shape)`` entries; duplicates add up,
+        so the matrix is the same).
+        """
+        who = f"{type(self).__name__}.diag_add"
+        if isinstance(other, _Compressed):
+            raise TypeError(f"{who}: expects diagonal values, not a sparse matrix")
+        k = min(self.shape)
+        diag = jnp.asarray(other)
+        if not (jnp.issubdtype(diag.dtype, jnp.floating) or jnp.issubdtype(diag.dtype, jnp.integer)):
+            raise TypeError(f"{who}: diagonal values must be real numbers, got {diag.dtype}")
+        diag = jnp.broadcast_to(diag, (k,)) if diag.ndim == 0 else diag
+        if diag.shape != (k,):
+            raise ValueError(f"{who}: expected a scalar or min(shape) = {k} values, got shape {diag.shape}")
+        parts = add_diagonal(self.data, self.indices, self.indptr, self._stored_shape, diag)
+        return self._make(*parts, self.shape)
+
+    def slice_rows(self, index):
+        """Rows ``W[index, :]`` as a new matrix of the same class, shape ``(n_selected, n_cols)``.
+
+        Args:
+            index: an int (one row), a slice, a sequence or array of ints
+                (repeats allowed) or a bool mask of length ``n_rows``; concrete.
+
+        The size of the result depends on the structure's values, so the
+        structure must be concrete: call it outside ``jax.jit``, or close over
+        the matrix instead of passing it in.  The weights may be traced.
+        """
+        who = f"{type(self).__name__}.slice_rows"
+        if not is_concrete(self.indices, self.indptr):
+            raise TypeError(f"{who}: the structure (indices, indptr) is traced, as when the matrix is an "
+                            f"argument of jax.jit, and the result's size depends on its values; call "
+                            f"slice_rows outside jit, or close over the matrix instead of passing it in")
+        rows = normalize_row_index(index, self.shape[0], who)
+        columns_of = None if self._row_major else self._stored_shape
+        parts = select_rows(self.data, self.indices, self.indptr, rows, rows_are_columns_of=columns_of)
+        return self._make(*parts, (rows.size, self.shape[1]))
+
+    def __array__(self, dtype=None, copy=None):
+        # np.asarray(W) and jnp.asarray(W) (which falls back to NumPy's protocol) land here.
+        # No __jax_array__: JAX's operators call it on the other operand, and `x @ W` with
+        # a jax.Array x must defer to __rmatmul__ instead.
+        raise TypeError(
+            f"{type(self).__name__} is a sparse matrix and does not convert implicitly to a dense array; "
+            f"call .todense() for a dense jax.Array (or .to_scipy() for a SciPy matrix)"
+        )
 
     def _dense_stored(self):
         m, n = self._stored_shape
@@ -197,9 +416,9 @@ class CSR(_Compressed):
     """A compressed-sparse-row matrix (e.g. synapses, ``(n_pre, n_post)``).
 
     Args:
-        args: ``(data, indices, indptr)``, or ``data`` followed by ``indices``
+        data: ``(data, indices, indptr)``, or ``data`` followed by ``indices``
             and ``indptr`` as separate arguments.
-        shape: ``(n_rows, n_cols)``.
+        shape: ``(n_rows, n_cols)``, as a keyword or after the arrays.
         indptr_dtype: ``"auto"``, ``jnp.int32`` or ``jnp.int64``: the dtype of
             ``indptr``, which counts synapses; int64 (needed beyond ``2**31 - 1``
             synapses, and chosen by ``"auto"`` there) needs JAX's 64-bit mode.
@@ -214,6 +433,8 @@ class CSR(_Compressed):
         >>> I = BinaryArray(spikes) @ W      # event-driven, (n_post,)
     """
 
+    _row_major = True  # the stored CSR is this matrix
+
     def _validated(self, data, indices, indptr, shape, indptr_dtype) -> tuple:
         return validate_csr(data, indices, indptr, shape, who=type(self).__name__, indptr_dtype=indptr_dtype)
 
@@ -226,12 +447,17 @@ class CSR(_Compressed):
         """The transpose, as a view (no copy): a :class:`CSC` sharing the arrays."""
         return CSC._make(self.data, self.indices, self.indptr, self.shape[::-1])
 
-    def transpose(self) -> "CSC":
-        return self.T
-
     def todense(self) -> jax.Array:
         """The dense matrix (duplicates summed)."""
         return self._dense_stored()
+
+    def tocsr(self) -> "CSR":
+        """This matrix (already row-compressed)."""
+        return self
+
+    def tocsc(self) -> "CSC":
+        """The same matrix stored column-major: a :class:`CSC` of the same shape (entries re-sorted)."""
+        return CSC._make(*transpose_structure(self.data, self.indices, self.indptr, self.shape), self.shape)
 
     def to_scipy(self):
         """A ``scipy.sparse.csr_matrix`` with the same entries (float32 for 16-bit weights)."""
@@ -285,9 +511,11 @@ class CSC(_Compressed):
     ``indices`` are row indices.
 
     Args:
-        args: ``(data, indices, indptr)`` or three arguments.
-        shape: ``(n_rows, n_cols)``.
+        data: ``(data, indices, indptr)`` or three arguments.
+        shape: ``(n_rows, n_cols)``, as a keyword or after the arrays.
     """
+
+    _row_major = False  # the stored CSR is the transpose
 
     def _validated(self, data, indices, indptr, shape, indptr_dtype) -> tuple:
         shape = check_shape(shape, who="CSC")
@@ -305,11 +533,18 @@ class CSC(_Compressed):
         """The transpose, a :class:`CSR` sharing the arrays."""
         return CSR._make(self.data, self.indices, self.indptr, self.shape[::-1])
 
-    def transpose(self) -> CSR:
-        return self.T
-
     def todense(self) -> jax.Array:
+        """The dense matrix (duplicates summed)."""
         return self._dense_stored().T
+
+    def tocsc(self) -> "CSC":
+        """This matrix (already column-compressed)."""
+        return self
+
+    def tocsr(self) -> CSR:
+        """The same matrix stored row-major: a :class:`CSR` of the same shape (entries re-sorted)."""
+        stored = (self.data, self.indices, self.indptr, self._stored_shape)
+        return CSR._make(*transpose_structure(*stored), self.shape)
 
     def to_scipy(self):
         """A ``scipy.sparse.csc_matrix`` with the same entries."""
@@ -323,3 +558,13 @@ class CSC(_Compressed):
         m = matrix.tocsc()
         data = m.data if dtype is None else m.data.astype(dtype)
         return cls._from_scipy_parts(data, m, index_dtype, indptr_dtype)
+
+    @classmethod
+    def fromdense(cls, dense, *, index_dtype=np.int32, indptr_dtype="auto") -> "CSC":
+        """From a dense (concrete) matrix, keeping its nonzero entries (arguments as in :meth:`CSR.fromdense`)."""
+        dense = np.asarray(dense)
+        if dense.ndim != 2:
+            raise ValueError(f"fromdense: expected a matrix, got shape {dense.shape}")
+        return CSR.fromdense(dense.T, index_dtype=index_dtype, indptr_dtype=indptr_dtype).T
+
+    from_dense = fromdense

@@ -272,38 +272,43 @@ def csrmm(data, indices, indptr, B, *, shape, transpose: bool = False, backend: 
                    rank=2, event=False, who="csrmm")
 
 
-def binary_csrmv(data, indices, indptr, spikes, *, shape, transpose: bool = False,
+def binary_csrmv(data, indices, indptr, v, *, shape, workspace=None, transpose: bool = False,
                  backend: str | None = None) -> jax.Array:
-    """Sparse matrix times event vector: only active entries of ``spikes`` contribute.
+    """Sparse matrix times event vector: only active entries of ``v`` contribute.
 
     With ``transpose=True`` (``spikes @ W`` for ``W`` of shape ``(n_pre, n_post)``)
     the cost follows the synapses of the active rows.
 
     Args:
         data, indices, indptr, shape, transpose, backend: as in :func:`csrmv`.
-        spikes: bool, or float with nonzero = spike (the value is ignored in
-            the forward pass; its gradient is straight-through, ``A``).
+        v: the spikes, ``(n_cols,)`` (transpose=False) or ``(n_rows,)``
+            (transpose=True); bool, or float with nonzero = spike (the value
+            is ignored in the forward pass; its gradient is straight-through,
+            ``A``).
+        workspace: accepted for brainevent's signature and ignored: evjax's
+            kernels need no scratch buffer.
 
     Returns:
         The result in the weight dtype.
     """
-    return _matmul(binary_csrmv_p, data, indices, indptr, spikes, shape=shape, transpose=transpose,
+    return _matmul(binary_csrmv_p, data, indices, indptr, v, shape=shape, transpose=transpose,
                    backend=backend, rank=1, event=True, who="binary_csrmv")
 
 
-def binary_csrmm(data, indices, indptr, spikes, *, shape, transpose: bool = False,
+def binary_csrmm(data, indices, indptr, B, *, shape, workspace=None, transpose: bool = False,
                  backend: str | None = None) -> jax.Array:
     """Sparse matrix times event matrix (a batch of spike vectors as columns).
 
     Args:
         data, indices, indptr, shape, transpose, backend: as in :func:`csrmv`.
-        spikes: ``(n_cols, k)`` (transpose=False) or ``(n_rows, k)``
+        B: the spikes, ``(n_cols, k)`` (transpose=False) or ``(n_rows, k)``
             (transpose=True); bool, or float with nonzero = spike.
+        workspace: as in :func:`binary_csrmv` (accepted and ignored).
 
     Returns:
         ``(n_rows, k)`` or ``(n_cols, k)`` in the weight dtype.
     """
-    return _matmul(binary_csrmm_p, data, indices, indptr, spikes, shape=shape, transpose=transpose,
+    return _matmul(binary_csrmm_p, data, indices, indptr, B, shape=shape, transpose=transpose,
                    backend=backend, rank=2, event=True, who="binary_csrmm")
 
 

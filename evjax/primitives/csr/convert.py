@@ -1,0 +1,267 @@
+"""Conversions and structural edits of a stored CSR structure (the maths behind the CSR/CSC methods).
+
+Every function here works on the arrays of one stored CSR matrix ``A`` of
+shape ``(m, n)`` (a ``CSC`` matrix stores the CSR of its transpose) and knows
+nothing of the classes in :mod:`.matrix`, which import this module.
+
+Structure (``indices``, ``indptr``) may be concrete or traced:
+
+* a transposition keeps ``nnz``, so it is computed with NumPy when the
+  structure is concrete (the result stays concrete, even inside ``jax.jit``,
+  where the matrix is closed over) and with ``jax.numpy`` (a stable sort) when
+  it is traced;
+* inserting diagonal entries or selecting rows changes ``nnz`` by an amount
+  that depends on the structure's values: :func:`add_diagonal` then appends one
+  entry per diagonal element instead (duplicates add up), and
+  :func:`select_rows` needs a concrete structure.
+
+Weights (``data``) may always be traced: they are only gathered, scattered and
+summed with ``jax.numpy``, so every result is differentiable in them.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ... import _compat
+from ...dtypes import compute_dtype
+from .ops import row_ids
+
+__all__ = ["is_concrete", "weights_of", "transpose_structure", "axis_sums", "add_diagonal",
+           "normalize_row_index", "select_rows", "dense_at_entries"]
+
+
+def is_concrete(*arrays) -> bool:
+    """Whether no array is a tracer (its values can be read now)."""
+    return not any(isinstance(a, _compat.Tracer) for a in arrays)
+
+
+def _constant(x, dtype=None):
+    """A concrete jax array from a NumPy one, also while a ``jax.jit`` trace is running."""
+    with jax.ensure_compile_time_eval():
+        return jnp.asarray(x, dtype)
+
+
+def weights_of(data, nnz: int):
+    """One weight per stored entry: a homogeneous ``data`` of shape ``(1,)`` is broadcast."""
+    return data if data.shape[0] == nnz else jnp.broadcast_to(data, (nnz,))
+
+
+def _gather_data(data, positions):
+    """``data[positions]``; a ``(1,)`` weight is kept as it is (homogeneous, or the only entry)."""
+    return data if data.shape[0] == 1 else data[positions]
+
+
+# ---------------------------------------------------------------------------
+# transposition: CSR(A) -> CSR(A.T)
+# ---------------------------------------------------------------------------
+def _transpose_plan(indices, indptr, n_cols: int, xp):
+    """``(t_indices, t_indptr, perm)``: the CSR structure of ``A.T``, with ``t_data = data[perm]``.
+
+    Entry ``k`` of ``A`` at (row r_k, column c_k) becomes an entry of row c_k
+    of ``A.T`` with column r_k.  A stable sort by column keeps the entries of
+    each column in row order; ``t_indptr[j]`` counts the entries with column
+    ``< j``, i.e. ``searchsorted(sorted columns, j)``.  ``xp`` is NumPy or
+    ``jax.numpy`` (both spell these calls the same way).
+    """
+    nnz = indices.shape[0]
+    rows = xp.searchsorted(indptr[1:], xp.arange(nnz, dtype=indptr.dtype), side="right")
+    perm = xp.argsort(indices, stable=True)
+    t_indptr = xp.searchsorted(indices[perm], xp.arange(n_cols + 1, dtype=indices.dtype), side="left")
+    return rows[perm].astype(indices.dtype), t_indptr.astype(indptr.dtype), perm
+
+
+def transpose_structure(data, indices, indptr, shape) -> tuple:
+    """The arrays ``(data, indices, indptr)`` of the CSR matrix ``A.T`` (a real re-sort, not a view).
+
+    Args:
+        data, indices, indptr: the CSR arrays of ``A``.
+        shape: ``(m, n)``, the shape of ``A``.
+    """
+    if is_concrete(indices, indptr):
+        t_indices, t_indptr, perm = _transpose_plan(np.asarray(indices), np.asarray(indptr), shape[1], np)
+        return _gather_data(data, perm), _constant(t_indices), _constant(t_indptr)
+    t_indices, t_indptr, perm = _transpose_plan(indices, indptr, shape[1], jnp)
+    return _gather_data(data, perm), t_indices, t_indptr
+
+
+# ---------------------------------------------------------------------------
+# sums and gathers
+# ---------------------------------------------------------------------------
+def axis_sums(data, indices, indptr, shape, axis):
+    """Structural sums of ``A`` (duplicates included), in ``data``'s dtype.
+
+    Args:
+        axis: ``None`` (all entries), ``1`` (row sums, ``(m,)``) or ``0``
+            (column sums, ``(n,)``), in the stored orientation.
+
+    Maths: ``sum = sum_k w_k``; ``row_i = sum_{k in row i} w_k``;
+    ``col_j = sum_{k: c_k = j} w_k``.  16-bit weights accumulate in float32.
+    """
+    nnz = indices.shape[0]
+    acc = compute_dtype(data.dtype)
+    if axis is None:
+        if data.shape[0] != nnz:  # homogeneous: nnz * w
+            return (data[0].astype(acc) * nnz).astype(data.dtype)
+        return jnp.sum(data.astype(acc)).astype(data.dtype)
+    w = weights_of(data, nnz).astype(acc)
+    if axis == 1:
+        sums = jax.ops.segment_sum(w, row_ids(indptr, nnz), num_segments=shape[0])
+    else:
+        sums = jnp.zeros((shape[1],), acc).at[indices].add(w, mode="drop")
+    return sums.astype(data.dtype)
+
+
+def dense_at_entries(dense, indices, indptr):
+    """``dense[r_k, c_k]`` for every stored entry ``k`` (``dense`` in the stored orientation)."""
+    return dense[row_ids(indptr, indices.shape[0]), indices]
+
+
+# ---------------------------------------------------------------------------
+# A + diag(d)
+# ---------------------------------------------------------------------------
+def add_diagonal(data, indices, indptr, shape, diag) -> tuple:
+    """The arrays ``(data, indices, indptr)`` of ``A + diag(d)``, ``d`` of length ``min(m, n)``.
+
+    A concrete structure gets the union of ``A``'s pattern and the main
+    diagonal: ``d_i`` is added to the first stored ``(i, i)`` entry, and a row
+    without one gets an entry inserted in sorted position (after its columns
+    ``< i``).  When nothing is missing the structure arrays are reused.
+    A traced structure (under ``jax.jit``) cannot grow by a data-dependent
+    amount, so every row ``i < min(m, n)`` gets one more entry ``(i, i)`` with
+    value ``d_i``, appended at the end of the row: duplicates add up, so the
+    matrix is the same.
+    """
+    nnz = indices.shape[0]
+    w = weights_of(data, nnz)
+    diag = diag.astype(w.dtype)
+    if is_concrete(indices, indptr):
+        plan = _diagonal_plan(np.asarray(indices), np.asarray(indptr), min(shape))
+        if plan is None:  # every diagonal entry is stored already
+            dest = _first_diagonal_entries(np.asarray(indices), np.asarray(indptr), min(shape))
+            return w.at[dest].add(diag), indices, indptr
+        new_indices, new_indptr, old_to_new, dest = plan
+        new_data = jnp.zeros(new_indices.shape, w.dtype).at[old_to_new].set(w).at[dest].add(diag)
+        return new_data, _constant(new_indices), _constant(new_indptr)
+    return _append_diagonal(w, indices, indptr, shape, diag)
+
+
+def _first_diagonal_entries(indices, indptr, k: int):
+    """Position of the first stored ``(i, i)`` entry of each row ``i < k`` (-1 if none); NumPy."""
+    rows = np.searchsorted(indptr[1:], np.arange(indices.shape[0]), side="right")
+    on_diagonal = np.flatnonzero((indices == rows) & (rows < k))
+    first = np.full(k, -1, dtype=np.int64)
+    first[rows[on_diagonal][::-1]] = on_diagonal[::-1]  # the last write wins: the first entry
+    return first
+
+
+def _diagonal_plan(indices, indptr, k: int):
+    """Where old entries move and where the diagonal lands when the missing ``(i, i)`` are inserted.
+
+    Returns ``None`` when nothing is missing, else ``(new_indices, new_indptr,
+    old_to_new, dest)``, NumPy arrays.  Row ``i`` lacking its diagonal gets it
+    at old position ``ins_i = indptr[i] + #{k in row i: c_k < i}``; an old
+    entry ``p`` moves to ``p + #{ins <= p}``; the j-th insertion lands at
+    ``ins_j + j``; ``new_indptr[r] = indptr[r] + #{missing rows < r}``.
+    """
+    nnz = indices.shape[0]
+    first = _first_diagonal_entries(indices, indptr, k)
+    missing = np.flatnonzero(first < 0)
+    if missing.size == 0:
+        return None
+    rows = np.searchsorted(indptr[1:], np.arange(nnz), side="right")
+    below = np.bincount(rows[indices < rows], minlength=indptr.shape[0] - 1)
+    insert_at = indptr[missing] + below[missing]
+    new_indices = np.insert(indices, insert_at, missing.astype(indices.dtype))
+    old_to_new = np.arange(nnz) + np.searchsorted(insert_at, np.arange(nnz), side="right")
+    new_indptr = indptr + np.searchsorted(missing, np.arange(indptr.shape[0]), side="left").astype(indptr.dtype)
+    dest = np.empty(k, dtype=np.int64)
+    present = first >= 0
+    dest[present] = old_to_new[first[present]]
+    dest[missing] = insert_at + np.arange(missing.size)
+    return new_indices, new_indptr, old_to_new, dest
+
+
+def _append_diagonal(w, indices, indptr, shape, diag) -> tuple:
+    """``A + diag(d)`` for a traced structure: entry ``(i, i)`` appended to each row ``i < k``.
+
+    Row ``r`` grows by ``[r < k]``, so ``new_indptr[r] = indptr[r] + min(r, k)``;
+    old entry ``p`` of row ``r_p`` moves to ``p + min(r_p, k)``; the appended
+    entry of row ``i`` is the row's last slot, ``new_indptr[i + 1] - 1``.
+    """
+    k = min(shape)
+    nnz = indices.shape[0]
+    new_indptr = indptr + jnp.minimum(jnp.arange(shape[0] + 1, dtype=indptr.dtype), k)
+    old_to_new = jnp.arange(nnz, dtype=indptr.dtype) + jnp.minimum(row_ids(indptr, nnz), k)
+    dest = new_indptr[1:k + 1] - 1
+    new_indices = jnp.zeros((nnz + k,), indices.dtype).at[old_to_new].set(indices)
+    new_indices = new_indices.at[dest].set(jnp.arange(k, dtype=indices.dtype))
+    new_data = jnp.zeros((nnz + k,), w.dtype).at[old_to_new].set(w).at[dest].set(diag)
+    return new_data, new_indices, new_indptr
+
+
+# ---------------------------------------------------------------------------
+# row selection
+# ---------------------------------------------------------------------------
+def normalize_row_index(index, n_rows: int, who: str) -> np.ndarray:
+    """Rows selected by an int, a slice, a sequence of ints or a bool mask, as a NumPy int array.
+
+    Raises:
+        TypeError: a traced index, or one that is neither integer nor bool.
+        IndexError: a row out of range.
+    """
+    if isinstance(index, slice):
+        return np.arange(n_rows)[index]
+    if isinstance(index, _compat.Tracer):
+        raise TypeError(f"{who}: the row index must be concrete (the result's size depends on it), "
+                        f"got a traced value; select rows outside jax.jit or close over the index")
+    rows = np.asarray(index)
+    if rows.dtype == np.bool_:
+        if rows.shape != (n_rows,):
+            raise IndexError(f"{who}: a bool mask must have shape ({n_rows},), got {rows.shape}")
+        return np.flatnonzero(rows)
+    if rows.size == 0:  # [] is float to NumPy
+        return np.zeros(0, np.int64)
+    if not np.issubdtype(rows.dtype, np.integer):
+        raise TypeError(f"{who}: rows must be given by ints, a slice or a bool mask, got dtype {rows.dtype}")
+    rows = rows.reshape(-1)
+    bad = (rows < -n_rows) | (rows >= n_rows)
+    if bad.any():
+        raise IndexError(f"{who}: row {rows[bad][0]} is out of range for {n_rows} rows")
+    return rows % max(n_rows, 1)
+
+
+def _selection_plan(indices, indptr, rows):
+    """``(take, new_indptr)``: the entries of the selected rows in order (NumPy).
+
+    Selected row ``s`` (old row ``rows[s]``) owns the old entries
+    ``indptr[rows[s]] + t`` for ``0 <= t < count_s``; they land at
+    ``new_indptr[s] + t``, so ``take[q] = q + (indptr[rows[s]] - new_indptr[s])``.
+    """
+    starts = indptr[rows]
+    counts = indptr[rows + 1] - starts
+    new_indptr = np.concatenate([[0], np.cumsum(counts)]).astype(indptr.dtype)
+    take = np.arange(new_indptr[-1]) + np.repeat(starts - new_indptr[:-1], counts)
+    return take, new_indptr
+
+
+def select_rows(data, indices, indptr, rows, *, rows_are_columns_of: tuple | None = None) -> tuple:
+    """The arrays ``(data, indices, indptr)`` of ``A[rows, :]``, as a CSR matrix.
+
+    Args:
+        data, indices, indptr: the stored CSR arrays (concrete structure).
+        rows: NumPy ints (see :func:`normalize_row_index`).
+        rows_are_columns_of: ``None`` to select rows of the stored matrix; the
+            stored shape ``(m, n)`` to select its *columns* instead (the rows of
+            a ``CSC`` matrix), returning the stored CSR of ``A[:, rows].T``.
+    """
+    indices, indptr = np.asarray(indices), np.asarray(indptr)
+    if rows_are_columns_of is None:
+        take, new_indptr = _selection_plan(indices, indptr, rows)
+        return _gather_data(data, take), _constant(indices[take]), _constant(new_indptr)
+    # columns of A = rows of A.T: transpose, select, transpose back (positions composed, one gather)
+    t_indices, t_indptr, perm = _transpose_plan(indices, indptr, rows_are_columns_of[1], np)
+    take, sub_indptr = _selection_plan(t_indices, t_indptr, rows)
+    back_indices, back_indptr, back = _transpose_plan(t_indices[take], sub_indptr, rows_are_columns_of[0], np)
+    return _gather_data(data, perm[take][back]), _constant(back_indices), _constant(back_indptr)
