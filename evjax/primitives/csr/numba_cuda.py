@@ -295,8 +295,7 @@ def sddmm_vec_q_events(indices, indptr, r, q, zeros, g):
             for p in range(start + lane, end, 32):
                 col = indices[p]
                 if col >= 0 and col < q.shape[0]:
-                    if q[col]:
-                        g[p] = ri
+                    g[p] = ri if q[col] else g.dtype.type(0)
 
 
 @cuda.jit
