@@ -208,19 +208,20 @@ def test_weight_gradient(rank, event, transpose, backend):
     # w_bar_k = term(ct_out, x_in): selected by an event (only active rows touched in the scatter),
     # the IEEE product for a float input (0 * inf is nan)
     f = matmul(rank, event, transpose, backend)
-    x = operand(rank, event, transpose)
     ct = cotangent(rank, transpose)
-    _, vjp = jax.vjp(lambda w: f(w, x), WEIGHTS)
-    (got,) = jax.jit(vjp)(ct)
-    r, q = (x, ct) if transpose else (ct, x)
-    assert_same(got, sddmm_oracle(r, q))
-    # homogeneous weights (nan/inf included), finite cotangents: the sum of the per-synapse gradients
     finite_ct = np.nan_to_num(ct, nan=0.5, posinf=3.0)
-    want = np.sum(sddmm_oracle(*((x, finite_ct) if transpose else (finite_ct, x))))
-    for data in HOMOGENEOUS:
-        _, vjp = jax.vjp(lambda w: f(w, x), data)
-        (got,) = vjp(finite_ct)
-        assert_same(got, [want], f"homogeneous {data}")
+    for float_spikes in ((False, True) if event else (False,)):
+        x = operand(rank, event, transpose, float_spikes)
+        x_oracle = np.asarray(x) != 0 if event else x  # float spikes are events: nonzero = spike
+        _, vjp = jax.vjp(lambda w: f(w, x), WEIGHTS)
+        (got,) = jax.jit(vjp)(ct)
+        assert_same(got, sddmm_oracle(*((x_oracle, ct) if transpose else (ct, x_oracle))), f"x {x.dtype}")
+        # homogeneous weights (nan/inf included), finite cotangents: the sum of the per-synapse gradients
+        want = np.sum(sddmm_oracle(*((x_oracle, finite_ct) if transpose else (finite_ct, x_oracle))))
+        for data in HOMOGENEOUS:
+            _, vjp = jax.vjp(lambda w: f(w, x), data)
+            (got,) = vjp(finite_ct)
+            assert_same(got, [want], f"homogeneous {data}, x {x.dtype}")
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -217,24 +217,16 @@ def row_ids(indptr, nnz: int):
 
 
 def _term(a, b):
-    """One term of a sum over synapses (docs/semantics.md): ``a * b`` for two values
-    (IEEE: ``0 * nan`` is nan); a bool (event) operand selects the other, never
-    multiplies it, so a silent event contributes 0 whatever the other holds."""
-    if a.dtype == jnp.bool_ and b.dtype == jnp.bool_:
-        return a & b
+    """One term of a sum over synapses (docs/semantics.md): ``a * b`` for two values (IEEE);
+    a bool (event) operand selects the other, never multiplies it (a silent event gives 0)."""
     if a.dtype == jnp.bool_:
-        return jnp.where(a, b, jnp.zeros((), b.dtype))
-    if b.dtype == jnp.bool_:
-        return jnp.where(b, a, jnp.zeros((), a.dtype))
-    return a * b
+        return a & b if b.dtype == jnp.bool_ else jnp.where(a, b, jnp.zeros((), b.dtype))
+    return jnp.where(b, a, jnp.zeros((), a.dtype)) if b.dtype == jnp.bool_ else a * b
 
 
 def _reference_matmul(data, indices, indptr, x, *, outs, shape, transpose, event):
-    """Pure-JAX ``A @ x`` / ``A.T @ x`` (the fallback backend and the tests' oracle).
-
-    Term by term, structural like scipy: y_i = sum_{k in row i} term(w_k, x_{j_k}),
-    with ``term`` the IEEE product for values and a select for events.
-    """
+    """Pure-JAX ``A @ x`` / ``A.T @ x`` (the fallback backend and the tests' oracle), term by
+    term and structural like scipy: y_i = sum_{k in row i} _term(w_k, x_{j_k})."""
     out = outs[0]
     dtype = compute_dtype(out.dtype)
     nnz = indices.shape[0]
@@ -287,11 +279,10 @@ def _matmul_batching(vector_op, matrix_op, rank: int, event: bool):
 
     * dense operand batched: one call of the matrix op (``vmap`` of mv is mm;
       ``vmap`` of mm folds the batch into the columns): native, no loop.
-    * homogeneous weights batched: y_b = w_b * op(1, ..., x_b), one call.  For
-      events op(1, ...) counts the active synapses and a count of 0 gives 0
-      (even for w_b = nan or inf); for values the product equals the sum of
-      the terms w_b x_k only for a finite w_b (inf * 0 is nan), so a batch
-      holding a nan or inf weight takes the loop below instead (lax.cond).
+    * homogeneous weights batched: y_b = w_b * op(1, ..., x_b), one call.  For events
+      op(1, ...) counts active synapses, and a count of 0 gives 0 even for w_b = nan; for
+      values it is the sum of the terms w_b x_k only for finite w_b (inf * 0 is nan): a
+      batch with a nan or inf weight takes the loop instead (lax.cond).
     * per-synapse weights or the structure batched: a loop over the batch.
     """
     op_self = vector_op if rank == 1 else matrix_op
