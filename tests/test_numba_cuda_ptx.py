@@ -85,9 +85,11 @@ def test_sddmm_kernels_compile_to_ptx(compute, index):
 
     f = getattr(types, compute)
     i = getattr(types, index)
-    for name, kernel in SDDMM_KERNELS.items():
-        ndim = 1 if name == "vec" else 2
-        sig = (types.Array(i, 1, "C"), types.Array(i, 1, "C"), types.Array(f, ndim, "C"),
-               types.Array(f, ndim, "C"), types.Array(f, 1, "C"), types.Array(f, 1, "C"))
+    for (kind, mode), kernel in SDDMM_KERNELS.items():
+        ndim = 1 if kind == "vec" else 2
+        r_type = types.boolean if mode == "r_events" else f  # an event operand stays bool
+        q_type = types.boolean if mode == "q_events" else f
+        sig = (types.Array(i, 1, "C"), types.Array(i, 1, "C"), types.Array(r_type, ndim, "C"),
+               types.Array(q_type, ndim, "C"), types.Array(f, 1, "C"), types.Array(f, 1, "C"))
         ptx = _compile(kernel, sig)
-        assert "st.global" in ptx, name
+        assert "st.global" in ptx, (kind, mode)

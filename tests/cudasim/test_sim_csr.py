@@ -71,7 +71,7 @@ def test_kernel_table():
     assert set(csr_cuda.KERNELS) == set(itertools.product(("mv", "mm"), (False, True), (False, True)))
     names = {key: kernel.__name__ for key, kernel in csr_cuda.KERNELS.items()}
     assert names[("mv", True, True)] == "mv_scatter_events" and names[("mm", False, False)] == "mm_gather"
-    assert set(csr_cuda.SDDMM_KERNELS) == {"vec", "mat"}
+    assert set(csr_cuda.SDDMM_KERNELS) == set(itertools.product(("vec", "mat"), ("values", "r_events", "q_events")))
 
 
 @pytest.mark.parametrize("homogeneous, event", list(itertools.product([False, True], [False, True])))
@@ -106,6 +106,70 @@ def test_malformed_structure_is_clamped_not_out_of_bounds():
     negative = np.array([-5, 2, 7], np.int32)  # a negative start is clamped to 0
     np.testing.assert_array_equal(_launch("mv", True, False, data, indices, negative, np.ones(3, np.bool_), (2,)),
                                   [1, 1])
+
+
+def _structural(indices, indptr, data, homogeneous, event, transpose, x):
+    """Stored entries only, one term each: an event selects w (a silent one adds nothing,
+    even for a nan or inf w), a value multiplies it (IEEE: nan * 0 is nan)."""
+    x = np.asarray(x)
+    x2 = x if x.ndim == 2 else x[:, None]
+    n_rows = indptr.shape[0] - 1
+    y = np.zeros((N_COLS if transpose else n_rows, x2.shape[1]))
+    for i in range(n_rows):
+        for k in range(indptr[i], indptr[i + 1]):
+            w = float(data[0] if homogeneous else data[k])
+            src, dst = (i, indices[k]) if transpose else (indices[k], i)
+            for c in range(x2.shape[1]):
+                s = x2[src, c]
+                y[dst, c] += (w if s != 0 else 0.0) if event else w * float(s)
+    return y if x.ndim == 2 else y[:, 0]
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # the simulator's nan
+@pytest.mark.parametrize("homogeneous", [False, True])
+def test_kernels_nan_and_inf_weights(homogeneous):
+    """docs/semantics.md on every forward kernel: nan positions equal the structural oracle's."""
+    rng = np.random.default_rng(21 + homogeneous)
+    mask, weights, indices, indptr = _csr(rng, p=0.6)
+    data = weights[mask].astype(np.float32)
+    data[::3], data[1::5], data[2::7] = np.nan, np.inf, -np.inf
+    weight_cases = [np.array([w], np.float32) for w in (np.nan, np.inf)] if homogeneous else [data]
+    for w, kind, transpose, event in itertools.product(weight_cases, ("mv", "mm"), (False, True), (False, True)):
+        n_in, n_out = (N_ROWS, N_COLS) if transpose else (N_COLS, N_ROWS)
+        shape_in = (n_in,) if kind == "mv" else (n_in, K)
+        x = (rng.random(shape_in) < 0.5) if event else \
+            rng.choice(np.array([0.0, 0.0, 1.5, -2.0, np.inf], np.float32), size=shape_in)
+        got = _launch(kind, event, transpose, w, indices, indptr, x, (n_out,) + shape_in[1:])
+        want = _structural(indices, indptr, w, homogeneous, event, transpose, x)
+        msg = f"{kind} event={event} transpose={transpose} w={w[:3]}"
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=msg)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=msg)
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # the simulator's nan
+@pytest.mark.parametrize("matrix", [False, True])
+def test_sddmm_kernels_nan_and_inf(matrix):
+    """Each SDDMM mode: an event operand selects (0 whatever the other holds), two values multiply."""
+    rng = np.random.default_rng(31 + matrix)
+    _, _, indices, indptr = _csr(rng, p=0.7)
+    shape_r, shape_q = ((N_ROWS, K), (N_COLS, K)) if matrix else ((N_ROWS,), (N_COLS,))
+    special = np.array([0.0, 1.5, -2.0, np.nan, np.inf, -np.inf], np.float32)
+    r_vals, q_vals = rng.choice(special, size=shape_r), rng.choice(special, size=shape_q)
+    r_vals[0] = 0  # a zero row of r beside non-finite q
+    r_ev, q_ev = rng.random(shape_r) < 0.5, rng.random(shape_q) < 0.5
+    for r, q in ((r_vals, q_vals), (r_ev, q_vals), (r_vals, q_ev), (r_ev, q_ev.astype(np.float32))):
+        got = _launch_sddmm("mat" if matrix else "vec", indices, indptr, r, q)
+        want = np.zeros(indices.shape[0])
+        for i in range(N_ROWS):
+            for k in range(indptr[i], indptr[i + 1]):
+                ri, qj = np.atleast_1d(r[i]), np.atleast_1d(q[indices[k]])
+                with np.errstate(invalid="ignore"):  # 0 * inf: nan, as wanted
+                    terms = np.where(ri, qj, 0) if r.dtype == np.bool_ else \
+                        np.where(qj, ri, 0) if q.dtype == np.bool_ else ri.astype(np.float64) * qj
+                want[k] = np.sum(terms)
+        msg = f"r {r.dtype}, q {q.dtype}"
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=msg)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=msg)
 
 
 GENERATORS = {
@@ -186,9 +250,10 @@ def _sddmm_operands(rng, matrix, dtype=np.float32):
     return r, q
 
 
-def _launch_sddmm(name, indices, indptr, r, q, fill=0.0):
+def _launch_sddmm(name, indices, indptr, r, q, fill=0.0, mode=None):
     g = np.full(indices.shape[0], fill, np.float32)  # the aliased in-out buffer
-    csr_cuda.SDDMM_KERNELS[name][_warp_per_row(r.shape[0])](indices, indptr, r, q, g, g)
+    mode = ops.sddmm_mode(r.dtype, q.dtype) if mode is None else mode
+    csr_cuda.SDDMM_KERNELS[(name, mode)][_warp_per_row(r.shape[0])](indices, indptr, r, q, g, g)
     return g
 
 
@@ -200,14 +265,17 @@ def test_sddmm_kernels_match_numpy(matrix):
     name = "mat" if matrix else "vec"
     np.testing.assert_allclose(_launch_sddmm(name, indices, indptr, r, q), _sddmm_numpy(indices, indptr, r, q),
                                rtol=1e-5, atol=1e-6)
-    # rows whose r is zero are not visited: their entries keep whatever the buffer held
-    g = _launch_sddmm(name, indices, indptr, r, q, fill=7.0)
-    for i in range(N_ROWS):
-        span = slice(indptr[i], indptr[i + 1])
-        if i in (1, 4):
-            assert np.all(g[span] == 7.0)
-        else:
-            assert not np.any(g[span] == 7.0)
+    # two float operands: every row is computed (0 * inf must be nan)
+    assert not np.any(_launch_sddmm(name, indices, indptr, r, q, fill=7.0) == 7.0)
+    # an event operand: rows whose r is zero are not visited, their entries keep whatever the buffer held
+    for r_op, q_op in ((r != 0, q), (r, q > 0)):
+        g = _launch_sddmm(name, indices, indptr, r_op, q_op, fill=7.0)
+        for i in range(N_ROWS):
+            span = slice(indptr[i], indptr[i + 1])
+            if i in (1, 4):
+                assert np.all(g[span] == 7.0)
+            else:
+                assert not np.any(g[span] == 7.0)
 
 
 def test_sddmm_malformed_structure_stays_in_bounds():
@@ -219,6 +287,8 @@ def test_sddmm_malformed_structure_stays_in_bounds():
     rm = np.stack([r, r], axis=1)
     qm = np.stack([q, q], axis=1)
     np.testing.assert_array_equal(_launch_sddmm("mat", indices, indptr, rm, qm), [2, 0, 0, 8])
+    for mode_r, mode_q in ((r > 0, q), (r, q > 0)):
+        np.testing.assert_array_equal(_launch_sddmm("vec", indices, indptr, mode_r, mode_q), [1, 0, 0, 2])
 
 
 @pytest.mark.parametrize(

@@ -14,16 +14,22 @@ Orientation of the stored matrix ``A`` (``n_rows x n_cols``):
 
 * gather (``transpose=False``, ``y = A @ x``): each output row reads its own
   synapses; parallel over rows, with row chunks balanced by synapse count.
-* scatter (``transpose=True``, ``y = A.T @ x``): rows whose input is zero are
-  skipped, so the cost follows the synapses of active rows, not ``nnz``.  A
+* scatter (``transpose=True``, ``y = A.T @ x``): for events, silent rows are
+  skipped, so the cost follows the synapses of active rows, not ``nnz``; for
+  values every row is visited, ``x[i] == 0`` included (IEEE).  A
   vector is split into per-thread row ranges of equal active work, each thread
   accumulating into a private copy of ``y`` that is summed at the end; a batch
   is processed sample by sample in parallel, batch-major (the transposes that
   this needs around the call cancel with the caller's ``spikes (K, n) @ W``
   under XLA's algebraic simplifier, see :func:`_matmul_generator`).
-* the weight gradient (SDDMM, ``g[k] = <r[row k], q[indices[k]]>``) skips the
-  rows where ``r`` is zero and zero-fills their entries in runs, so for events
-  in the scatter orientation only active rows are computed.
+* the weight gradient (SDDMM, ``g[k] = <r[row k], q[indices[k]]>``): where an
+  operand is events it skips the rows where ``r`` is zero and zero-fills their
+  entries in runs, so for events in the scatter orientation only active rows
+  are computed; two float operands give the IEEE product on every row.
+
+NaN and inf follow ``docs/semantics.md``: an event selects its weights (a
+silent one contributes nothing, whatever they hold), a value multiplies them
+(IEEE).  The two rules are ``_visits`` and ``_product`` in ``numba_rows``.
 
 Below ``PARALLEL_MIN_WORK`` synapses (``SCATTER_PARALLEL_MIN_WORK`` for a vector
 scatter and the weight gradient) a kernel runs on the calling thread; a
@@ -58,9 +64,12 @@ from .numba_rows import (  # the row loops the kernels inline
     _balanced_rows,
     _column,
     _count_active,
+    _count_nonzero,
     _gather_row,
     _numeric,
+    _product,
     _scatter_rows,
+    _skips_zero_rows,
     _span,
     _split_active_work,
     _zero,
@@ -119,7 +128,7 @@ def gather_mv(pool, data, indices, indptr, x, out):
 
 @numba.njit(parallel=_PARALLEL, cache=True, nogil=True)
 def scatter_mv(pool, data, indices, indptr, x, out):
-    """``out[j] = sum_i x[i] * sum_{k in row i, indices[k] = j} data[k]``, skipping rows with x[i] == 0."""
+    """``out[j] = sum_i x[i] * sum_{k in row i, indices[k] = j} data[k]``, skipping silent events."""
     x = _numeric(x)
     n_rows = x.shape[0]
     n = out.shape[0]
@@ -154,6 +163,7 @@ def scatter_mv(pool, data, indices, indptr, x, out):
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _gather_mm_rows(data, indices, indptr, x, out, lo, hi, homogeneous):
+    """Rows ``[lo, hi)`` of ``out[i, c] = sum_k _product(data[k], x[indices[k], c])``, term by term."""
     n = np.uint64(x.shape[0])
     width = x.shape[1]
     nnz = indices.shape[0]
@@ -165,17 +175,9 @@ def _gather_mm_rows(data, indices, indptr, x, out, lo, hi, homogeneous):
             j = _column(indices, k)
             if j < n:
                 xj = x[j]
-                if homogeneous:
-                    for c in range(width):
-                        row[c] += xj[c]
-                else:
-                    w = data[k]
-                    for c in range(width):
-                        row[c] += w * xj[c]
-        if homogeneous:
-            w0 = data[0]
-            for c in range(width):
-                row[c] *= w0
+                w = data[0] if homogeneous else data[k]
+                for c in range(width):
+                    row[c] += _product(w, xj[c])
 
 
 @numba.njit(parallel=_PARALLEL, cache=True, nogil=True)
@@ -235,7 +237,7 @@ def scatter_mm_batch_major(pool, data, indices, indptr, xt, out_t):
 def _dot(u, v):
     acc = 0.0
     for c in range(u.shape[0]):
-        acc += u[c] * v[c]
+        acc += _product(u[c], v[c])
     return acc
 
 
@@ -249,19 +251,21 @@ def _any(u):
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _sddmm_rows_vec(indices, indptr, r, q, g, lo, hi):
-    """Rows ``[lo, hi)`` of ``g[k] = r[i] * q[j]``; rows where r is zero are zero-filled in runs."""
+    """Rows ``[lo, hi)`` of ``g[k] = _product(r[i], q[j])``; rows skipped (see
+    ``_skips_zero_rows``) are zero-filled in runs."""
     n = np.uint64(q.shape[0])
     nnz = indices.shape[0]
+    skips = _skips_zero_rows(r, q)
     zero_from, _ = _span(indptr, lo, nnz)
     for i in range(lo, hi):
         ri = r[i]
-        if ri != 0:
+        if not skips or ri != 0:
             a, b = _span(indptr, i, nnz)
             if a > zero_from:
                 _zero(g, zero_from, a)
             for k in range(a, b):
                 j = _column(indices, k)
-                g[k] = ri * q[j] if j < n else 0
+                g[k] = _product(ri, q[j]) if j < n else 0
             zero_from = max(zero_from, b)
     _, end = _span(indptr, hi - 1, nnz)
     if end > zero_from:
@@ -270,13 +274,15 @@ def _sddmm_rows_vec(indices, indptr, r, q, g, lo, hi):
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _sddmm_rows_mat(indices, indptr, r, q, g, lo, hi):
-    """Rows ``[lo, hi)`` of ``g[k] = <r[i, :], q[j, :]>``; all-zero rows of r are zero-filled in runs."""
+    """Rows ``[lo, hi)`` of ``g[k] = <r[i, :], q[j, :]>`` (terms by ``_product``); rows skipped
+    (all-zero rows of r, see ``_skips_zero_rows``) are zero-filled in runs."""
     n = np.uint64(q.shape[0])
     nnz = indices.shape[0]
+    skips = _skips_zero_rows(r, q)
     zero_from, _ = _span(indptr, lo, nnz)
     for i in range(lo, hi):
         ri = r[i]
-        if _any(ri):
+        if not skips or _any(ri):
             a, b = _span(indptr, i, nnz)
             if a > zero_from:
                 _zero(g, zero_from, a)
@@ -305,10 +311,12 @@ def _sddmm_parts(pool, indices, indptr, n_rows, active_rows, width, g):
 
 @numba.njit(parallel=_PARALLEL, cache=True, nogil=True)
 def sddmm_mv(pool, indices, indptr, r, q, g):
-    """``g[k] = r[i] * q[indices[k]]`` for k in row i; rows with r[i] == 0 are not read, only zeroed."""
+    """``g[k] = r[i] * q[indices[k]]`` for k in row i (an event operand selects, see ``_product``);
+    with an event operand, rows with r[i] == 0 are not read, only zeroed."""
     r = _numeric(r)
     q = _numeric(q)
-    bounds = _sddmm_parts(pool, indices, indptr, r.shape[0], _count_active(r), 1, g)
+    active = _count_nonzero(r) if _skips_zero_rows(r, q) else r.shape[0]
+    bounds = _sddmm_parts(pool, indices, indptr, r.shape[0], active, 1, g)
     if bounds.shape[0] == 2:
         if r.shape[0]:
             _sddmm_rows_vec(indices, indptr, r, q, g, 0, r.shape[0])
@@ -320,12 +328,15 @@ def sddmm_mv(pool, indices, indptr, r, q, g):
 
 @numba.njit(parallel=_PARALLEL, cache=True, nogil=True)
 def sddmm_mm(pool, indices, indptr, r, q, g):
-    """``g[k] = sum_c r[i, c] * q[indices[k], c]`` for k in row i (row-major); all-zero rows of r are skipped."""
+    """``g[k] = sum_c r[i, c] * q[indices[k], c]`` for k in row i (row-major; an event operand
+    selects, see ``_product``); with an event operand, all-zero rows of r are skipped."""
     r = _numeric(r)
     q = _numeric(q)
-    active = 0
-    for i in range(r.shape[0]):
-        active += _any(r[i])
+    active = r.shape[0]
+    if _skips_zero_rows(r, q):
+        active = 0
+        for i in range(r.shape[0]):
+            active += _any(r[i])
     bounds = _sddmm_parts(pool, indices, indptr, r.shape[0], active, max(r.shape[1], 1), g)
     if bounds.shape[0] == 2:
         if r.shape[0]:

@@ -13,13 +13,18 @@ from :data:`KERNELS` by ``(kind, event, transpose)``, with ``W`` the
   ``B`` (coalesced reads); grid and block from :func:`mm_launch`.
 * ``mv_scatter`` / ``mv_scatter_events`` (``W.T @ v``): one warp per source
   row; ``mm_scatter`` / ``mm_scatter_events`` (``W.T @ B``): one thread per
-  ``(row, column)``.  A source entry that is zero (no spike) is skipped, so the
-  work follows the active rows; each synapse adds with ``cuda.atomic.add``
+  ``(row, column)``.  A silent event is skipped, so the work of the event
+  kernels follows the active rows; the float kernels visit every row (IEEE:
+  a nan weight times 0 is nan).  Each synapse adds with ``cuda.atomic.add``
   into an output that XLA zero-fills (an aliased input).
-* ``sddmm_vec`` / ``sddmm_mat`` (:data:`SDDMM_KERNELS`), the weight gradient
-  ``g[k] = <r[row k], q[indices[k]]>``: one warp per row, lanes striding over
-  the row's synapses; a row whose ``r`` is zero (all zeros for matrices) is
-  skipped, so its entries keep the zeros of the aliased in-out buffer.
+* ``sddmm_vec*`` / ``sddmm_mat*`` (:data:`SDDMM_KERNELS`, by ``ops.sddmm_mode``),
+  the weight gradient ``g[k] = <r[row k], q[indices[k]]>``: one warp per row,
+  lanes striding over the row's synapses; with an event operand a row whose
+  ``r`` is zero (all zeros for matrices) is skipped, so its entries keep the
+  zeros of the aliased in-out buffer.
+
+NaN and inf follow ``docs/semantics.md``: an event selects its weights (``if``,
+never a multiply), a value multiplies them (IEEE), term by term.
 
 Kernel arguments: ``(data, indices, indptr, x, out)`` for gathers,
 ``(data, indices, indptr, x, zeros, out)`` for scatters and
@@ -30,7 +35,7 @@ the generators cast weights and float operands to
 float16/bfloat16) and round the result back; events arrive as bool
 (:func:`~evjax.events.as_bool_events`).  Weights are homogeneous when
 ``data.shape[0] != indices.shape[0]`` (``data`` is ``(1,)``), a branch uniform
-across threads; the gathers then multiply the weight in once per row.  Row
+across threads.  Row
 spans are clamped to ``[0, nnz]`` and columns outside the matrix ignored, so a
 malformed structure under ``jit`` never reads or writes out of bounds.
 """
@@ -87,10 +92,7 @@ def mv_gather(data, indices, indptr, v, out):
         for p in range(start + lane, end, 32):
             col = indices[p]
             if col >= 0 and col < v.shape[0]:
-                if homo:
-                    acc += v[col]
-                else:
-                    acc += data[p] * v[col]
+                acc += (data[0] if homo else data[p]) * v[col]
     buf[t] = acc
     cuda.syncthreads()
     step = 16
@@ -100,10 +102,7 @@ def mv_gather(data, indices, indptr, v, out):
         cuda.syncthreads()
         step //= 2
     if lane == 0 and row < out.shape[0]:
-        total = buf[t]
-        if homo:
-            total *= data[0]
-        out[row] = total
+        out[row] = buf[t]
 
 
 @cuda.jit
@@ -121,11 +120,8 @@ def mv_gather_events(data, indices, indptr, v, out):
         for p in range(start + lane, end, 32):
             col = indices[p]
             if col >= 0 and col < v.shape[0]:
-                if v[col]:
-                    if homo:
-                        acc += out.dtype.type(1)
-                    else:
-                        acc += data[p]
+                if v[col]:  # selected, not multiplied: a silent event hides a nan weight
+                    acc += data[0] if homo else data[p]
     buf[t] = acc
     cuda.syncthreads()
     step = 16
@@ -135,10 +131,7 @@ def mv_gather_events(data, indices, indptr, v, out):
         cuda.syncthreads()
         step //= 2
     if lane == 0 and row < out.shape[0]:
-        total = buf[t]
-        if homo:
-            total *= data[0]
-        out[row] = total
+        out[row] = buf[t]
 
 
 @cuda.jit
@@ -154,12 +147,7 @@ def mm_gather(data, indices, indptr, b, out):
         for p in range(start, end):
             col = indices[p]
             if col >= 0 and col < b.shape[0]:
-                if homo:
-                    acc += b[col, c]
-                else:
-                    acc += data[p] * b[col, c]
-        if homo:
-            acc *= data[0]
+                acc += (data[0] if homo else data[p]) * b[col, c]
         out[row, c] = acc
 
 
@@ -177,12 +165,7 @@ def mm_gather_events(data, indices, indptr, b, out):
             col = indices[p]
             if col >= 0 and col < b.shape[0]:
                 if b[col, c]:
-                    if homo:
-                        acc += out.dtype.type(1)
-                    else:
-                        acc += data[p]
-        if homo:
-            acc *= data[0]
+                    acc += data[0] if homo else data[p]
         out[row, c] = acc
 
 
@@ -193,23 +176,16 @@ def mv_scatter(data, indices, indptr, v, zeros, out):
     t = cuda.threadIdx.x
     lane = t % 32
     row = cuda.blockIdx.x * WARPS_PER_BLOCK + t // 32
-    if row < v.shape[0]:
+    if row < v.shape[0]:  # every row, x == 0 included (IEEE: nan * 0 is nan)
         x = v[row]
-        if x != 0:
-            nnz = indices.shape[0]
-            homo = data.shape[0] != nnz
-            w = x
-            if homo:
-                w = data[0] * x
-            start = indptr[row] if indptr[row] > 0 else 0
-            end = indptr[row + 1] if indptr[row + 1] < nnz else nnz
-            for p in range(start + lane, end, 32):
-                col = indices[p]
-                if col >= 0 and col < out.shape[0]:
-                    if homo:
-                        cuda.atomic.add(out, col, w)
-                    else:
-                        cuda.atomic.add(out, col, data[p] * x)
+        nnz = indices.shape[0]
+        homo = data.shape[0] != nnz
+        start = indptr[row] if indptr[row] > 0 else 0
+        end = indptr[row + 1] if indptr[row + 1] < nnz else nnz
+        for p in range(start + lane, end, 32):
+            col = indices[p]
+            if col >= 0 and col < out.shape[0]:
+                cuda.atomic.add(out, col, (data[0] if homo else data[p]) * x)
 
 
 @cuda.jit
@@ -236,23 +212,16 @@ def mv_scatter_events(data, indices, indptr, v, zeros, out):
 def mm_scatter(data, indices, indptr, b, zeros, out):
     row = cuda.blockIdx.x * cuda.blockDim.y + cuda.threadIdx.y
     c = cuda.blockIdx.y * cuda.blockDim.x + cuda.threadIdx.x
-    if row < b.shape[0] and c < b.shape[1]:
+    if row < b.shape[0] and c < b.shape[1]:  # every entry, x == 0 included (IEEE)
         x = b[row, c]
-        if x != 0:
-            nnz = indices.shape[0]
-            homo = data.shape[0] != nnz
-            w = x
-            if homo:
-                w = data[0] * x
-            start = indptr[row] if indptr[row] > 0 else 0
-            end = indptr[row + 1] if indptr[row + 1] < nnz else nnz
-            for p in range(start, end):
-                col = indices[p]
-                if col >= 0 and col < out.shape[0]:
-                    if homo:
-                        cuda.atomic.add(out, (col, c), w)
-                    else:
-                        cuda.atomic.add(out, (col, c), data[p] * x)
+        nnz = indices.shape[0]
+        homo = data.shape[0] != nnz
+        start = indptr[row] if indptr[row] > 0 else 0
+        end = indptr[row + 1] if indptr[row + 1] < nnz else nnz
+        for p in range(start, end):
+            col = indices[p]
+            if col >= 0 and col < out.shape[0]:
+                cuda.atomic.add(out, (col, c), (data[0] if homo else data[p]) * x)
 
 
 @cuda.jit
@@ -275,7 +244,11 @@ def mm_scatter_events(data, indices, indptr, b, zeros, out):
 
 
 # weight gradient: g[k] = <r[row k], q[indices[k]]> into a zero-filled, aliased
-# g; one warp per row, lanes striding over its synapses; zero rows of r skipped.
+# g; one warp per row, lanes striding over its synapses.  Three modes (see
+# ops.sddmm_mode): "values" (float r and q: the IEEE product on every row),
+# "r_events" (bool r: silent rows skipped, q selected by r) and "q_events"
+# (bool q, float r: r selected by q; rows with r == 0 skipped, their terms
+# being 0).  An event selects (``if``), it never multiplies.
 @cuda.jit
 def sddmm_vec(indices, indptr, r, q, zeros, g):
     t = cuda.threadIdx.x
@@ -283,18 +256,95 @@ def sddmm_vec(indices, indptr, r, q, zeros, g):
     row = cuda.blockIdx.x * WARPS_PER_BLOCK + t // 32
     if row < r.shape[0]:
         ri = r[row]
-        if ri != 0:  # silent rows cost nothing: their entries keep the zeros
+        nnz = indices.shape[0]
+        start = indptr[row] if indptr[row] > 0 else 0
+        end = indptr[row + 1] if indptr[row + 1] < nnz else nnz
+        for p in range(start + lane, end, 32):
+            col = indices[p]
+            if col >= 0 and col < q.shape[0]:
+                g[p] = ri * q[col]
+
+
+@cuda.jit
+def sddmm_vec_r_events(indices, indptr, r, q, zeros, g):
+    t = cuda.threadIdx.x
+    lane = t % 32
+    row = cuda.blockIdx.x * WARPS_PER_BLOCK + t // 32
+    if row < r.shape[0]:
+        if r[row]:  # silent rows cost nothing: their entries keep the zeros
             nnz = indices.shape[0]
             start = indptr[row] if indptr[row] > 0 else 0
             end = indptr[row + 1] if indptr[row + 1] < nnz else nnz
             for p in range(start + lane, end, 32):
                 col = indices[p]
                 if col >= 0 and col < q.shape[0]:
-                    g[p] = ri * q[col]
+                    g[p] = q[col]
+
+
+@cuda.jit
+def sddmm_vec_q_events(indices, indptr, r, q, zeros, g):
+    t = cuda.threadIdx.x
+    lane = t % 32
+    row = cuda.blockIdx.x * WARPS_PER_BLOCK + t // 32
+    if row < r.shape[0]:
+        ri = r[row]
+        if ri != 0:  # every term of a zero row is 0: its entries keep the zeros
+            nnz = indices.shape[0]
+            start = indptr[row] if indptr[row] > 0 else 0
+            end = indptr[row + 1] if indptr[row + 1] < nnz else nnz
+            for p in range(start + lane, end, 32):
+                col = indices[p]
+                if col >= 0 and col < q.shape[0]:
+                    g[p] = ri if q[col] else g.dtype.type(0)
 
 
 @cuda.jit
 def sddmm_mat(indices, indptr, r, q, zeros, g):
+    t = cuda.threadIdx.x
+    lane = t % 32
+    row = cuda.blockIdx.x * WARPS_PER_BLOCK + t // 32
+    if row < r.shape[0]:
+        width = r.shape[1]
+        nnz = indices.shape[0]
+        start = indptr[row] if indptr[row] > 0 else 0
+        end = indptr[row + 1] if indptr[row + 1] < nnz else nnz
+        for p in range(start + lane, end, 32):
+            col = indices[p]
+            if col >= 0 and col < q.shape[0]:
+                acc = g.dtype.type(0)
+                for c in range(width):
+                    acc += r[row, c] * q[col, c]
+                g[p] = acc
+
+
+@cuda.jit
+def sddmm_mat_r_events(indices, indptr, r, q, zeros, g):
+    t = cuda.threadIdx.x
+    lane = t % 32
+    row = cuda.blockIdx.x * WARPS_PER_BLOCK + t // 32
+    if row < r.shape[0]:
+        width = r.shape[1]
+        active = False
+        for c in range(width):
+            if r[row, c]:
+                active = True
+                break
+        if active:
+            nnz = indices.shape[0]
+            start = indptr[row] if indptr[row] > 0 else 0
+            end = indptr[row + 1] if indptr[row + 1] < nnz else nnz
+            for p in range(start + lane, end, 32):
+                col = indices[p]
+                if col >= 0 and col < q.shape[0]:
+                    acc = g.dtype.type(0)
+                    for c in range(width):
+                        if r[row, c]:
+                            acc += q[col, c]
+                    g[p] = acc
+
+
+@cuda.jit
+def sddmm_mat_q_events(indices, indptr, r, q, zeros, g):
     t = cuda.threadIdx.x
     lane = t % 32
     row = cuda.blockIdx.x * WARPS_PER_BLOCK + t // 32
@@ -314,7 +364,8 @@ def sddmm_mat(indices, indptr, r, q, zeros, g):
                 if col >= 0 and col < q.shape[0]:
                     acc = g.dtype.type(0)
                     for c in range(width):
-                        acc += r[row, c] * q[col, c]
+                        if q[col, c]:
+                            acc += r[row, c]
                     g[p] = acc
 
 
@@ -330,8 +381,17 @@ KERNELS = {
     ("mm", True, True): mm_scatter_events,
 }
 
-# "vec" (r, q vectors) or "mat" (r (n_rows, k), q (n_cols, k)) -> kernel
-SDDMM_KERNELS = {"vec": sddmm_vec, "mat": sddmm_mat}
+# (kind, mode) -> kernel; kind "vec" (r, q vectors) or "mat" (r (n_rows, k), q (n_cols, k)),
+# mode as ops.sddmm_mode
+SDDMM_KERNELS = {
+    ("vec", "values"): sddmm_vec,
+    ("vec", "r_events"): sddmm_vec_r_events,
+    ("vec", "q_events"): sddmm_vec_q_events,
+    ("mat", "values"): sddmm_mat,
+    ("mat", "r_events"): sddmm_mat_r_events,
+    ("mat", "q_events"): sddmm_mat_q_events,
+}
+
 
 
 # ---------------------------------------------------------------------------
@@ -431,19 +491,23 @@ def csr_sddmm_numba_cuda(outs, ins):
             vectors or both matrices (``(n_rows, k)``, ``(n_cols, k)``).
 
     Returns:
-        ``run(indices, indptr, r, q) -> [g]``; ``r`` and ``q`` are cast to the
-        compute dtype (bool becomes 0/1) and ``g`` is rounded to the output dtype.
+        ``run(indices, indptr, r, q) -> [g]``; a bool operand selects (kept as
+        bool; a bool ``q`` beside a bool ``r`` becomes 0/1), float ones are cast
+        to the compute dtype, and ``g`` is rounded to the output dtype.
     """
     out = outs[0]
     dtype = compute_dtype(out.dtype)
-    r_in = ins[2]
-    kernel = SDDMM_KERNELS["mat" if len(r_in.shape) == 2 else "vec"]
+    r_in, q_in = ins[2], ins[3]
+    mode = ops.sddmm_mode(r_in.dtype, q_in.dtype)
+    kernel = SDDMM_KERNELS[("mat" if len(r_in.shape) == 2 else "vec", mode)]
     nnz = int(out.shape[0])
     call = numba_cuda_kernel(kernel, jax.ShapeDtypeStruct((nnz,), dtype), input_output_aliases={4: 0},
                              **_warp_per_row(int(r_in.shape[0])))
 
     def run(indices, indptr, r, q):
-        g = call(indices, indptr, _cast(r, dtype), _cast(q, dtype), jnp.zeros((nnz,), dtype))
+        r = r if mode == "r_events" else _cast(r, dtype)
+        q = q if mode == "q_events" else _cast(q, dtype)
+        g = call(indices, indptr, r, q, jnp.zeros((nnz,), dtype))
         return [_cast(g, out.dtype)]
 
     return run

@@ -1,10 +1,12 @@
 """Row-level loops of the Numba CSR kernels in :mod:`evjax.primitives.csr.numba`.
 
-Small ``@numba.njit(inline="always")`` helpers (and three ``@overload``-dispatched
+Small ``@numba.njit(inline="always")`` helpers (and five ``@overload``-dispatched
 ones), inlined into every kernel specialisation: clamped row spans, unsigned
-column reads, the gather dot product of one row, the scatter of one row or a
-range of active rows, and the work counts that decide how a scatter is split
-over threads.  Nothing here is called from Python.
+column reads, the NaN rules (``_visits``: which rows a scatter visits;
+``_product``: one term, where an event selects and a value multiplies), the
+gather dot product of one row, the scatter of one row or a range of active
+rows, and the work counts that decide how a scatter is split over threads.
+Nothing here is called from Python.
 
 Numba's disk cache keys each kernel on its own source file only: after editing
 this file in a development checkout, touch ``numba.py`` beside it (or delete
@@ -90,10 +92,68 @@ def _zero_of_overload(arr):
     return lambda arr: dtype(0)
 
 
+def _is_event_type(ty) -> bool:
+    """Events reach the kernels as bool or as their uint8 bytes (see ``_numeric``); values as floats."""
+    return isinstance(ty, (types.Boolean, types.Integer))
+
+
+def _visits(s):
+    """Whether a scatter visits a row whose input is ``s``.
+
+    Events: only active rows (a silent event contributes nothing, whatever its
+    weights hold).  Values: every row, as IEEE arithmetic does (``0 * nan`` is nan).
+    """
+    raise NotImplementedError("compiled by Numba only")
+
+
+@overload(_visits)
+def _visits_overload(s):
+    if _is_event_type(s):
+        return lambda s: s != 0
+    return lambda s: True
+
+
+def _product(a, b):
+    """One term of a sum: ``a * b`` for two values (IEEE); an event operand selects the other
+    (``b if a else 0``), never multiplies it, so a silent event hides a nan or inf weight."""
+    raise NotImplementedError("compiled by Numba only")
+
+
+@overload(_product)
+def _product_overload(a, b):
+    if _is_event_type(a) and _is_event_type(b):
+        return lambda a, b: 1 if (a != 0 and b != 0) else 0
+    if _is_event_type(a):
+        value = b  # the value's Numba type, for its zero
+        return lambda a, b: b if a != 0 else value(0)
+    if _is_event_type(b):
+        value = a
+        return lambda a, b: a if b != 0 else value(0)
+    return lambda a, b: a * b
+
+
+def _skips_zero_rows(r, q):
+    """Whether an SDDMM ``g[k] = <r[i], q[j]>`` may skip the rows where ``r`` is zero: only
+    where an operand is events (every term of such a row is then 0, see ``_product``); two
+    value operands give the IEEE product on every row (``0 * inf`` is nan)."""
+    raise NotImplementedError("compiled by Numba only")
+
+
+@overload(_skips_zero_rows)
+def _skips_zero_rows_overload(r, q):
+    skips = _is_event_type(r.dtype) or _is_event_type(q.dtype)
+    return lambda r, q: skips
+
+
 @numba.njit(cache=True, nogil=True, inline="always")
 def _gather_row(data, indices, a, b, x, homogeneous, zero):
-    """``sum_k data[k] * x[indices[k]]`` over ``k in [a, b)``: four independent
-    accumulators (of ``zero``'s type) hide the latency of the additions."""
+    """``sum_k _product(data[k], x[indices[k]])`` over ``k in [a, b)`` (``data[0]``
+    for every k when homogeneous): four independent accumulators (of ``zero``'s
+    type) hide the latency of the additions.
+
+    Term by term, never ``w * sum(x)``: a row with no active event (or no
+    synapse) is 0 even for a nan or inf weight, and ``inf * 0`` terms stay nan.
+    """
     n = np.uint64(x.shape[0])
     a0 = zero
     a1 = zero
@@ -101,40 +161,41 @@ def _gather_row(data, indices, a, b, x, homogeneous, zero):
     a3 = zero
     k = a
     if homogeneous:
+        w = data[0]
         while k + U3 < b:
             j0, j1, j2, j3 = _column(indices, k), _column(indices, k + U1), _column(indices, k + U2), \
                 _column(indices, k + U3)
             if j0 < n:
-                a0 += x[j0]
+                a0 += _product(w, x[j0])
             if j1 < n:
-                a1 += x[j1]
+                a1 += _product(w, x[j1])
             if j2 < n:
-                a2 += x[j2]
+                a2 += _product(w, x[j2])
             if j3 < n:
-                a3 += x[j3]
+                a3 += _product(w, x[j3])
             k += U4
         while k < b:
             j0 = _column(indices, k)
             if j0 < n:
-                a0 += x[j0]
+                a0 += _product(w, x[j0])
             k += U1
-        return ((a0 + a1) + (a2 + a3)) * data[0]
+        return (a0 + a1) + (a2 + a3)
     while k + U3 < b:
         j0, j1, j2, j3 = _column(indices, k), _column(indices, k + U1), _column(indices, k + U2), \
             _column(indices, k + U3)
         if j0 < n:
-            a0 += data[k] * x[j0]
+            a0 += _product(data[k], x[j0])
         if j1 < n:
-            a1 += data[k + U1] * x[j1]
+            a1 += _product(data[k + U1], x[j1])
         if j2 < n:
-            a2 += data[k + U2] * x[j2]
+            a2 += _product(data[k + U2], x[j2])
         if j3 < n:
-            a3 += data[k + U3] * x[j3]
+            a3 += _product(data[k + U3], x[j3])
         k += U4
     while k < b:
         j0 = _column(indices, k)
         if j0 < n:
-            a0 += data[k] * x[j0]
+            a0 += _product(data[k], x[j0])
         k += U1
     return (a0 + a1) + (a2 + a3)
 
@@ -225,11 +286,13 @@ def _event_words_overload(x):
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _scatter_rows(data, indices, indptr, x, target, lo, hi, homogeneous):
-    """``target[indices[k]] += data[k] * x[i]`` for the active rows ``i`` in ``[lo, hi)``.
+    """``target[indices[k]] += data[k] * x[i]`` for the rows ``i`` in ``[lo, hi)`` that ``_visits``.
 
-    Rows with ``x[i] == 0`` are skipped.  For events (uint8 bytes, see
-    ``_numeric``) eight rows aligned to a 64-bit word are tested at once, so
-    silent stretches cost an eighth of a per-row test.
+    Events: silent rows are skipped (eight rows aligned to a 64-bit word of the
+    uint8 bytes, see ``_numeric``, are tested at once, so silent stretches cost
+    an eighth of a per-row test); an active row adds its weights times 1, as
+    IEEE arithmetic does.  Values: every row, ``x[i] == 0`` included (IEEE:
+    a nan or inf weight times 0 is nan).
 
     One plain inlined function for events and values alike: ``_scatter_row`` is
     inlined once per call site, and Numba inlines this function before typing,
@@ -244,7 +307,7 @@ def _scatter_rows(data, indices, indptr, x, target, lo, hi, homogeneous):
             i += 8
             continue
         s = x[i]
-        if s != 0:
+        if _visits(s):
             # (events: 1 in the weights' dtype; values already have that dtype)
             _scatter_row(data, indices, indptr, i, data.dtype.type(s), target, homogeneous)
         i += 1
@@ -252,6 +315,15 @@ def _scatter_rows(data, indices, indptr, x, target, lo, hi, homogeneous):
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _count_active(x):
+    """Rows a scatter visits (see ``_visits``): the active events, or every row of values."""
+    count = 0
+    for i in range(x.shape[0]):
+        count += _visits(x[i])
+    return count
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _count_nonzero(x):
     count = 0
     for i in range(x.shape[0]):
         count += x[i] != 0
@@ -260,8 +332,8 @@ def _count_active(x):
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _row_work(indptr, x, i):
-    """Synapses of row ``i`` if it is active, else 0 (branch-free, unclamped: only used to split work)."""
-    return (x[i] != 0) * (np.int64(indptr[i + 1]) - np.int64(indptr[i]))
+    """Synapses of row ``i`` if a scatter visits it, else 0 (branch-free, unclamped: only used to split work)."""
+    return _visits(x[i]) * (np.int64(indptr[i + 1]) - np.int64(indptr[i]))
 
 
 @numba.njit(cache=True, nogil=True, inline="always")

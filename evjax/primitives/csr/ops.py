@@ -80,27 +80,35 @@ def row_ids(indptr, nnz: int):
     return jnp.searchsorted(indptr[1:], jnp.arange(nnz, dtype=indptr.dtype), side="right")
 
 
+def _term(a, b):
+    """One term of a sum over synapses (docs/semantics.md): ``a * b`` for two values (IEEE);
+    a bool (event) operand selects the other, never multiplies it (a silent event gives 0)."""
+    if a.dtype == jnp.bool_:
+        return a & b if b.dtype == jnp.bool_ else jnp.where(a, b, jnp.zeros((), b.dtype))
+    return jnp.where(b, a, jnp.zeros((), a.dtype)) if b.dtype == jnp.bool_ else a * b
+
+
 def _reference_matmul(data, indices, indptr, x, *, outs, shape, transpose, event):
-    """Pure-JAX ``A @ x`` / ``A.T @ x`` (the fallback backend and the tests' oracle)."""
+    """Pure-JAX ``A @ x`` / ``A.T @ x`` (the fallback backend and the tests' oracle), term by
+    term and structural like scipy: y_i = sum_{k in row i} _term(w_k, x_{j_k})."""
     out = outs[0]
     dtype = compute_dtype(out.dtype)
     nnz = indices.shape[0]
     w = jnp.broadcast_to(data.astype(dtype), (nnz,)) if data.shape[0] != nnz else data.astype(dtype)
-    x = as_bool_events(x).astype(dtype) if event else x.astype(dtype)
+    x = as_bool_events(x) if event else x.astype(dtype)
     rows = row_ids(indptr, nnz)
     n_in = shape[1] if not transpose else shape[0]
     if n_in == 0 or nnz == 0:
         return [jnp.zeros(out.shape, out.dtype)]
-    valid = (indices >= 0) & (indices < shape[1])  # malformed structures: drop bad columns
+    # malformed structures: a synapse outside the matrix contributes nothing
+    valid = (indices >= 0) & (indices < shape[1]) & (rows < shape[0])
     cols = jnp.where(valid, indices, 0)
-    w = jnp.where(valid, w, 0)
-    if x.ndim == 2:
-        w = w[:, None]
+    lift = (lambda a: a[:, None]) if x.ndim == 2 else (lambda a: a)
     if not transpose:  # y_i = sum_{k in row i} w_k x_{j_k}
-        y = jax.ops.segment_sum(w * x[cols], rows, num_segments=shape[0])
+        contrib = jnp.where(lift(valid), _term(lift(w), x[cols]), 0)
+        y = jax.ops.segment_sum(contrib, rows, num_segments=shape[0])
     else:  # y_j = sum_{k: j_k = j} w_k x_{i_k}
-        contrib = w * x[jnp.clip(rows, 0, n_in - 1)]
-        contrib = jnp.where((rows < shape[0]).reshape((-1,) + (1,) * (x.ndim - 1)), contrib, 0)
+        contrib = jnp.where(lift(valid), _term(lift(w), x[jnp.clip(rows, 0, n_in - 1)]), 0)
         y = jnp.zeros((shape[1],) + x.shape[1:], dtype).at[cols].add(contrib)
     return [y.astype(out.dtype)]
 
@@ -111,10 +119,13 @@ def _weight_cotangent(op, data, indices, indptr, x, ct, *, shape, transpose, bac
     Per synapse k in row i with column j (x binarised for event ops):
         transpose=False:  y_i += w_k x_j   =>  w_bar_k = <y_bar_i, x_j>
         transpose=True:   y_j += w_k x_i   =>  w_bar_k = <x_i, y_bar_j>
-    i.e. w_bar = sddmm(r, q) with (r, q) = (y_bar, x) or (x, y_bar); rows where
-    r is zero (silent spikes in the scatter orientation) are skipped: event-driven.
+    i.e. w_bar = sddmm(r, q) with (r, q) = (y_bar, x) or (x, y_bar).  Bool events
+    select (w_bar_k = y_bar if the event is active, else 0, whatever y_bar holds),
+    and silent rows of the scatter orientation are skipped: event-driven; float
+    x gives the IEEE product.
     Homogeneous w (shape (1,)):  w_bar = sum_k (...) = <y_bar, op(1, ..., x)>,
-    computed with the op itself, in the same (event-driven) orientation.
+    computed with the op itself, in the same (event-driven) orientation; it does
+    not read w, and agrees with the per-synapse sum for finite y_bar.
     """
     aval = ad_rules.aval_of(data)
     nnz = indices.shape[0]
@@ -127,12 +138,15 @@ def _weight_cotangent(op, data, indices, indptr, x, ct, *, shape, transpose, bac
     return _bind_sddmm(indices, indptr, r, q, shape=shape, dtype=aval.dtype, backend=backend)
 
 
-def _matmul_batching(vector_op, matrix_op, rank: int):
+def _matmul_batching(vector_op, matrix_op, rank: int, event: bool):
     """Batching rule of a matmul op (``rank`` of its dense operand).
 
     * dense operand batched: one call of the matrix op (``vmap`` of mv is mm;
       ``vmap`` of mm folds the batch into the columns): native, no loop.
-    * homogeneous weights batched: y_b = w_b * op(1, ..., x_b), one call.
+    * homogeneous weights batched: y_b = w_b * op(1, ..., x_b), one call.  For events
+      op(1, ...) counts active synapses, and a count of 0 gives 0 even for w_b = nan; for
+      values it is the sum of the terms w_b x_k only for finite w_b (inf * 0 is nan): a
+      batch with a nan or inf weight takes the loop instead (lax.cond).
     * per-synapse weights or the structure batched: a loop over the batch.
     """
     op_self = vector_op if rank == 1 else matrix_op
@@ -142,9 +156,10 @@ def _matmul_batching(vector_op, matrix_op, rank: int):
         d_ax, i_ax, p_ax, x_ax = axes
         dtype = outs[0].dtype
         homogeneous = d_ax is not None and data.shape[1 - d_ax] == 1
+        loop = functools.partial(batching_rules.sequential_batch, op_self.primitive, args, axes, outs=outs,
+                                 shape=shape, transpose=transpose, backend=backend)
         if i_ax is not None or p_ax is not None or (d_ax is not None and not homogeneous):
-            return batching_rules.sequential_batch(op_self.primitive, args, axes, outs=outs, shape=shape,
-                                                   transpose=transpose, backend=backend)
+            return loop()
         weights = jnp.ones((1,), data.dtype) if d_ax is not None else data  # scaled per example below
         if x_ax is None:
             y = _bind(op_self, weights, indices, indptr, x, shape=shape, transpose=transpose, dtype=dtype,
@@ -164,7 +179,11 @@ def _matmul_batching(vector_op, matrix_op, rank: int):
         y = y[None] if y_ax is None else jnp.moveaxis(y, 1, 0)
         acc = compute_dtype(dtype)
         scale = w.astype(acc).reshape((-1,) + (1,) * (y.ndim - 1))
-        return [(scale * y.astype(acc)).astype(dtype)], [0]
+        scaled = scale * y.astype(acc)
+        if event:  # y counts active synapses: none gives 0, whatever w_b holds
+            return [jnp.where(y != 0, scaled, 0).astype(dtype)], [0]
+        scaled = jnp.broadcast_to(scaled, (w.shape[0],) + scaled.shape[1:]).astype(dtype)
+        return [jax.lax.cond(jnp.all(jnp.isfinite(w)), lambda: scaled, lambda: loop()[0][0])], [0]
 
     return rule
 
@@ -227,8 +246,9 @@ csrmm_p = _define_matmul("evjax_csrmm", None, event=False)
 binary_csrmv_p = _define_matmul("evjax_binary_csrmv", csrmv_p, event=True)
 binary_csrmm_p = _define_matmul("evjax_binary_csrmm", csrmm_p, event=True)
 for _vector, _matrix in ((csrmv_p, csrmm_p), (binary_csrmv_p, binary_csrmm_p)):
-    _vector.def_batching_rule(_matmul_batching(_vector, _matrix, rank=1))
-    _matrix.def_batching_rule(_matmul_batching(_vector, _matrix, rank=2))
+    _event = _vector is binary_csrmv_p
+    _vector.def_batching_rule(_matmul_batching(_vector, _matrix, rank=1, event=_event))
+    _matrix.def_batching_rule(_matmul_batching(_vector, _matrix, rank=2, event=_event))
 
 
 # ===========================================================================
@@ -318,14 +338,18 @@ def binary_csrmm(data, indices, indptr, B, *, shape, workspace=None, transpose: 
 def csr_sddmm(indices, indptr, r, q, *, shape, dtype=None, backend: str | None = None) -> jax.Array:
     """Sampled dense-dense product on the CSR pattern: ``g[k] = <r[row k], q[indices[k]]>``.
 
-    The gradient of the CSR matmuls w.r.t. per-synapse weights.  Rows where
-    ``r`` is zero are skipped (their entries are written as 0), which makes the
-    gradient of the scatter orientation event-driven.
+    The gradient of the CSR matmuls w.r.t. per-synapse weights.  A bool
+    (event) operand selects: a term with an inactive event is 0 whatever the
+    other operand holds (nan and inf included), and where an operand is bool
+    the rows whose ``r`` is zero are skipped (their entries are 0), which makes
+    the gradient of the scatter orientation event-driven.  Two float operands
+    give the IEEE product on every row (``0 * inf`` is nan), as dense JAX does.
+    See ``docs/semantics.md``.
 
     Args:
         indices, indptr, shape: the CSR structure.
-        r: ``(n_rows,)`` or ``(n_rows, k)``; float or bool.
-        q: ``(n_cols,)`` or ``(n_cols, k)``; float or bool.
+        r: ``(n_rows,)`` or ``(n_rows, k)``; float or bool (events).
+        q: ``(n_cols,)`` or ``(n_cols, k)``; float or bool (events).
         dtype: the result dtype (default: promotion of the float operands).
         backend: as in :func:`csrmv`.
 
@@ -350,36 +374,53 @@ def _bind_sddmm(indices, indptr, r, q, *, shape, dtype, backend):
 
 
 def _sddmm_dense(indices, indptr, r, q, *, dtype, shape):
+    """g_k = <r[i_k], q[j_k]> term by term: ``_term`` selects by a bool operand, else IEEE product."""
     acc = compute_dtype(dtype)
     nnz = indices.shape[0]
     if nnz == 0 or min(shape) == 0:
         return jnp.zeros((nnz,), dtype)
     rows = row_ids(indptr, nnz)
     valid = (rows < shape[0]) & (indices >= 0) & (indices < shape[1])
-    rv = r.astype(acc)[jnp.clip(rows, 0, max(shape[0] - 1, 0))]
-    qv = q.astype(acc)[jnp.clip(indices, 0, max(shape[1] - 1, 0))]
-    g = rv * qv if r.ndim == 1 else jnp.sum(rv * qv, axis=-1)
+    as_acc = lambda a: a if a.dtype == jnp.bool_ else a.astype(acc)  # noqa: E731
+    rv = as_acc(r)[jnp.clip(rows, 0, max(shape[0] - 1, 0))]
+    qv = as_acc(q)[jnp.clip(indices, 0, max(shape[1] - 1, 0))]
+    terms = _term(rv, qv).astype(acc)
+    g = terms if r.ndim == 1 else jnp.sum(terms, axis=-1)
     return jnp.where(valid, g, 0).astype(dtype)
+
+
+def sddmm_mode(r_dtype, q_dtype) -> str:
+    """Which SDDMM kernel a backend runs: ``"r_events"`` (bool r: silent rows skipped, q selected),
+    ``"q_events"`` (bool q, float r: r selected) or ``"values"`` (IEEE product on every row)."""
+    if np.dtype(r_dtype) == np.bool_:
+        return "r_events"
+    return "q_events" if np.dtype(q_dtype) == np.bool_ else "values"
 
 
 def _sddmm_reference(indices, indptr, r, q, *, outs, shape):
     return [_sddmm_dense(indices, indptr, r, q, dtype=outs[0].dtype, shape=shape)]
 
 
+def _sddmm_operand_cotangent(cts, indices, indptr, other, *, dt, rank, shape, transpose, backend):
+    # the matmul of A(g_bar) with the other operand: a bool one selects (the binary op), a float one multiplies
+    event = other.dtype == jnp.bool_
+    op = {(1, False): csrmv_p, (2, False): csrmm_p, (1, True): binary_csrmv_p, (2, True): binary_csrmm_p}
+    return _bind(op[(rank, event)], cts[0].astype(dt), indices, indptr, other if event else other.astype(dt),
+                 shape=shape, transpose=transpose, dtype=dt, backend=backend)
+
+
 def _sddmm_r_cotangent(cts, indices, indptr, r, q, *, outs, shape, backend):
     # r_bar_i = sum_{k in row i} g_bar_k q_{j_k} = (A(g_bar) q)_i
-    dt = ad_rules.aval_of(r).dtype
-    op = csrmv_p if ad_rules.aval_of(r).ndim == 1 else csrmm_p
-    return _bind(op, cts[0].astype(dt), indices, indptr, q.astype(dt), shape=shape, transpose=False, dtype=dt,
-                 backend=backend)
+    aval = ad_rules.aval_of(r)
+    return _sddmm_operand_cotangent(cts, indices, indptr, q, dt=aval.dtype, rank=aval.ndim, shape=shape,
+                                    transpose=False, backend=backend)
 
 
 def _sddmm_q_cotangent(cts, indices, indptr, r, q, *, outs, shape, backend):
     # q_bar_j = sum_{k: j_k = j} g_bar_k r_{i_k} = (A(g_bar).T r)_j
-    dt = ad_rules.aval_of(q).dtype
-    op = csrmv_p if ad_rules.aval_of(q).ndim == 1 else csrmm_p
-    return _bind(op, cts[0].astype(dt), indices, indptr, r.astype(dt), shape=shape, transpose=True, dtype=dt,
-                 backend=backend)
+    aval = ad_rules.aval_of(q)
+    return _sddmm_operand_cotangent(cts, indices, indptr, r, dt=aval.dtype, rank=aval.ndim, shape=shape,
+                                    transpose=True, backend=backend)
 
 
 def _sddmm_batching(args, axes, *, outs, shape, backend):

@@ -16,9 +16,14 @@ Kernels, with ``W`` the ``(n_rows, n_cols)`` CSR matrix:
   per (row, column) (mm); silent events are skipped (event ops) and each
   synapse adds with ``wp.atomic_add`` into an in-out buffer of zeros.
 * the weight gradient ``csr_sddmm_p`` (``g[k] = <r[row k], q[indices[k]]>``):
-  one thread per row; a row whose ``r`` is zero (a silent neuron) is skipped,
-  so only the synapses of active rows are computed and the rest of ``g`` stays
-  the zeros XLA wrote into the in-out buffer.
+  one thread per row.  A bool (event) operand selects (``wp.where``, never a
+  multiply) and, with one, a row whose ``r`` is zero (a silent neuron) is
+  skipped, so only the synapses of active rows are computed and the rest of
+  ``g`` stays the zeros XLA wrote into the in-out buffer; two float operands
+  give the IEEE product on every row (:data:`SDDMM_MODES`).
+
+NaN and inf follow ``docs/semantics.md``: an event selects its weights, a value
+multiplies them (IEEE).
 
 Each kernel is a small factory of the Warp types of one dtype signature
 (:func:`_types`), selected by :data:`KERNELS` / :data:`SDDMM_KERNELS`; the
@@ -32,7 +37,7 @@ result is rounded back to the output dtype; events are passed as bool
 row spans are clamped to ``[0, nnz]`` and out-of-range columns ignored.  The
 eight forward kernels of one dtype signature live in one Warp module, so a
 signature compiles once (then loads from Warp's kernel cache in milliseconds);
-the two SDDMM kernels live in another, which forward-only use never compiles.
+the two SDDMM kernels of a mode live in another, which forward-only use never compiles.
 """
 # No `from __future__ import annotations`: Warp reads the kernels' annotations as objects.
 
@@ -244,33 +249,67 @@ def _ev_mm_scatter(t):
 # ---------------------------------------------------------------------------
 # SDDMM: g[k] = <r[row k], q[indices[k]]> (one thread per row; silent rows skipped)
 # ---------------------------------------------------------------------------
+def _sddmm_rules(t, mode: str):
+    """``visits(r_i)`` and ``term(r, q)`` of an SDDMM ``mode`` (see :data:`SDDMM_MODES`).
+
+    An event operand selects (``term`` is 0 for an inactive event, whatever the
+    other operand holds) and a row whose ``r`` is zero is skipped; two values
+    give the IEEE product on every row (``0 * inf`` is nan).
+    """
+    if mode == "r_events":  # r bool; q float (0/1 when it was bool too)
+        @wp.func(module=t.module)
+        def visits(r: wp.bool):
+            return r
+
+        @wp.func(module=t.module)
+        def term(r: wp.bool, q: t.F):
+            return wp.where(r, q, t.F(0))
+    elif mode == "q_events":  # r float, q bool
+        @wp.func(module=t.module)
+        def visits(r: t.F):
+            return r != t.F(0)
+
+        @wp.func(module=t.module)
+        def term(r: t.F, q: wp.bool):
+            return wp.where(q, r, t.F(0))
+    else:  # two values
+        @wp.func(module=t.module)
+        def visits(r: t.F):
+            return True
+
+        @wp.func(module=t.module)
+        def term(r: t.F, q: t.F):
+            return r * q
+    return visits, term
+
+
 def _sddmm_vec(t):
-    span = t.span
+    span, visits, term = t.span, t.visits, t.term
 
     @wp.kernel(**t.opts)
-    def sddmm_vec(indices: t.I1, indptr: t.P1, r: t.F1, q: t.F1, g: t.F1):
+    def sddmm_vec(indices: t.I1, indptr: t.P1, r: t.R1, q: t.Q1, g: t.F1):
         i = wp.tid()
         ri = r[i]
-        if ri != t.F(0):  # silent rows cost nothing: their entries keep the zeros
+        if visits(ri):  # skipped rows cost nothing: their entries keep the zeros
             a, b = span(indptr, i, indices.shape[0])
             for k in range(a, b):
                 col = int(indices[k])
                 if col >= 0 and col < q.shape[0]:
-                    g[k] = ri * q[col]
+                    g[k] = term(ri, q[col])
 
     return sddmm_vec
 
 
 def _sddmm_mat(t):
-    span = t.span
+    span, visits, term = t.span, t.visits, t.term
 
     @wp.kernel(**t.opts)
-    def sddmm_mat(indices: t.I1, indptr: t.P1, r: t.F2, q: t.F2, g: t.F1):
+    def sddmm_mat(indices: t.I1, indptr: t.P1, r: t.R2, q: t.Q2, g: t.F1):
         i = wp.tid()
         width = r.shape[1]
         active = int(0)
         for c in range(width):
-            if r[i, c] != t.F(0):
+            if visits(r[i, c]):
                 active += 1
         if active > 0:
             a, b = span(indptr, i, indices.shape[0])
@@ -279,7 +318,7 @@ def _sddmm_mat(t):
                 if col >= 0 and col < q.shape[0]:
                     acc = t.F(0)
                     for c in range(width):
-                        acc += r[i, c] * q[col, c]
+                        acc += term(r[i, c], q[col, c])
                     g[k] = acc
 
     return sddmm_mat
@@ -297,8 +336,9 @@ KERNELS = {
     ("mm", True, True): _ev_mm_scatter,
 }
 
-# rank of r and q -> SDDMM kernel factory
+# rank of r and q -> SDDMM kernel factory; each is built once per mode, in the mode's module
 SDDMM_KERNELS = {1: _sddmm_vec, 2: _sddmm_mat}
+SDDMM_MODES = ("values", "r_events", "q_events")
 
 
 @functools.lru_cache(maxsize=None)
@@ -319,16 +359,25 @@ def csr_kernels(compute_dt: str, index_dt: str, indptr_dt: str) -> dict:
 
 
 @functools.lru_cache(maxsize=None)
-def sddmm_kernels(compute_dt: str, index_dt: str, indptr_dt: str) -> dict:
-    """The two weight-gradient (SDDMM) Warp kernels of one dtype signature, in their own Warp module.
+def sddmm_kernels(compute_dt: str, index_dt: str, indptr_dt: str, mode: str = "values") -> dict:
+    """The two weight-gradient (SDDMM) Warp kernels of one dtype signature and mode, in their own Warp module.
 
     Args:
         compute_dt, index_dt, indptr_dt: as in :func:`csr_kernels`.
+        mode: ``"values"`` (float r and q), ``"r_events"`` (bool r) or
+            ``"q_events"`` (bool q, float r); see :func:`~evjax.primitives.csr.ops.sddmm_mode`.
 
     Returns:
         ``{rank: kernel}``: ``r`` and ``q`` vectors (1) or ``(rows, k)`` matrices (2).
     """
-    t = _types("evjax_csr_sddmm", compute_dt, index_dt, indptr_dt)
+    if mode not in SDDMM_MODES:
+        raise ValueError(f"sddmm_kernels: mode must be one of {SDDMM_MODES}, got {mode!r}")
+    prefix = "evjax_csr_sddmm" if mode == "values" else f"evjax_csr_sddmm_{mode}"
+    t = _types(prefix, compute_dt, index_dt, indptr_dt)
+    r_type, q_type = {"values": (t.F, t.F), "r_events": (wp.bool, t.F), "q_events": (t.F, wp.bool)}[mode]
+    t.R1, t.R2 = wp.array(dtype=r_type, ndim=1), wp.array(dtype=r_type, ndim=2)
+    t.Q1, t.Q2 = wp.array(dtype=q_type, ndim=1), wp.array(dtype=q_type, ndim=2)
+    t.visits, t.term = _sddmm_rules(t, mode)
     return {rank: factory(t) for rank, factory in SDDMM_KERNELS.items()}
 
 
@@ -406,20 +455,23 @@ def csr_sddmm_warp(outs, ins):
         ins: the operands' ``ShapeDtypeStruct``s (indices, indptr, r, q).
 
     Returns:
-        ``run(indices, indptr, r, q) -> [g]``; rows where ``r`` is zero are
-        skipped and their entries stay 0.
+        ``run(indices, indptr, r, q) -> [g]``; a bool operand selects, and where
+        one is bool the rows where ``r`` is zero are skipped (their entries stay 0).
     """
     out = outs[0]
-    index_in, indptr_in, r_in, _ = ins
+    index_in, indptr_in, r_in, q_in = ins
     dtype = compute_dtype(out.dtype)
+    mode = ops.sddmm_mode(r_in.dtype, q_in.dtype)
     with _lock:
-        kernel = sddmm_kernels(*_signature(dtype, index_in, indptr_in))[len(r_in.shape)]
+        kernel = sddmm_kernels(*_signature(dtype, index_in, indptr_in), mode)[len(r_in.shape)]
     n_rows, nnz = int(r_in.shape[0]), int(out.shape[0])
     call = warp_kernel(kernel, [], launch_dims=(n_rows,), in_out_argnames=("g",))
 
     def run(indices, indptr, r, q):
-        # events (bool) become 0/1
-        (g,) = call(indices, indptr, _as(r, dtype), _as(q, dtype), jnp.zeros((nnz,), dtype))
+        # bool stays bool where the mode selects by it; a bool q beside a bool r becomes 0/1
+        r = r if mode == "r_events" else _as(r, dtype)
+        q = q if mode == "q_events" else _as(q, dtype)
+        (g,) = call(indices, indptr, r, q, jnp.zeros((nnz,), dtype))
         return [_as(g, out.dtype)]
 
     return run

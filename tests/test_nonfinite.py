@@ -1,0 +1,323 @@
+"""NaN and inf through every CSR op and backend (docs/semantics.md), and the neuron ops.
+
+Two rules, checked against structural NumPy/SciPy oracles with nan positions equal:
+
+* event ops: an inactive event contributes nothing, whatever its weights hold;
+  an active one adds its weights as IEEE arithmetic does (a select, never
+  ``w * e``), in both orientations, forward and every gradient;
+* float ops: IEEE and structural like scipy: every stored entry contributes
+  ``w * x`` (a nan weight beside ``x = 0`` gives nan), a structural zero never
+  does (``x = inf`` with no stored entry in a row leaves that row finite).
+
+Backends: numba, warp (Warp's CPU device; skipped if warp is missing) and the
+reference.  The Numba CUDA kernels are checked in tests/cudasim/test_sim_csr.py.
+"""
+from __future__ import annotations
+
+import importlib.util
+import itertools
+from types import SimpleNamespace
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import evjax
+from evjax.primitives import csr, neuron
+from tests import doc_runner
+
+HAS_WARP = importlib.util.find_spec("warp") is not None
+BACKENDS = ("numba", "reference") + (("warp",) if HAS_WARP else ())
+nan, inf = np.nan, np.inf
+pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+
+if HAS_WARP:
+    import warp
+
+    warp.config.quiet = True
+
+
+def assert_same(got, want, err_msg=""):
+    """Equal up to rounding, nan exactly where the oracle has nan, infinities of the same sign."""
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=f"nan positions {err_msg}")
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=err_msg)
+
+
+def structure(rows, cols, shape):
+    rows, cols = np.asarray(rows), np.asarray(cols)
+    indptr = np.searchsorted(rows, np.arange(shape[0] + 1)).astype(np.int32)
+    return SimpleNamespace(rows=rows, cols=cols, indices=cols.astype(np.int32), indptr=indptr, shape=shape)
+
+
+# 6 x 5, row 3 empty, non-finite weights in distinct rows
+S = structure([0, 0, 1, 1, 1, 2, 4, 4, 5, 5], [0, 1, 1, 2, 4, 3, 0, 4, 2, 3], (6, 5))
+WEIGHTS = np.array([1.0, nan, 2.0, inf, 0.5, -inf, 3.0, nan, -1.0, 2.0], np.float32)
+HOMOGENEOUS = [np.array([w], np.float32) for w in (nan, inf, -inf, 1.5)]
+WEIGHT_CASES = [WEIGHTS] + HOMOGENEOUS
+WEIGHT_IDS = ["per-synapse", "nan", "inf", "-inf", "finite"]
+
+
+# ---------------------------------------------------------------------------
+# oracles
+# ---------------------------------------------------------------------------
+def synapse_weights(s, data):
+    return np.broadcast_to(np.asarray(data, np.float64), s.rows.shape)
+
+
+def event_oracle(s, data, x, transpose):
+    """y_out = sum of w over the synapses whose input event is active (np.where: selected, not multiplied)."""
+    src, dst = (s.rows, s.cols) if transpose else (s.cols, s.rows)
+    x = np.asarray(x)
+    x2 = (x if x.ndim == 2 else x[:, None]) != 0
+    w = synapse_weights(s, data)[:, None]
+    y = np.zeros((s.shape[1] if transpose else s.shape[0], x2.shape[1]))
+    np.add.at(y, dst, np.where(x2[src], w, 0.0))
+    return y if x.ndim == 2 else y[:, 0]
+
+
+def float_oracle(s, data, x, transpose):
+    """scipy.sparse: every stored entry adds w * x (IEEE), structural zeros add nothing."""
+    a = sp.csr_matrix((synapse_weights(s, data), s.indices, s.indptr), shape=s.shape)
+    return (a.T if transpose else a) @ np.asarray(x, np.float64)
+
+
+def oracle(event, data, x, transpose, s=S):
+    return event_oracle(s, data, x, transpose) if event else float_oracle(s, data, x, transpose)
+
+
+def sddmm_oracle(r, q, s=S):
+    """g_k = sum_c term(r[i_k, c], q[j_k, c]): a bool operand selects, two floats multiply (IEEE)."""
+    def term(a, b):
+        if a.dtype == np.bool_:
+            return np.where(a, b.astype(np.float64), 0.0)
+        if b.dtype == np.bool_:
+            return np.where(b, a.astype(np.float64), 0.0)
+        return a.astype(np.float64) * b.astype(np.float64)
+
+    r, q = np.asarray(r), np.asarray(q)
+    return np.array([np.sum(term(np.atleast_1d(r[i]), np.atleast_1d(q[j]))) for i, j in zip(s.rows, s.cols)])
+
+
+# ---------------------------------------------------------------------------
+# operands
+# ---------------------------------------------------------------------------
+def n_in(transpose):
+    return S.shape[0] if transpose else S.shape[1]
+
+
+def spikes(transpose, rank, as_float):
+    """Events: the first input silent (it carries a nan weight both ways), the second active;
+    float spikes are 0, 2.5 or inf (nonzero = spike)."""
+    rng = np.random.default_rng(3 + transpose + 2 * rank)
+    shape = (n_in(transpose),) if rank == 1 else (n_in(transpose), 3)
+    active = rng.random(shape) < 0.5
+    active[0], active[1] = False, True
+    if not as_float:
+        return active
+    return np.where(active, np.where(rng.random(shape) < 0.3, inf, 2.5), 0.0).astype(np.float32)
+
+
+def values(transpose, rank):
+    """Float operands: 0 beside nan weights, inf on an empty row (scatter) or where only
+    some rows store an entry (gather: column 3, rows 2 and 5)."""
+    if transpose:
+        v = np.array([0.0, 1.5, 0.0, inf, 2.0, -1.0], np.float32)
+    else:
+        v = np.array([2.0, 0.0, 1.0, inf, -3.0], np.float32)
+    return v if rank == 1 else np.stack([v, np.where(v == 0, 1.0, 0.0).astype(np.float32), np.ones_like(v)], 1)
+
+
+def operand(rank, event, transpose, float_spikes=False):
+    return spikes(transpose, rank, float_spikes) if event else values(transpose, rank)
+
+
+OPS = {(1, False): csr.csrmv, (2, False): csr.csrmm, (1, True): csr.binary_csrmv, (2, True): csr.binary_csrmm}
+MATMULS = list(itertools.product((1, 2), (True, False), (False, True)))  # rank, event, transpose
+MATMUL_IDS = [f"{'binary_' if e else ''}csrm{'v' if r == 1 else 'm'}-{'scatter' if t else 'gather'}"
+              for r, e, t in MATMULS]
+
+
+def matmul(rank, event, transpose, backend, s=S):
+    return lambda data, x: OPS[(rank, event)](data, s.indices, s.indptr, x, shape=s.shape, transpose=transpose,
+                                              backend=backend)
+
+
+# ---------------------------------------------------------------------------
+# the issue's examples
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_issue_examples(backend):
+    s = structure([0, 0, 1], [0, 1, 2], (2, 3))
+    data = np.array([1, nan, 2], np.float32)
+    W = evjax.CSR(data, s.indices, s.indptr, shape=s.shape)
+    gather_events, scatter_events = np.array([True, False, True]), np.array([False, True])
+    with evjax.use_backend(backend):
+        gather = W @ evjax.BinaryArray(gather_events)
+        scatter = evjax.BinaryArray(scatter_events) @ W
+    want_gather = event_oracle(s, data, gather_events, transpose=False)
+    want_scatter = event_oracle(s, data, scatter_events, transpose=True)
+    np.testing.assert_array_equal(want_gather, [1, 2])  # the oracle gives the issue's answers
+    np.testing.assert_array_equal(want_scatter, [0, 0, 2])
+    assert_same(gather, want_gather)
+    assert_same(scatter, want_scatter)
+
+    # the float scatter x @ W keeps a nan weight on a row where x == 0 (scipy's answer)
+    s2 = structure([0, 1, 1, 2], [0, 1, 2, 2], (3, 5))
+    w2 = np.array([nan, 2, 4, 4], np.float32)
+    x = np.array([0, 3, 6], np.float32)
+    want = float_oracle(s2, w2, x, transpose=True)
+    np.testing.assert_array_equal(want, [nan, 6, 36, 0, 0])
+    with evjax.use_backend(backend):
+        assert_same(x @ evjax.CSR(w2, s2.indices, s2.indptr, shape=s2.shape), want)
+        # and its weight gradient: 0 * inf is nan, not 0
+        ct = np.array([inf, 1, 1, 0, 0], np.float32)
+        _, vjp = jax.vjp(lambda w: x @ evjax.CSR(w, s2.indices, s2.indptr, shape=s2.shape), w2)
+        (g,) = vjp(ct)
+    assert_same(g, sddmm_oracle(x, ct, s2))
+    assert np.isnan(g[0])
+
+
+# ---------------------------------------------------------------------------
+# forward: every matmul, both orientations, per-synapse and homogeneous weights, bool and float spikes
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("rank, event, transpose", MATMULS, ids=MATMUL_IDS)
+def test_forward(rank, event, transpose, backend):
+    f = jax.jit(matmul(rank, event, transpose, backend))
+    for float_spikes in ((False, True) if event else (False,)):
+        x = operand(rank, event, transpose, float_spikes)
+        for data, name in zip(WEIGHT_CASES, WEIGHT_IDS):
+            assert_same(f(data, x), oracle(event, data, x, transpose), f"{name} weights, x={x.dtype}")
+
+
+# ---------------------------------------------------------------------------
+# gradients: w.r.t. the weights (cotangents with nan, inf and 0), w.r.t. float inputs, jvp
+# ---------------------------------------------------------------------------
+def cotangent(rank, transpose):
+    n_out = S.shape[1] if transpose else S.shape[0]
+    ct = np.array([inf, 0.0, nan, 1.0, -2.0, 0.5][:n_out], np.float32)
+    return ct if rank == 1 else np.stack([ct, ct[::-1].copy(), np.ones_like(ct)], axis=1)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("rank, event, transpose", MATMULS, ids=MATMUL_IDS)
+def test_weight_gradient(rank, event, transpose, backend):
+    # w_bar_k = term(ct_out, x_in): selected by an event (only active rows touched in the scatter),
+    # the IEEE product for a float input (0 * inf is nan)
+    f = matmul(rank, event, transpose, backend)
+    ct = cotangent(rank, transpose)
+    finite_ct = np.nan_to_num(ct, nan=0.5, posinf=3.0)
+    for float_spikes in ((False, True) if event else (False,)):
+        x = operand(rank, event, transpose, float_spikes)
+        x_oracle = np.asarray(x) != 0 if event else x  # float spikes are events: nonzero = spike
+        _, vjp = jax.vjp(lambda w: f(w, x), WEIGHTS)
+        (got,) = jax.jit(vjp)(ct)
+        assert_same(got, sddmm_oracle(*((x_oracle, ct) if transpose else (ct, x_oracle))), f"x {x.dtype}")
+        # homogeneous weights (nan/inf included), finite cotangents: the sum of the per-synapse gradients
+        want = np.sum(sddmm_oracle(*((x_oracle, finite_ct) if transpose else (finite_ct, x_oracle))))
+        for data in HOMOGENEOUS:
+            _, vjp = jax.vjp(lambda w: f(w, x), data)
+            (got,) = vjp(finite_ct)
+            assert_same(got, [want], f"homogeneous {data}, x {x.dtype}")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("rank, event, transpose", MATMULS, ids=MATMUL_IDS)
+def test_input_gradient_is_the_ieee_float_op(rank, event, transpose, backend):
+    # float ops: x_bar = A.T ct (or A ct); event ops given float spikes: the same (straight-through)
+    f = matmul(rank, event, transpose, backend)
+    x = operand(rank, event, transpose, float_spikes=True)
+    ct = np.nan_to_num(cotangent(rank, transpose), nan=0.0, posinf=0.0)  # zeros meet the nan weights
+    for data in (WEIGHTS, HOMOGENEOUS[0]):
+        _, vjp = jax.vjp(lambda v: f(data, v), x)
+        (got,) = vjp(ct)
+        assert_same(got, float_oracle(S, data, ct, transpose=not transpose), f"weights {data}")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("rank, event, transpose", MATMULS, ids=MATMUL_IDS)
+def test_jvp(rank, event, transpose, backend):
+    # dy = A(dw) x (events selected) + A(w) dx (float inputs; the float op for float spikes)
+    f = matmul(rank, event, transpose, backend)
+    x = operand(rank, event, transpose, float_spikes=event)
+    dw = np.where(np.arange(WEIGHTS.size) % 3 == 0, nan, 1.0).astype(np.float32)  # nan tangents on some synapses
+    dx = np.where(np.asarray(x) == 0, 1.0, 0.0).astype(np.float32)
+    _, tangent = jax.jit(lambda w, v, t_w, t_v: jax.jvp(f, (w, v), (t_w, t_v)))(WEIGHTS, x, dw, dx)
+    want = oracle(event, dw, x, transpose) + float_oracle(S, WEIGHTS, dx, transpose)
+    assert_same(tangent, want)
+
+
+# ---------------------------------------------------------------------------
+# vmap: batched spikes (the matrix op) and batched homogeneous weights (nan and inf in the batch)
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("event, transpose", [(True, True), (False, True), (True, False), (False, False)])
+def test_vmap(event, transpose, backend):
+    f = matmul(1, event, transpose, backend)
+    batch = np.asarray(operand(2, event, transpose)).T  # (batch, n_in)
+    got = jax.vmap(f, in_axes=(None, 0))(WEIGHTS, batch)
+    assert_same(got, np.stack([oracle(event, WEIGHTS, b, transpose) for b in batch]))
+    weights = np.stack(HOMOGENEOUS)  # (4, 1): nan, inf, -inf, 1.5
+    x = operand(1, event, transpose)
+    got = jax.jit(jax.vmap(f, in_axes=(0, None)))(weights, x)
+    assert_same(got, np.stack([oracle(event, w, x, transpose) for w in weights]))
+    finite = np.array([[1.5], [-2.0]], np.float32)  # the one-call path: w_b * op(1, x)
+    assert_same(jax.vmap(f, in_axes=(0, None))(finite, x), np.stack([oracle(event, w, x, transpose) for w in finite]))
+
+
+# ---------------------------------------------------------------------------
+# csr_sddmm: every combination of bool and float operands, vectors and matrices
+# ---------------------------------------------------------------------------
+def sddmm_operand(n, width, kind, seed):
+    rng = np.random.default_rng(seed)
+    shape = (n,) if width is None else (n, width)
+    if kind == "bool":
+        out = rng.random(shape) < 0.5
+        out[0] = False
+        out[1] = True
+        return out
+    v = rng.choice(np.array([0.0, 1.5, -2.0, nan, inf, -inf], np.float32), size=shape)
+    v[0] = 0  # a zero row of r beside non-finite q: 0 * inf is nan for two floats
+    return v
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("width", [None, 3])
+def test_sddmm(width, backend):
+    for r_kind, q_kind in itertools.product(("float", "bool"), repeat=2):
+        r = sddmm_operand(S.shape[0], width, r_kind, 1)
+        q = sddmm_operand(S.shape[1], width, q_kind, 2)
+        got = jax.jit(lambda r, q: csr.csr_sddmm(S.indices, S.indptr, r, q, shape=S.shape, dtype=jnp.float32,
+                                                 backend=backend))(r, q)
+        assert_same(got, sddmm_oracle(r, q), f"r {r_kind}, q {q_kind}")
+
+
+# ---------------------------------------------------------------------------
+# neuron ops: every backend equals the reference on nan and inf inputs
+# ---------------------------------------------------------------------------
+NEURON_INPUT = np.array([nan, inf, -inf, 0.0, 1.0, 2.0, -1.0, nan], np.float32)
+
+
+@pytest.mark.parametrize("backend", [b for b in BACKENDS if b != "reference"])
+def test_neuron_ops_agree_with_the_reference(backend):
+    v, i_ext = NEURON_INPUT, NEURON_INPUT[::-1].copy()
+    calls = {
+        "spike": lambda b: [neuron.spike(v, backend=b)],
+        "lif_step": lambda b: list(neuron.lif_step(v, i_ext, backend=b)),
+        "exp_trace": lambda b: [neuron.exp_trace(v, i_ext, 0.5, backend=b),
+                                neuron.exp_trace(v, i_ext, NEURON_INPUT[::2].repeat(2), backend=b)],
+        "detect_spikes": lambda b: list(neuron.detect_spikes(v, i_ext, NEURON_INPUT, backend=b)),
+    }
+    for name, run in calls.items():
+        for got, want in zip(run(backend), run("reference")):
+            np.testing.assert_array_equal(np.asarray(got), np.asarray(want), err_msg=name)
+
+
+# ---------------------------------------------------------------------------
+# the page that states the rules
+# ---------------------------------------------------------------------------
+def test_semantics_page_runs():
+    doc_runner.run_markdown("docs/semantics.md")
