@@ -192,6 +192,10 @@ def test_event_ops_float_spikes_straight_through(rank, transpose, backend):
 # ---------------------------------------------------------------------------
 # non-finite weights and inputs: IEEE on stored entries, selects for events
 # ---------------------------------------------------------------------------
+NONFINITE_WARNINGS = pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+
+
+@NONFINITE_WARNINGS
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("rank, event, transpose", OP_CASES, ids=OP_IDS)
 def test_matmul_nonfinite(rank, event, transpose, backend):
@@ -199,6 +203,7 @@ def test_matmul_nonfinite(rank, event, transpose, backend):
                   csr_args(rank=rank, transpose=transpose, event=event), skip=("nested_vmap",))()
 
 
+@NONFINITE_WARNINGS
 def test_structural_reference_follows_scipy_and_selects_events():
     """The reference itself: scipy's structural sums, and selected (not multiplied) event weights."""
     import scipy.sparse as sp

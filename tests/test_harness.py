@@ -230,6 +230,7 @@ def multiply_events(d, i, p, e, shape):  # the planted bug: w * e, so inf * 0 = 
     return jax.ops.segment_sum(d * e[rows].astype(d.dtype), i, num_segments=shape[1])
 
 
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
 def test_nonfinite_mode_catches_multiplied_events():
     rng = np.random.default_rng(2)
     indices, indptr = random_csr(rng, *SHAPE, 9)
