@@ -117,7 +117,17 @@ def check_vmap(spec: OpSpec, args: Sequence, seed: int = 3) -> None:
     runs = [_vmapped(spec, case, len(batch[1])) for case, batch in zip(cases, batches)]
 
     def make():
-        return lambda statics, dynamics: tuple(run(statics, d) for run, d in zip(runs, dynamics))
+        def all_cases(statics, dynamics):
+            results = []
+            for case, run, dynamic in zip(cases, runs, dynamics):
+                try:
+                    results.append(run(statics, dynamic))
+                except Exception as exc:
+                    exc.add_note(f"{spec.name}: while tracing jit(vmap) {case}")
+                    raise
+            return tuple(results)
+
+        return all_cases
 
     actual = spec.program(("vmap", cases), make)(statics, tuple(b[1] for b in batches))
     for case, got, want in zip(cases, actual, expected):
