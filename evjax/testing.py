@@ -1,168 +1,175 @@
-"""Property harness: check any op against a dense reference under every transform.
+"""Property harness: check an op against a reference under every transform, on a named backend.
 
-Describe the op with an :class:`OpSpec` (the op, a dense ``jax.numpy``
-reference with the same signature, which arguments are differentiable and
-which may be vmapped), then call :func:`check_all` on example arguments, or
-build a Hypothesis test with :func:`property_test`::
+Describe the op with an :class:`OpSpec` (the op, a ``jax.numpy`` reference
+with the same signature, the backend it asks for, which arguments are
+differentiable, static or batched, and how to draw a new valid batch element),
+then call :func:`check_all` on example arguments, or build a Hypothesis test
+with :func:`property_test`.  ``docs/testing.md`` shows a whole example.
 
-    spec = OpSpec(fn=my_op, reference=my_dense_ref, diff_argnums=(0, 1))
-    test_my_op = property_test(spec, my_args_strategy, max_examples=10)
+The checks, each on the backend the spec names:
 
-The checks: eager and jit forward, ``jax.jvp``, ``jax.vjp`` and ``jax.grad``,
-``jax.test_util.check_grads`` for smooth ops, ``jax.vmap`` over every argument
-with ``in_axes`` 0, 1 (where valid) and ``None``, nested vmap and
-``jit(grad(vmap))``.  Low-precision floats (float16/bfloat16) are upcast to
-float32 for the reference, so it is the op's accuracy that is measured.
+* ``backend``: the program binds the op with that backend and its compiled
+  form calls that backend's kernels (a backend whose library is missing is a
+  ``pytest.skip``, never a pass);
+* ``forward``: eager and ``jit``; dtypes and shapes first, then values;
+* ``jvp``, ``vjp`` (eager and ``jit``), ``jit(grad)``, and ``check_grads``
+  (finite differences) for smooth ops;
+* ``vmap``: each argument alone at ``in_axes`` 0, -1 and 1, every other one
+  ``None``; ``out_axes`` -1 and 1; all arguments at once through a dict
+  (a pytree ``in_axes``); nested vmap; ``jit(grad(vmap))``.  Batch elements
+  differ in every batched argument, integer structures included.
+
+Low-precision floats (float16/bfloat16) are upcast to float32 for the
+reference, so it is the op's accuracy that is measured; the op must still
+return the dtypes of the reference on the original dtypes (or ``out_dtype``).
+
+Non-finite mode (``OpSpec(nonfinite=True)``) puts NaN and infinities into the
+float arguments and requires the reference's NaN and infinities exactly.
+
+Hypothesis profiles: :func:`register_profiles` (called by the test suite's
+``conftest.py``) registers ``default`` (a few examples per test, random seeds)
+and ``thorough`` (hundreds), chosen with ``HYPOTHESIS_PROFILE``.
 """
 from __future__ import annotations
 
-import dataclasses
+import os
+import re
 from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .dtypes import LOW_PRECISION
+from . import registry
+from ._testing_core import (
+    OpSpec, assert_close, jvp_program, positions, reference_jvp, reference_vjp, tolerance, vjp_program,
+    with_primals,
+)
+from ._testing_data import NNZ, SIZES, csr_resampler, inject_nonfinite, random_csr, redraw
+from ._testing_vmap import VmapCase, check_jit_grad_vmap, check_nested_vmap, check_vmap, vmap_cases
 
 __all__ = [
-    "OpSpec",
-    "tolerance",
-    "assert_close",
-    "check_forward",
-    "check_jvp",
-    "check_vjp",
-    "check_grads_smooth",
-    "check_vmap",
-    "check_nested_vmap",
-    "check_jit_grad_vmap",
-    "check_all",
-    "property_test",
+    "OpSpec", "tolerance", "assert_close",
+    "check_backend", "require_backend", "check_forward", "check_jvp", "check_vjp", "check_grads_smooth",
+    "check_vmap", "check_nested_vmap", "check_jit_grad_vmap", "ALL_CHECKS", "check_all", "property_test",
+    "VmapCase", "vmap_cases", "redraw", "random_csr", "csr_resampler", "inject_nonfinite", "SIZES", "NNZ",
+    "BACKEND_TARGETS", "PROFILES", "register_profiles",
 ]
 
-_TOLERANCES = {
-    np.dtype(np.float64): (1e-9, 1e-9),
-    np.dtype(np.complex128): (1e-9, 1e-9),
-    np.dtype(np.float32): (2e-4, 2e-5),
-    np.dtype(np.complex64): (2e-4, 2e-5),
-    np.dtype(np.float16): (2e-2, 2e-3),
-    np.dtype(jnp.bfloat16): (4e-2, 8e-3),
+# the custom-call targets through which each built-in backend runs its kernels
+# (numba_cuda: its launch handlers on a GPU, a host callback in Numba's simulator)
+BACKEND_TARGETS = {
+    "numba_cuda": r"evjax_numba_cuda_launch|evjax_python_cuda|xla_ffi_python_cpu_callback",
+    "numba": r"evjax_numba_\w+",
+    "warp": r"evjax_warp_\w+",
 }
+_CUSTOM_CALL = re.compile(r"custom_call @([\w.$-]+)")
 
 
-def tolerance(dtype) -> tuple[float, float]:
-    """``(rtol, atol)`` for comparing results of ``dtype`` (atol scales with |ref|)."""
-    return _TOLERANCES.get(np.dtype(dtype), (0.0, 0.0))
+# ---------------------------------------------------------------------------
+# the backend statement
+# ---------------------------------------------------------------------------
+def require_backend(spec: OpSpec) -> None:
+    """``pytest.skip`` (with the reason) when the library of ``spec.backend`` is not installed."""
+    missing = None if spec.backend is None else registry.missing_library(spec.backend)
+    if missing is None:
+        return
+    reason = f"{spec.name}: backend {spec.backend!r} cannot run here: {missing}"
+    try:
+        import pytest
+    except ImportError:  # pragma: no cover - the harness is used from pytest
+        import unittest
+
+        raise unittest.SkipTest(reason) from None
+    pytest.skip(reason)
 
 
-def assert_close(actual, desired, *, what: str = "", rtol: float | None = None, atol: float | None = None):
-    """Compare pytrees of arrays with dtype-aware tolerances.
+def _bound_ops(jaxpr):
+    """``(primitive name, backend param)`` of every evjax op in ``jaxpr`` and its sub-jaxprs."""
+    for eqn in jaxpr.eqns:
+        if "outs" in eqn.params and "backend" in eqn.params:
+            yield eqn.primitive.name, eqn.params["backend"]
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, (tuple, list)) else (value,):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    yield from _bound_ops(inner)
 
-    ``atol`` is relative to the largest magnitude in ``desired`` (at least 1),
-    so sums of many terms are judged by their scale.
+
+def _target_backend(spec: OpSpec, target: str) -> str | None:
+    if spec.backend_target and re.fullmatch(spec.backend_target, target):
+        return spec.backend
+    return next((name for name, pattern in BACKEND_TARGETS.items() if re.fullmatch(pattern, target)), None)
+
+
+def check_backend(spec: OpSpec, args: Sequence, seed: int = 0) -> set[str]:
+    """Check that the op runs on ``spec.backend``; return the backends whose kernels the programs call.
+
+    Two signals: the backend each evjax op of the traced program is bound
+    with, and the custom calls of the lowered forward (and gradient)
+    program, which name the kernels that run.  With the reference, no kernel
+    of another backend may appear; with a kernel backend, one of its kernels
+    must (unless every output is empty, where a backend may skip the call).
     """
-    actual_leaves, actual_tree = jax.tree_util.tree_flatten(actual)
-    desired_leaves, desired_tree = jax.tree_util.tree_flatten(desired)
-    assert actual_tree == desired_tree, f"{what}: structure {actual_tree} != {desired_tree}"
-    for k, (a, d) in enumerate(zip(actual_leaves, desired_leaves)):
-        a, d = np.asarray(a), np.asarray(d)
-        assert a.shape == d.shape, f"{what}[{k}]: shape {a.shape} != reference {d.shape}"
-        if a.dtype == jax.dtypes.float0 or d.dtype == jax.dtypes.float0:
-            continue
-        r, t = tolerance(a.dtype)
-        r = r if rtol is None else rtol
-        t = t if atol is None else atol
-        a64, d64 = a.astype(np.complex128 if np.iscomplexobj(a) else np.float64), d.astype(
-            np.complex128 if np.iscomplexobj(d) else np.float64
+    if spec.backend is None:
+        return set()
+    require_backend(spec)
+    statics, dynamic = spec.split(args)
+    jaxpr = jax.make_jaxpr(lambda *d: spec.op(statics, d))(*dynamic)
+    bound = list(_bound_ops(jaxpr.jaxpr))
+    assert bound, f"{spec.name}: the program binds no evjax op, so backend {spec.backend!r} never ran"
+    wrong = sorted({f"{n} with backend={b!r}" for n, b in bound if isinstance(b, str) and b != spec.backend})
+    assert not wrong, f"{spec.name}: asked for backend {spec.backend!r}, but the program binds {', '.join(wrong)}"
+    texts = [spec.program("forward", lambda: spec.op).lower(statics, dynamic).as_text()]
+    outs = jax.tree_util.tree_leaves(jax.eval_shape(lambda *d: spec.op(statics, d), *dynamic))
+    if spec.diff_argnums:
+        cotangent = tuple(np.zeros(o.shape, o.dtype) for o in outs)
+        vjp = spec.program("vjp", lambda: vjp_program(spec.op, positions(spec)))
+        texts.append(vjp.lower(statics, dynamic, cotangent).as_text())
+    targets = {t for text in texts for t in _CUSTOM_CALL.findall(text)}
+    found = {b for b in (_target_backend(spec, t) for t in targets) if b is not None}
+    others = sorted(found - {spec.backend})
+    assert not others, (f"{spec.name}: asked for backend {spec.backend!r}, but the compiled program calls "
+                        f"kernels of {others} (custom calls: {sorted(targets)})")
+    knows_targets = spec.backend in BACKEND_TARGETS or spec.backend_target is not None
+    if knows_targets and spec.backend not in found and not any(0 in o.shape for o in outs):
+        raise AssertionError(
+            f"{spec.name}: asked for backend {spec.backend!r}, but the compiled program calls none of its "
+            f"kernels (custom calls: {sorted(targets) or 'none'}): the op fell back to something else"
         )
-        scale = max(1.0, float(np.max(np.abs(d64)))) if d64.size else 1.0
-        np.testing.assert_allclose(a64, d64, rtol=r, atol=t * scale, err_msg=f"{what}[{k}]")
-
-
-@dataclasses.dataclass
-class OpSpec:
-    """What the harness needs to know about an op.
-
-    Attributes:
-        fn: the op under test, ``fn(*args) -> array or tuple of arrays``.
-        reference: a dense reference with the same signature, written with
-            ``jax.numpy`` so that it can itself be differentiated and vmapped.
-        diff_argnums: the (float) arguments to differentiate.
-        vmap_argnums: the arguments to vmap over (default: all).
-        smooth: run ``jax.test_util.check_grads`` (finite differences).
-        perturb: ``perturb(argnum, value, k) -> variation k`` used to build
-            batches; by default floats are scaled and shifted, bools rolled and
-            integers repeated (so index structures stay valid).
-        batch_size: the vmapped size.
-        name: shown in failure messages.
-    """
-
-    fn: Callable
-    reference: Callable
-    diff_argnums: Sequence[int] = ()
-    vmap_argnums: Sequence[int] | None = None
-    smooth: bool = True
-    perturb: Callable | None = None
-    batch_size: int = 3
-    name: str = "op"
-    rtol: float | None = None
-    atol: float | None = None
-
-    @property
-    def jitted_reference(self) -> Callable:
-        """The reference under ``jax.jit`` (eager jnp would compile op by op)."""
-        if getattr(self, "_jitted_reference", None) is None:
-            self._jitted_reference = jax.jit(self.reference)
-        return self._jitted_reference
-
-    def close(self, actual, desired, what: str) -> None:
-        assert_close(actual, desired, what=f"{self.name}: {what}", rtol=self.rtol, atol=self.atol)
+    return found or {spec.backend}
 
 
 # ---------------------------------------------------------------------------
-# helpers
+# forward and derivatives
 # ---------------------------------------------------------------------------
-def _is_low_precision(x) -> bool:
-    return hasattr(x, "dtype") and np.dtype(x.dtype) in LOW_PRECISION
+def _random_like(rng: np.random.Generator, shape, dtype):
+    if not jnp.issubdtype(dtype, jnp.inexact):
+        return np.zeros(shape, jax.dtypes.float0)
+    return jnp.asarray(rng.standard_normal(shape), dtype)
 
 
-def _reference_call(spec: OpSpec, args):
-    upcast = [jnp.asarray(a, jnp.float32) if _is_low_precision(a) else a for a in args]
-    out = spec.jitted_reference(*upcast)
-    dtypes = jax.tree_util.tree_map(lambda o: o.dtype, jax.eval_shape(spec.fn, *args))
-    return jax.tree_util.tree_map(lambda o, dt: jnp.asarray(o).astype(dt), out, dtypes)
+def check_forward(spec: OpSpec, args: Sequence, seed: int = 0) -> None:
+    """Eager and jit forward against the reference."""
+    expected = spec.expected(args)
+    statics, dynamic = spec.split(args)
+    spec.close(spec.fn(*args), expected, "eager forward")
+    spec.close(spec.program("forward", lambda: spec.op)(statics, dynamic), expected, "jit forward")
 
 
-def _random_like(rng: np.random.Generator, x):
-    x = np.asarray(x)
-    return rng.standard_normal(x.shape).astype(x.dtype)
-
-
-def _default_perturb(argnum: int, value, k: int):
-    value = np.asarray(value)
-    if value.dtype == np.bool_:
-        return np.roll(value, k, axis=-1) if value.ndim else value
-    if np.issubdtype(value.dtype, np.inexact):
-        return (value * (1.0 + 0.25 * k) + 0.125 * k).astype(value.dtype)
-    return value
-
-
-def _make_batch(spec: OpSpec, argnum: int, value, axis: int):
-    perturb = spec.perturb or _default_perturb
-    stacked = np.stack([np.asarray(perturb(argnum, value, k)) for k in range(spec.batch_size)])
-    return jnp.asarray(np.moveaxis(stacked, 0, axis))
-
-
-def _close_over(fn, args, argnums):
-    """``g(*diff_args)`` that calls ``fn`` with the other arguments fixed."""
-
-    def g(*diff_args):
-        full = list(args)
-        for i, v in zip(argnums, diff_args):
-            full[i] = v
-        return fn(*full)
-
-    return g
+def check_jvp(spec: OpSpec, args: Sequence, seed: int = 1) -> None:
+    """``jax.jvp``, eager and under jit, against the reference's JVP."""
+    if not spec.diff_argnums:
+        return
+    rng = np.random.default_rng(seed)
+    statics, dynamic = spec.split(args)
+    pos = positions(spec)
+    tangents = tuple(_random_like(rng, dynamic[p].shape, dynamic[p].dtype) for p in pos)
+    expected = reference_jvp(spec, args, tangents)
+    eager = jax.jvp(with_primals(spec.op, statics, dynamic, pos), [dynamic[p] for p in pos], list(tangents))
+    spec.close(eager, expected, "jvp")
+    jitted = spec.program("jvp", lambda: jvp_program(spec.op, pos))(statics, dynamic, tangents)
+    spec.close(jitted, expected, "jit(jvp)")
 
 
 def _weighted_sum(out, weights):
@@ -170,153 +177,57 @@ def _weighted_sum(out, weights):
     return sum(jnp.sum(leaf.astype(jnp.float32) * w) for leaf, w in zip(leaves, weights))
 
 
-def _out_weights(spec, args, rng):
-    shapes = jax.tree_util.tree_leaves(jax.eval_shape(spec.fn, *args))
-    return [jnp.asarray(rng.standard_normal(s.shape), jnp.float32) for s in shapes]
+def _grad_program(spec: OpSpec) -> Callable:
+    pos = positions(spec)
+
+    def run(statics, dynamic, weights):
+        g = with_primals(spec.op, statics, dynamic, pos)
+        loss = lambda *p: _weighted_sum(g(*p), weights)  # noqa: E731
+        return jax.grad(loss, argnums=tuple(range(len(pos))))(*[dynamic[p] for p in pos])
+
+    return run
 
 
-# ---------------------------------------------------------------------------
-# checks
-# ---------------------------------------------------------------------------
-def check_forward(spec: OpSpec, args: Sequence) -> None:
-    """Eager and jit forward against the reference."""
-    expected = _reference_call(spec, args)
-    spec.close(spec.fn(*args), expected, "eager forward")
-    spec.close(jax.jit(spec.fn)(*args), expected, "jit forward")
-
-
-def check_jvp(spec: OpSpec, args: Sequence, seed: int = 0) -> None:
-    """``jax.jvp`` (eager and jit) against the reference's JVP."""
+def check_vjp(spec: OpSpec, args: Sequence, seed: int = 2) -> None:
+    """``jax.vjp`` (eager and under jit) and ``jit(grad)`` of a weighted sum, against the reference."""
     if not spec.diff_argnums:
         return
     rng = np.random.default_rng(seed)
-    primals = [jnp.asarray(args[i]) for i in spec.diff_argnums]
-    tangents = [jnp.asarray(_random_like(rng, p)) for p in primals]
-    f = _close_over(spec.fn, args, spec.diff_argnums)
-    r = _close_over(lambda *a: _reference_call(spec, a), args, spec.diff_argnums)
-    expected = jax.jvp(r, primals, tangents)
-    spec.close(jax.jvp(f, primals, tangents), expected, "jvp")
-    spec.close(jax.jit(lambda p, t: jax.jvp(f, p, t))(primals, tangents), expected, "jit(jvp)")
+    statics, dynamic = spec.split(args)
+    pos = positions(spec)
+    outs = jax.tree_util.tree_leaves(spec.expected(args))
+    cotangent = tuple(_random_like(rng, o.shape, o.dtype) for o in outs)
+    expected = tuple(reference_vjp(spec, args, cotangent))
+    out, pullback = jax.vjp(with_primals(spec.op, statics, dynamic, pos), *[dynamic[p] for p in pos])
+    treedef = jax.tree_util.tree_structure(out)
+    spec.close(tuple(pullback(jax.tree_util.tree_unflatten(treedef, list(cotangent)))), expected, "vjp")
+    jitted = spec.program("vjp", lambda: vjp_program(spec.op, pos))(statics, dynamic, cotangent)
+    spec.close(tuple(jitted), expected, "jit(vjp)")
+    weights = tuple(jnp.asarray(rng.standard_normal(o.shape), jnp.float32) for o in outs)
+    expected = reference_vjp(spec, args, tuple(w.astype(o.dtype) for w, o in zip(weights, outs)))
+    actual = spec.program("grad", lambda: _grad_program(spec))(statics, dynamic, weights)
+    spec.close(tuple(actual), tuple(expected), "jit(grad)")
 
 
-def check_vjp(spec: OpSpec, args: Sequence, seed: int = 1) -> None:
-    """``jax.vjp`` and ``jax.jit(jax.grad)`` against the reference."""
-    if not spec.diff_argnums:
-        return
-    rng = np.random.default_rng(seed)
-    primals = [jnp.asarray(args[i]) for i in spec.diff_argnums]
-    f = _close_over(spec.fn, args, spec.diff_argnums)
-    r = _close_over(lambda *a: _reference_call(spec, a), args, spec.diff_argnums)
-    out, f_vjp = jax.vjp(f, *primals)
-    _, r_vjp = jax.vjp(r, *primals)
-    cotangent = jax.tree_util.tree_map(lambda o: jnp.asarray(_random_like(rng, o)), out)
-    spec.close(f_vjp(cotangent), r_vjp(cotangent), "vjp")
-    weights = _out_weights(spec, args, rng)
-    argnums = tuple(range(len(primals)))
-    grad_f = jax.jit(jax.grad(lambda *p: _weighted_sum(f(*p), weights), argnums=argnums))
-    grad_r = jax.grad(lambda *p: _weighted_sum(r(*p), weights), argnums=argnums)
-    spec.close(grad_f(*primals), grad_r(*primals), "jit(grad)")
-
-
-def check_grads_smooth(spec: OpSpec, args: Sequence) -> None:
-    """Finite-difference check of first-order forward and reverse derivatives."""
-    if not (spec.smooth and spec.diff_argnums):
+def check_grads_smooth(spec: OpSpec, args: Sequence, seed: int = 0) -> None:
+    """Finite-difference check of first-order forward and reverse derivatives (float32/64 only)."""
+    if not (spec.smooth and spec.diff_argnums) or spec.nonfinite:
         return
     from jax.test_util import check_grads
 
-    primals = [jnp.asarray(args[i]) for i in spec.diff_argnums]
-    if any(_is_low_precision(p) for p in primals):
+    statics, dynamic = spec.split(args)
+    pos = positions(spec)
+    primals = [dynamic[p] for p in pos]
+    if any(np.dtype(p.dtype) not in (np.dtype(np.float32), np.dtype(np.float64)) for p in primals):
         return
-    f = _close_over(spec.fn, args, spec.diff_argnums)
     wide = any(np.dtype(p.dtype) == np.float64 for p in primals)
     tol = 1e-5 if wide else 5e-2
-    check_grads(f, primals, order=1, modes=("fwd", "rev"), atol=tol, rtol=tol, eps=1e-3 if not wide else 1e-6)
-
-
-def _vmap_cases(spec: OpSpec, args):
-    argnums = range(len(args)) if spec.vmap_argnums is None else spec.vmap_argnums
-    for i in argnums:
-        for axis in (0, 1):
-            if axis > np.ndim(args[i]):
-                continue
-            in_axes = [None] * len(args)
-            in_axes[i] = axis
-            batched = list(args)
-            batched[i] = _make_batch(spec, i, args[i], axis)
-            yield tuple(in_axes), batched
-
-
-def check_vmap(spec: OpSpec, args: Sequence) -> None:
-    """vmap over each argument (in_axes 0 and 1; None elsewhere) and over all at once."""
-    ref = lambda *a: _reference_call(spec, a)  # noqa: E731
-    for case, (in_axes, batched) in enumerate(_vmap_cases(spec, args)):
-        expected = jax.jit(jax.vmap(ref, in_axes=in_axes))(*batched)
-        spec.close(
-            jax.jit(jax.vmap(spec.fn, in_axes=in_axes))(*batched), expected, f"jit(vmap) in_axes={in_axes}"
-        )
-        if case == 0:  # eager once: the same rules, without jit
-            spec.close(jax.vmap(spec.fn, in_axes=in_axes)(*batched), expected, f"vmap in_axes={in_axes}")
-    argnums = list(range(len(args)) if spec.vmap_argnums is None else spec.vmap_argnums)
-    if len(argnums) > 1:
-        in_axes = [None] * len(args)
-        batched = list(args)
-        for i in argnums:
-            in_axes[i] = 0
-            batched[i] = _make_batch(spec, i, args[i], 0)
-        expected = jax.jit(jax.vmap(ref, in_axes=in_axes))(*batched)
-        spec.close(jax.jit(jax.vmap(spec.fn, in_axes=in_axes))(*batched), expected, "vmap over all batched args")
-
-
-def check_nested_vmap(spec: OpSpec, args: Sequence) -> None:
-    """vmap of vmap: the outer over one argument, the inner over another (or the same)."""
-    argnums = list(range(len(args)) if spec.vmap_argnums is None else spec.vmap_argnums)
-    if not argnums:
-        return
-    outer, inner = argnums[0], argnums[-1]
-    batched = list(args)
-    inner_axes = [None] * len(args)
-    outer_axes = [None] * len(args)
-    inner_axes[inner] = 0
-    batched[inner] = _make_batch(spec, inner, args[inner], 0)
-    outer_axes[outer] = 0
-    batched[outer] = _make_batch(spec, outer, batched[outer], 0)
-    ref = lambda *a: _reference_call(spec, a)  # noqa: E731
-    expected = jax.jit(jax.vmap(jax.vmap(ref, in_axes=inner_axes), in_axes=outer_axes))(*batched)
-    actual = jax.vmap(jax.vmap(spec.fn, in_axes=inner_axes), in_axes=outer_axes)(*batched)
-    spec.close(actual, expected, f"nested vmap (outer arg {outer}, inner arg {inner})")
-
-
-def check_jit_grad_vmap(spec: OpSpec, args: Sequence, seed: int = 2) -> None:
-    """``jit(grad(sum of vmap(op)))`` against the reference."""
-    if not spec.diff_argnums:
-        return
-    argnums = list(range(len(args)) if spec.vmap_argnums is None else spec.vmap_argnums)
-    if not argnums:
-        return
-    rng = np.random.default_rng(seed)
-    v = argnums[-1]
-    in_axes = [None] * len(args)
-    in_axes[v] = 0
-    batched = list(args)
-    batched[v] = _make_batch(spec, v, args[v], 0)
-    d = spec.diff_argnums[0]
-    ref = lambda *a: _reference_call(spec, a)  # noqa: E731
-    out_shapes = jax.tree_util.tree_leaves(jax.eval_shape(jax.vmap(spec.fn, in_axes=in_axes), *batched))
-    weights = [jnp.asarray(rng.standard_normal(s.shape), jnp.float32) for s in out_shapes]
-
-    def loss(fn):
-        def value(x):
-            full = list(batched)
-            full[d] = x
-            return _weighted_sum(jax.vmap(fn, in_axes=in_axes)(*full), weights)
-
-        return value
-
-    x = jnp.asarray(batched[d])
-    spec.close(jax.jit(jax.grad(loss(spec.fn)))(x), jax.jit(jax.grad(loss(ref)))(x), "jit(grad(vmap))")
+    check_grads(with_primals(spec.op, statics, dynamic, pos), primals, order=1, modes=("fwd", "rev"),
+                atol=tol, rtol=tol, eps=1e-6 if wide else 1e-3)
 
 
 ALL_CHECKS = {
+    "backend": check_backend,
     "forward": check_forward,
     "jvp": check_jvp,
     "vjp": check_vjp,
@@ -327,43 +238,117 @@ ALL_CHECKS = {
 }
 
 
-def check_all(spec: OpSpec, args: Sequence, *, skip: Sequence[str] = ()) -> None:
-    """Run every check (minus ``skip``) on one set of arguments."""
-    unknown = set(skip) - set(ALL_CHECKS)
-    if unknown:
-        raise ValueError(f"unknown checks {sorted(unknown)}; known: {sorted(ALL_CHECKS)}")
-    for name, check in ALL_CHECKS.items():
-        if name not in skip:
-            check(spec, args)
-
-
-def property_test(
-    spec: OpSpec,
-    args_strategy: Any,
-    *,
-    max_examples: int = 10,
-    skip: Sequence[str] = (),
-) -> Callable[[], None]:
-    """A Hypothesis test running :func:`check_all` on drawn arguments.
+def check_all(spec: OpSpec, args: Sequence, *, skip: Sequence[str] = (), seed: int = 0) -> None:
+    """Run every check (minus ``skip``) on one set of arguments.
 
     Args:
         spec: the op description.
-        args_strategy: a Hypothesis strategy producing a tuple of arguments.
-        max_examples: how many examples Hypothesis draws (keep it small: each
-            new shape may compile).
+        args: one example, a tuple of the op's arguments.
+        skip: names of checks to leave out (keys of ``ALL_CHECKS``).
+        seed: seeds the tangents, cotangents, batch elements and (non-finite
+            mode) where NaN and infinities go.
+
+    Raises:
+        AssertionError: a check failed; the message names the op and the check.
+        ValueError: an unknown check name, or a batch over an integer argument
+            the spec cannot redraw (give it ``resample``).
+    """
+    unknown = set(skip) - set(ALL_CHECKS)
+    if unknown:
+        raise ValueError(f"unknown checks {sorted(unknown)}; known: {sorted(ALL_CHECKS)}")
+    require_backend(spec)
+    args = tuple(args)
+    if spec.nonfinite:
+        args = spec.with_nonfinite(np.random.default_rng(seed), args, spec.nonfinite_targets(args))
+    for offset, (name, check) in enumerate(ALL_CHECKS.items()):
+        if name not in skip:
+            check(spec, args, seed=seed + offset)
+
+
+# ---------------------------------------------------------------------------
+# Hypothesis
+# ---------------------------------------------------------------------------
+PROFILES = {"default": 5, "thorough": 300}  # examples per test
+
+
+def register_profiles(name: str | None = None) -> str:
+    """Register the Hypothesis profiles ``default`` and ``thorough`` and load one.
+
+    ``default`` (CI): a few examples per test, a fresh random seed each run
+    (a real search; a failure prints the blob that replays it).  ``thorough``:
+    hundreds of examples per test.  Both: no deadline (compiles are slow).
+
+    Args:
+        name: the profile to load (default: ``$HYPOTHESIS_PROFILE``, else ``default``).
+
+    Returns:
+        The loaded profile's name.
+    """
+    from hypothesis import HealthCheck, settings
+
+    common = dict(deadline=None, print_blob=True, derandomize=False,
+                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    for profile, examples in PROFILES.items():
+        settings.register_profile(profile, max_examples=examples, **common)
+    name = name or os.environ.get("HYPOTHESIS_PROFILE") or "default"
+    if name not in PROFILES:
+        raise ValueError(f"unknown Hypothesis profile {name!r}: HYPOTHESIS_PROFILE must be one of {list(PROFILES)}")
+    settings.load_profile(name)
+    return name
+
+
+def property_test(spec: OpSpec | Callable[[str], OpSpec], args_strategy: Any, *,
+                  backends: Sequence[str] | None = None, skip: Sequence[str] = (),
+                  max_examples: int | None = None) -> Callable[..., None]:
+    """A pytest test that runs :func:`check_all` on examples Hypothesis draws.
+
+    Args:
+        spec: the op description, or (with ``backends``) a function
+            ``backend -> OpSpec``, called once per backend and test.
+        args_strategy: a Hypothesis strategy of argument tuples.
+        backends: make one test per backend (``pytest.mark.parametrize``;
+            the test id names the backend).
         skip: names of checks to leave out (see ``ALL_CHECKS``).
+        max_examples: override the loaded profile's count (avoid: the
+            profile is how CI and thorough runs differ).
+
+    The batch seed is drawn too, so Hypothesis searches and replays the
+    batch elements and the non-finite positions with the arguments.
     """
     from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
 
-    @settings(
-        max_examples=max_examples,
-        deadline=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-        derandomize=True,
-    )
-    @given(args_strategy)
-    def test(args):
-        check_all(spec, args, skip=skip)
+    def run(one: OpSpec) -> None:
+        require_backend(one)
+        extra = {} if max_examples is None else {"max_examples": max_examples}
 
-    test.__name__ = f"test_{spec.name}_properties"
-    return test
+        @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large], **extra)
+        @given(args=args_strategy, seed=st.integers(0, 2**32 - 1))
+        def examples(args, seed):
+            check_all(one, args, skip=skip, seed=seed)
+
+        examples()
+
+    if backends is None:
+        if not isinstance(spec, OpSpec):
+            raise TypeError("property_test: pass an OpSpec, or a function backend -> OpSpec with backends=[...]")
+
+        def test_properties():
+            run(spec)
+
+        test_properties.__name__ = f"test_{spec.name}_properties"
+        return test_properties
+
+    import pytest
+
+    if isinstance(spec, OpSpec):
+        raise TypeError("property_test: with backends=, pass a function backend -> OpSpec, not an OpSpec")
+    built: dict[str, OpSpec] = {}
+
+    @pytest.mark.parametrize("backend", list(backends))
+    def test_properties(backend):
+        if backend not in built:
+            built[backend] = spec(backend)
+        run(built[backend])
+
+    return test_properties

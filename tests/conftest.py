@@ -10,6 +10,12 @@ if not os.environ.get("EVJAX_TEST_FULL_OPT"):
 
 import pytest  # noqa: E402
 
+from evjax.testing import register_profiles  # noqa: E402
+
+# Hypothesis: HYPOTHESIS_PROFILE=default (CI, the default: a few examples per test,
+# random seeds) or thorough (hundreds of examples per test); see evjax.testing.
+HYPOTHESIS_PROFILE = register_profiles()
+
 
 def _has_cuda_gpu() -> bool:
     try:

@@ -1,8 +1,21 @@
-"""CSR operators under every transform, against dense references (evjax.testing harness).
+"""CSR operators under every transform, on every CPU backend, against structural references.
 
-Random structures include empty rows, nnz 0, size-0/1 dimensions, duplicate
-columns in a row (summed), no spikes and all spikes, homogeneous and
-per-synapse weights.  Sizes are tiny: each new shape compiles.
+Every op x orientation x backend (numba, warp on Warp's CPU device, the
+reference) goes through the property harness (evjax.testing): eager, jit, jvp,
+vjp, grad, finite differences, vmap over every argument (index structures
+that differ per batch element included), nested vmap and jit(grad(vmap)).
+Structures come from small size buckets (0, 1, 2, 5 rows/columns; nnz 0, 1,
+4, 9) so that most examples reuse compiled programs; they include empty rows,
+nnz 0, size-0/1 dimensions, duplicate columns in a row (summed), no spikes and
+all spikes, homogeneous and per-synapse weights.
+
+The references are structural, like scipy: y_i = sum over the stored entries
+k of row i of w_k x_{j_k}; a structural zero never meets x (so x_j = inf
+without a stored entry in row i leaves y_i finite), and a stored weight meets
+x by IEEE arithmetic.  Event ops select: an inactive event contributes nothing
+whatever its weight holds (where(e, w, 0), never w * e).  The non-finite tests
+put NaN and infinities into weights and inputs and hold every backend to
+these rules, forward and every gradient.
 """
 from __future__ import annotations
 
@@ -10,20 +23,102 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck
 from hypothesis import strategies as st
 
 import evjax
 from evjax.primitives import csr
 from evjax.primitives.csr import numba as csr_numba
-from evjax.testing import OpSpec, check_all
+from evjax.testing import NNZ, SIZES, OpSpec, check_all, csr_resampler, property_test, random_csr
 
-BACKENDS = ("numba", "reference")
+BACKENDS = ("numba", "warp", "reference")
+OPS = {(1, False): evjax.csrmv, (2, False): evjax.csrmm, (1, True): evjax.binary_csrmv, (2, True): evjax.binary_csrmm}
+# kept for tests/test_warp_csr.py, which runs its own fixed-count Hypothesis tests
 SETTINGS = dict(deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 
 
 # ---------------------------------------------------------------------------
-# structures and dense references
+# structural references (jax.numpy: differentiable, vmappable)
+# ---------------------------------------------------------------------------
+def row_of_entries(indptr, nnz: int):
+    """Row of each stored entry: row[k] = #{i >= 1 : indptr[i] <= k}."""
+    return jnp.sum(jnp.arange(nnz)[:, None] >= indptr[None, 1:], axis=1)
+
+
+@jax.custom_jvp
+def _float_event_terms(w, s):
+    # forward: w where the spike is nonzero, else 0 (select: an inactive spike never meets w)
+    return jnp.where(s != 0, w, jnp.zeros_like(w))
+
+
+@_float_event_terms.defjvp
+def _float_event_terms_jvp(primals, tangents):
+    # d/dw: the same select; d/ds: straight-through, as if the term were w * s
+    w, s = primals
+    dw, ds = tangents
+    out = _float_event_terms(w, s)
+    return out, jnp.where(s != 0, dw, jnp.zeros_like(dw)) + (w * ds).astype(out.dtype)
+
+
+def structural_matmul(data, indices, indptr, x, shape, transpose: bool, event: bool):
+    """y = A x (or A.T x) summed over the stored entries only; events select their weights."""
+    nnz = indices.shape[0]
+    w = jnp.broadcast_to(data, (nnz,)) if data.shape[0] != nnz else data
+    rows = row_of_entries(indptr, nnz)
+    src, dst, n_out = (indices, rows, shape[0]) if not transpose else (rows, indices, shape[1])
+    xs = x[src]  # the operand entry each stored weight meets
+    w = w[:, None] if x.ndim == 2 else w
+    if not event:
+        terms = w * xs
+    elif x.dtype == jnp.bool_:
+        terms = jnp.where(xs, w, jnp.zeros_like(w))
+    else:
+        terms = _float_event_terms(jnp.broadcast_to(w, xs.shape), xs)
+    return jax.ops.segment_sum(terms, dst, num_segments=n_out)
+
+
+def reference(shape, transpose, event):
+    """The structural reference of one op as a function of (data, indices, indptr, x)."""
+    return lambda d, i, p, x: structural_matmul(d, i, p, x, shape, transpose, event)
+
+
+def op_fn(rank, event, shape, transpose, backend):
+    """The op as a function of (data, indices, indptr, x)."""
+    fn = OPS[(rank, event)]
+    return lambda d, i, p, x: fn(d, i, p, x, shape=shape, transpose=transpose, backend=backend)
+
+
+def keep_spikes(argnum, value, k):
+    """Batch element k for OpSpec(perturb=...): spikes rolled (still 0/1), floats scaled and shifted."""
+    value = np.asarray(value)
+    if argnum == 3:
+        return np.roll(value, k, axis=0)
+    return (value * (1.0 + 0.25 * k) + 0.125 * k).astype(value.dtype)
+
+
+def op_name(rank, event, transpose, backend):
+    return f"{'binary_' if event else ''}csrm{'v' if rank == 1 else 'm'}(T={transpose},{backend})"
+
+
+def matmul_spec(rank, event, transpose, backend, *, float_spikes=False, nonfinite=False):
+    """The harness's description of one op; arguments (data, indices, indptr, x, shape)."""
+    fn = OPS[(rank, event)]
+    return OpSpec(
+        fn=lambda d, i, p, x, shape: fn(d, i, p, x, shape=shape, transpose=transpose, backend=backend),
+        reference=lambda d, i, p, x, shape: structural_matmul(d, i, p, x, shape, transpose, event),
+        diff_argnums=(0, 3) if (not event or float_spikes) else (0,),
+        static_argnums=(4,),
+        backend=backend,
+        resample=csr_resampler(indices=1, indptr=2, shape=4),
+        smooth=not event,  # finite differences of a step function are meaningless
+        nonfinite=nonfinite,
+        batch_size=2,
+        name=op_name(rank, event, transpose, backend) + (" nonfinite" if nonfinite else ""),
+    )
+
+
+# ---------------------------------------------------------------------------
+# strategies
 # ---------------------------------------------------------------------------
 def random_structure(rng, n_rows, n_cols, *, index_dtype=np.int32):
     """Rows of 0..n_cols+1 entries (empty rows and duplicate columns happen)."""
@@ -36,144 +131,113 @@ def random_structure(rng, n_rows, n_cols, *, index_dtype=np.int32):
 
 
 def dense_matrix(data, indices, indptr, shape):
-    """Dense A in jax.numpy (vmappable); duplicates summed.  Row of entry k = #{i >= 1: indptr[i] <= k}."""
+    """Dense A in jax.numpy; duplicates summed."""
     nnz = indices.shape[0]
-    rows = jnp.sum(jnp.arange(nnz)[:, None] >= indptr[None, 1:], axis=1)
     w = jnp.broadcast_to(data, (nnz,)) if data.shape[0] != nnz else data
-    return jnp.zeros(shape, w.dtype).at[rows, indices].add(w)
-
-
-def reference(shape, transpose, event):
-    def ref(data, indices, indptr, x):
-        a = dense_matrix(data, indices, indptr, shape)
-        a = a.T if transpose else a
-        if event:  # forward on 1[x != 0], straight-through derivative w.r.t. float x
-            ones = (x != 0).astype(a.dtype)
-            x = ones if x.dtype == jnp.bool_ else x + jax.lax.stop_gradient(ones - x)
-        return a @ x.astype(a.dtype)
-
-    return ref
-
-
-def op_fn(rank, event, shape, transpose, backend):
-    fn = {(1, False): evjax.csrmv, (2, False): evjax.csrmm, (1, True): evjax.binary_csrmv,
-          (2, True): evjax.binary_csrmm}[(rank, event)]
-    return lambda d, i, p, x: fn(d, i, p, x, shape=shape, transpose=transpose, backend=backend)
-
-
-def keep_spikes(argnum, value, k):
-    """Batch perturbation that keeps events 0/1 (the harness default scales floats)."""
-    value = np.asarray(value)
-    if argnum == 3:
-        return np.roll(value, k, axis=0)
-    if np.issubdtype(value.dtype, np.inexact):
-        return (value * (1.0 + 0.25 * k) + 0.125 * k).astype(value.dtype)
-    return value
+    return jnp.zeros(shape, w.dtype).at[row_of_entries(indptr, nnz), indices].add(w)
 
 
 @st.composite
 def cases(draw, *, rank, transpose, event, dtype=np.float32, index_dtype=np.int32, float_spikes=False):
-    n_rows, n_cols = draw(st.integers(0, 5)), draw(st.integers(0, 5))
-    rng = np.random.default_rng(draw(st.integers(0, 2**31 - 1)))
-    indices, indptr = random_structure(rng, n_rows, n_cols, index_dtype=index_dtype)
-    nnz = indices.shape[0]
+    """``(shape, (data, indices, indptr, x))`` from the size buckets."""
+    n_rows, n_cols, nnz = draw(st.sampled_from(SIZES)), draw(st.sampled_from(SIZES)), draw(st.sampled_from(NNZ))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    indices, indptr = random_csr(rng, n_rows, n_cols, nnz, index_dtype=index_dtype)
     homogeneous = draw(st.booleans())
-    data = (rng.uniform(0.5, 1.5, 1 if homogeneous else nnz) * rng.choice([-1.0, 1.0])).astype(dtype)
+    data = (rng.uniform(0.5, 1.5, 1 if homogeneous else indices.shape[0]) * rng.choice([-1.0, 1.0])).astype(dtype)
     n_in = n_cols if not transpose else n_rows
-    x_shape = (n_in,) if rank == 1 else (n_in, draw(st.integers(1, 3)))
+    x_shape = (n_in,) if rank == 1 else (n_in, draw(st.sampled_from([1, 3])))
     if event:
         rate = draw(st.sampled_from([0.0, 0.4, 1.0]))  # no spikes, some, all
         x = rng.random(x_shape) < rate
-        if float_spikes:
-            x = x.astype(dtype)
+        x = x.astype(dtype) * rng.uniform(0.5, 2.0, x_shape).astype(dtype) if float_spikes else x
     else:
         x = rng.standard_normal(x_shape).astype(dtype)
     return (n_rows, n_cols), (data, indices, indptr, x)
 
 
+def csr_args(**kwargs):
+    """Argument tuples (data, indices, indptr, x, shape) for :func:`matmul_spec`."""
+    return cases(**kwargs).map(lambda case: (*case[1], case[0]))
+
+
 def run_case(case, *, rank, transpose, event, backend, float_spikes=False, skip=()):
+    """One ``cases`` example through every check of the harness."""
     shape, args = case
-    diff = (0, 3) if (not event or float_spikes) else (0,)
-    spec = OpSpec(
-        fn=op_fn(rank, event, shape, transpose, backend),
-        reference=reference(shape, transpose, event),
-        diff_argnums=diff,
-        smooth=not event,  # finite differences of a step function are meaningless
-        perturb=keep_spikes if event else None,
-        batch_size=2,
-        name=f"{'binary_' if event else ''}csrm{'v' if rank == 1 else 'm'}(T={transpose},{backend})",
-    )
-    check_all(spec, args, skip=skip)
+    check_all(matmul_spec(rank, event, transpose, backend, float_spikes=float_spikes), (*args, shape), skip=skip)
 
 
 # ---------------------------------------------------------------------------
 # float32, every op x orientation x backend
 # ---------------------------------------------------------------------------
-# The pure-JAX reference is checked on fewer examples and transforms: it is
-# plain jax.numpy, and the tests' time goes to compiling each transform.
-REFERENCE_SKIP = ("check_grads", "nested_vmap", "jit_grad_vmap")
-
-
-def examples(backend):
-    return (2, ()) if backend == "numba" else (1, REFERENCE_SKIP)
+OP_CASES = [(rank, event, transpose) for event in (False, True) for rank in (1, 2) for transpose in (False, True)]
+OP_IDS = [f"{OPS[(r, e)].__name__}-{'scatter' if t else 'gather'}" for r, e, t in OP_CASES]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("transpose", [False, True])
-@pytest.mark.parametrize("rank", [1, 2])
-def test_float_ops_properties(rank, transpose, backend):
-    count, skip = examples(backend)
-
-    @settings(max_examples=count, **SETTINGS)
-    @given(cases(rank=rank, transpose=transpose, event=False))
-    def check(case):
-        run_case(case, rank=rank, transpose=transpose, event=False, backend=backend, skip=skip)
-
-    check()
+@pytest.mark.parametrize("rank, event, transpose", OP_CASES, ids=OP_IDS)
+def test_matmul_properties(rank, event, transpose, backend):
+    property_test(matmul_spec(rank, event, transpose, backend),
+                  csr_args(rank=rank, transpose=transpose, event=event))()
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("transpose", [False, True])
-@pytest.mark.parametrize("rank", [1, 2])
-def test_event_ops_properties(rank, transpose, backend):
-    count, skip = examples(backend)
-
-    @settings(max_examples=count, **SETTINGS)
-    @given(cases(rank=rank, transpose=transpose, event=True))
-    def check(case):
-        run_case(case, rank=rank, transpose=transpose, event=True, backend=backend, skip=skip)
-
-    check()
-
-
+@pytest.mark.parametrize("backend", ("numba", "warp"))
 @pytest.mark.parametrize("rank, transpose", [(1, True), (2, False)])
-def test_event_ops_float_spikes_straight_through(rank, transpose):
+def test_event_ops_float_spikes_straight_through(rank, transpose, backend):
     """Float spikes: forward on 1[s != 0]; d out / d s = A (straight-through)."""
-    @settings(max_examples=2, **SETTINGS)
-    @given(cases(rank=rank, transpose=transpose, event=True, float_spikes=True))
-    def check(case):
-        run_case(case, rank=rank, transpose=transpose, event=True, backend="numba", float_spikes=True,
-                 skip=("nested_vmap", "jit_grad_vmap"))
+    property_test(matmul_spec(rank, True, transpose, backend, float_spikes=True),
+                  csr_args(rank=rank, transpose=transpose, event=True, float_spikes=True))()
 
-    check()
+
+# ---------------------------------------------------------------------------
+# non-finite weights and inputs: IEEE on stored entries, selects for events
+# ---------------------------------------------------------------------------
+NONFINITE_WARNINGS = pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+
+
+@NONFINITE_WARNINGS
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("rank, event, transpose", OP_CASES, ids=OP_IDS)
+def test_matmul_nonfinite(rank, event, transpose, backend):
+    property_test(matmul_spec(rank, event, transpose, backend, nonfinite=True),
+                  csr_args(rank=rank, transpose=transpose, event=event), skip=("nested_vmap",))()
+
+
+@NONFINITE_WARNINGS
+def test_structural_reference_follows_scipy_and_selects_events():
+    """The reference itself: scipy's structural sums, and selected (not multiplied) event weights."""
+    import scipy.sparse as sp
+
+    indices, indptr = np.array([0, 2, 2], np.int32), np.array([0, 2, 2, 3], np.int32)  # row 1 empty
+    data = np.array([np.inf, 0.0, 2.0], np.float32)
+    x = np.array([1.0, np.inf, 3.0], np.float32)  # x[1] = inf meets no stored entry
+    a = sp.csr_matrix((data, indices, indptr), shape=(3, 3))
+    y = np.asarray(structural_matmul(data, indices, indptr, x, (3, 3), False, False))
+    np.testing.assert_array_equal(y, a @ x)  # [inf + 0 * 3, 0, 6]: no NaN from x[1]
+    assert np.isnan(structural_matmul(data, indices, indptr, np.array([0.0, 0, 0], np.float32), (3, 3), False,
+                                      False)[0])  # inf * 0 on a stored entry: NaN
+    spikes = np.array([False, True, True])  # column 0 silent: its inf weight contributes nothing
+    np.testing.assert_array_equal(structural_matmul(data, indices, indptr, spikes, (3, 3), False, True), [0, 0, 2])
 
 
 # ---------------------------------------------------------------------------
 # dtypes: float64 / int64 (x64), float16 / bfloat16 weights
 # ---------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", ("numba", "warp"))
 @pytest.mark.parametrize("event, transpose", [(False, False), (True, True)])
-def test_float64_int64_indices(event, transpose):
+def test_float64_int64_indices(event, transpose, backend):
     with jax.enable_x64(True):
-        @settings(max_examples=1, **SETTINGS)
-        @given(cases(rank=1, transpose=transpose, event=event, dtype=np.float64, index_dtype=np.int64))
-        def check(case):
-            shape, (data, indices, indptr, x) = case
-            out = op_fn(1, event, shape, transpose, "numba")(data, indices, indptr, x)
-            assert out.dtype == jnp.float64
-            run_case(case, rank=1, transpose=transpose, event=event, backend="numba",
-                     skip=("nested_vmap", "jit_grad_vmap"))
+        property_test(matmul_spec(1, event, transpose, backend),
+                      csr_args(rank=1, transpose=transpose, event=event, dtype=np.float64, index_dtype=np.int64),
+                      skip=("nested_vmap",))()
 
-        check()
+
+@pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16])
+@pytest.mark.parametrize("rank, event, transpose", [(1, True, True), (2, False, False)])
+def test_low_precision_properties(rank, event, transpose, dtype):
+    """float16/bfloat16 weights (and operands): the op returns that dtype, accurate to it."""
+    strategy = csr_args(rank=rank, transpose=transpose, event=event, dtype=dtype)
+    property_test(matmul_spec(rank, event, transpose, "numba"), strategy, skip=("nested_vmap",))()
 
 
 @pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16])
@@ -200,56 +264,53 @@ def test_low_precision_weights_accumulate_in_float32(dtype, event, rank):
     np.testing.assert_array_equal(np.asarray(ref, np.float32), np.asarray(out, np.float32))
 
 
-@pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16])
-def test_low_precision_properties(dtype):
-    @settings(max_examples=2, **SETTINGS)
-    @given(cases(rank=1, transpose=True, event=True, dtype=np.float32))
-    def check(case):
-        shape, (data, indices, indptr, x) = case
-        run_case((shape, (jnp.asarray(data, dtype), indices, indptr, x)), rank=1, transpose=True, event=True,
-                 backend="numba", skip=("nested_vmap", "jit_grad_vmap"))
-
-    check()
-
-
 # ---------------------------------------------------------------------------
 # the weight-gradient op itself (csr_sddmm_p) under every transform
 # ---------------------------------------------------------------------------
-def sddmm_reference(shape):
-    """g[k] = <r[row k], q[indices[k]]> in jax.numpy (rows from indptr, as in dense_matrix)."""
-
-    def ref(indices, indptr, r, q):
-        rows = jnp.sum(jnp.arange(indices.shape[0])[:, None] >= indptr[None, 1:], axis=1)
-        r2, q2 = r.reshape(shape[0], -1), q.reshape(shape[1], -1)
-        return jnp.sum(r2[rows] * q2[indices], axis=1)
-
-    return ref
+def sddmm_reference(indices, indptr, r, q, shape):
+    """g[k] = <r[row k], q[indices[k]]> in jax.numpy."""
+    products = r[row_of_entries(indptr, indices.shape[0])] * q[indices]
+    return products if r.ndim == 1 else jnp.sum(products, axis=1)
 
 
-def run_sddmm_case(seed, width, backend, skip=()):
-    """One random structure (empty rows possible) through the harness; r has zero rows (silent)."""
-    rng = np.random.default_rng(seed)
-    shape = (4, 3)
-    indices, indptr = random_structure(rng, *shape)
-    r_shape = (shape[0],) if width is None else (shape[0], width)
-    q_shape = (shape[1],) if width is None else (shape[1], width)
-    r = (rng.standard_normal(r_shape) * (rng.random(r_shape) < 0.6)).astype(np.float32)
-    q = rng.standard_normal(q_shape).astype(np.float32)
-    spec = OpSpec(
-        fn=lambda i, p, r, q: csr.csr_sddmm(i, p, r, q, shape=shape, backend=backend),
-        reference=sddmm_reference(shape),
+def sddmm_spec(backend):
+    return OpSpec(
+        fn=lambda i, p, r, q, shape: csr.csr_sddmm(i, p, r, q, shape=shape, backend=backend),
+        reference=sddmm_reference,
         diff_argnums=(2, 3),
+        static_argnums=(4,),
+        backend=backend,
+        resample=csr_resampler(indices=0, indptr=1, shape=4),
         batch_size=2,
         name=f"csr_sddmm({backend})",
     )
-    check_all(spec, (indices, indptr, r, q), skip=skip)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("width", [None, 2])
-def test_sddmm_properties(width, backend):
-    for seed in range(2):
-        run_sddmm_case(seed, width, backend, skip=() if backend == "numba" else REFERENCE_SKIP)
+@st.composite
+def sddmm_args(draw):
+    """(indices, indptr, r, q, shape): r has silent (zero) rows, which the kernels skip."""
+    n_rows, n_cols, nnz = draw(st.sampled_from(SIZES)), draw(st.sampled_from(SIZES)), draw(st.sampled_from(NNZ))
+    width = draw(st.sampled_from([None, 2]))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    indices, indptr = random_csr(rng, n_rows, n_cols, nnz)
+    extra = () if width is None else (width,)
+    r = (rng.standard_normal((n_rows, *extra)) * (rng.random((n_rows, *extra)) < 0.6)).astype(np.float32)
+    q = rng.standard_normal((n_cols, *extra)).astype(np.float32)
+    return indices, indptr, r, q, (n_rows, n_cols)
+
+
+def run_sddmm_case(seed, width, backend, skip=()):
+    """One random 4 x 3 structure (empty rows possible) through the harness; r has zero rows (silent)."""
+    rng = np.random.default_rng(seed)
+    shape = (4, 3)
+    indices, indptr = random_structure(rng, *shape)
+    extra = () if width is None else (width,)
+    r = (rng.standard_normal((4, *extra)) * (rng.random((4, *extra)) < 0.6)).astype(np.float32)
+    q = rng.standard_normal((3, *extra)).astype(np.float32)
+    check_all(sddmm_spec(backend), (indices, indptr, r, q, shape), skip=skip)
+
+
+test_sddmm_properties = property_test(sddmm_spec, sddmm_args(), backends=BACKENDS)
 
 
 # ---------------------------------------------------------------------------

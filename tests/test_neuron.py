@@ -13,7 +13,7 @@ import evjax
 from evjax.primitives import neuron
 from evjax.primitives.neuron import numba as neuron_numba
 from evjax.surrogate import smooth_step
-from evjax.testing import OpSpec, check_all, property_test
+from evjax.testing import OpSpec, property_test
 
 BACKENDS = ("numba", "reference")
 
@@ -21,7 +21,7 @@ BACKENDS = ("numba", "reference")
 # ---------------------------------------------------------------------------
 # strategies: a shape and a seed; arrays drawn with numpy so values are generic
 # ---------------------------------------------------------------------------
-shapes = st.sampled_from([(1,), (5,), (3, 4), (2, 3, 2)])
+shapes = st.sampled_from([(0,), (1,), (5,), (3, 4), (2, 3, 2)])
 
 
 def _arrays(draw_shape, seed, count, low=-1.0, high=2.0):
@@ -30,19 +30,19 @@ def _arrays(draw_shape, seed, count, low=-1.0, high=2.0):
 
 
 @st.composite
-def spike_args(draw):
+def spike_args(draw, shapes=shapes):
     (x,) = _arrays(draw(shapes), draw(st.integers(0, 2**16)), 1)
     return (x,)
 
 
 @st.composite
-def lif_args(draw):
+def lif_args(draw, shapes=shapes):
     v, i = _arrays(draw(shapes), draw(st.integers(0, 2**16)), 2, low=-0.5, high=1.5)
     return v, i
 
 
 @st.composite
-def trace_args(draw):
+def trace_args(draw, shapes=shapes):
     shape = draw(shapes)
     rng = np.random.default_rng(draw(st.integers(0, 2**16)))
     trace = rng.uniform(0, 3, shape).astype(np.float32)
@@ -53,7 +53,7 @@ def trace_args(draw):
 
 
 @st.composite
-def detect_args(draw):
+def detect_args(draw, shapes=shapes):
     shape = draw(shapes)
     rng = np.random.default_rng(draw(st.integers(0, 2**16)))
     v = rng.uniform(-1, 2, shape).astype(np.float32)
@@ -79,22 +79,25 @@ def _detect_dense(v, v_th, v_rest, *, surrogate, detach_reset):
 
 
 # ---------------------------------------------------------------------------
-# property tests through the harness, per backend
+# property tests through the harness: every op on every CPU backend
 # ---------------------------------------------------------------------------
-def _spike_spec(backend, surrogate):
+HARNESS_BACKENDS = ("numba", "warp", "reference")
+
+
+def _spike_spec(backend, surrogate="fast_sigmoid"):
     return OpSpec(
         fn=lambda x: evjax.spike(x, surrogate, backend=backend),
         reference=lambda x: smooth_step(x, surrogate),
-        diff_argnums=(0,), smooth=False, name=f"spike[{backend},{surrogate}]",
+        diff_argnums=(0,), smooth=False, backend=backend, name=f"spike[{backend},{surrogate}]",
     )
 
 
-def _lif_spec(backend, detach_reset):
+def _lif_spec(backend, detach_reset=False):
     params = dict(tau=5.0, dt=1.0, v_th=1.0, v_reset=-0.2, v_rest=0.1, surrogate="arctan")
     return OpSpec(
         fn=lambda v, i: evjax.lif_step(v, i, backend=backend, detach_reset=detach_reset, **params),
         reference=lambda v, i: _lif_dense(v, i, detach_reset=detach_reset, **params),
-        diff_argnums=(0, 1), smooth=False, name=f"lif_step[{backend},detach={detach_reset}]",
+        diff_argnums=(0, 1), smooth=False, backend=backend, name=f"lif_step[{backend},detach={detach_reset}]",
     )
 
 
@@ -102,29 +105,33 @@ def _trace_spec(backend):
     return OpSpec(
         fn=lambda t, s, d: evjax.exp_trace(t, s, d, backend=backend),
         reference=lambda t, s, d: t * d + s,
-        diff_argnums=(0, 1, 2), name=f"exp_trace[{backend}]",
+        diff_argnums=(0, 1, 2), backend=backend, name=f"exp_trace[{backend}]",
     )
 
 
-def _detect_spec(backend, detach_reset):
+def _detect_spec(backend, detach_reset=False):
     return OpSpec(
         fn=lambda v, th, r: evjax.detect_spikes(v, th, r, surrogate="sigmoid", detach_reset=detach_reset,
                                                 backend=backend),
         reference=lambda v, th, r: _detect_dense(v, th, r, surrogate="sigmoid", detach_reset=detach_reset),
-        diff_argnums=(0, 1, 2), smooth=False, name=f"detect_spikes[{backend},detach={detach_reset}]",
+        diff_argnums=(0, 1, 2), smooth=False, backend=backend, name=f"detect_spikes[{backend},detach={detach_reset}]",
     )
 
 
-test_spike_properties_numba = property_test(_spike_spec("numba", "fast_sigmoid"), spike_args(), max_examples=2)
-test_spike_properties_reference = property_test(_spike_spec("reference", "triangle"), spike_args(), max_examples=1)
-test_lif_properties_numba = property_test(_lif_spec("numba", False), lif_args(), max_examples=2)
-test_lif_properties_numba_detached = property_test(_lif_spec("numba", True), lif_args(), max_examples=1)
-test_lif_properties_reference = property_test(_lif_spec("reference", False), lif_args(), max_examples=1)
-test_trace_properties_numba = property_test(_trace_spec("numba"), trace_args(), max_examples=2)
-test_trace_properties_reference = property_test(_trace_spec("reference"), trace_args(), max_examples=1)
-test_detect_properties_numba = property_test(_detect_spec("numba", False), detect_args(), max_examples=2)
-test_detect_properties_numba_detached = property_test(_detect_spec("numba", True), detect_args(), max_examples=1)
-test_detect_properties_reference = property_test(_detect_spec("reference", False), detect_args(), max_examples=1)
+test_spike_properties = property_test(_spike_spec, spike_args(), backends=HARNESS_BACKENDS)
+test_lif_properties = property_test(_lif_spec, lif_args(), backends=HARNESS_BACKENDS)
+test_trace_properties = property_test(_trace_spec, trace_args(), backends=HARNESS_BACKENDS)
+test_detect_properties = property_test(_detect_spec, detect_args(), backends=HARNESS_BACKENDS)
+test_lif_properties_detached = property_test(lambda b: _lif_spec(b, True), lif_args(), backends=("numba",))
+test_detect_properties_detached = property_test(lambda b: _detect_spec(b, True), detect_args(), backends=("numba",))
+# 0-d operands: every argument a scalar (vmap then batches scalars; see the report in the commit log)
+scalars = st.just(())
+test_spike_properties_scalar = property_test(_spike_spec, spike_args(scalars), backends=HARNESS_BACKENDS)
+test_lif_properties_scalar = property_test(_lif_spec, lif_args(scalars), backends=HARNESS_BACKENDS)
+test_trace_properties_scalar = property_test(_trace_spec, trace_args(scalars), backends=HARNESS_BACKENDS)
+test_detect_properties_scalar = property_test(_detect_spec, detect_args(scalars), backends=HARNESS_BACKENDS)
+test_spike_properties_triangle = property_test(lambda b: _spike_spec(b, "triangle"), spike_args(),
+                                               backends=("reference",))
 
 
 # ---------------------------------------------------------------------------
@@ -300,18 +307,11 @@ def test_neurons_docs_run():
 
 
 # ---------------------------------------------------------------------------
-# other backends: Warp on its CPU device, Numba CUDA in the simulator
+# other backends: Warp on its CPU device (its kernels run through the harness
+# above), Numba CUDA in the simulator
 # ---------------------------------------------------------------------------
-def test_warp_backend_through_the_harness():
+def test_warp_is_a_cpu_backend_but_not_the_default():
     pytest.importorskip("warp")
-    rng = np.random.default_rng(5)
-    v, i = (rng.uniform(-0.5, 1.5, (3, 4)).astype(np.float32) for _ in range(2))
-    check_all(_lif_spec("warp", False), (v, i), skip=("nested_vmap",))
-    check_all(_detect_spec("warp", True), (v, rng.uniform(0.2, 1, 4).astype(np.float32), np.float32(-0.2)),
-              skip=("nested_vmap", "jit_grad_vmap"))
-    trace, spikes = rng.uniform(0, 2, 6).astype(np.float32), (rng.random(6) < 0.5).astype(np.float32)
-    check_all(_trace_spec("warp"), (trace, spikes, np.float32(0.8)), skip=("nested_vmap", "jit_grad_vmap"))
-    check_all(_spike_spec("warp", "sigmoid"), (v,), skip=("nested_vmap", "jit_grad_vmap"))
     for op in (neuron.spike_p, neuron.lif_step_p, neuron.exp_trace_p, neuron.detect_spikes_p):
         assert "warp" in op.backends("cpu") and op.defaults["cpu"] == "numba"
 

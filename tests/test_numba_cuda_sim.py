@@ -12,7 +12,7 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FILES = ["test_sim_wrappers.py", "test_sim_csr.py", "test_sim_tutorial.py"]
+FILES = ["test_sim_wrappers.py", "test_sim_csr.py", "test_sim_tutorial.py", "test_sim_harness.py"]
 
 
 @pytest.mark.cudasim

@@ -1,0 +1,64 @@
+"""The Numba CUDA backends of the CSR and neuron ops through the property harness,
+in Numba's CUDA simulator (started by tests/test_numba_cuda_sim.py).
+
+The simulator runs CUDA kernels on the host, so the ops' ``numba_cuda`` GPU
+generators are registered here as a CPU backend of the same name as well
+(this process only); ``backend="numba_cuda"`` then lowers to them on the CPU,
+where the harness checks that they really run (a host callback into the
+simulator) and compares every transform with the references of
+tests/test_csr_ops.py and tests/test_neuron.py.  Sizes are tiny: each kernel
+thread is a Python thread.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from evjax.backends import numba_cuda as bridge
+from evjax.primitives import csr, neuron
+from evjax.testing import check_all, random_csr
+from tests import test_csr_ops, test_neuron
+
+assert bridge.simulator_enabled(), "run with NUMBA_ENABLE_CUDASIM=1"
+
+for _op in (*csr.OPS, *(ops[0] for ops in neuron.OPS.values())):
+    _op.def_kernel("numba_cuda", "cpu", _op.kernel_generator("gpu", "numba_cuda"), default=False)
+
+BACKEND = "numba_cuda"
+
+
+def csr_case(rank, transpose, event, seed):
+    """A 4 x 3 structure with an empty row and duplicates possible; homogeneous weights on odd seeds."""
+    rng = np.random.default_rng(seed)
+    indices, indptr = random_csr(rng, 4, 3, 6)
+    data = rng.uniform(0.5, 1.5, 1 if seed % 2 else 6).astype(np.float32)
+    n_in = 3 if not transpose else 4
+    shape = (n_in,) if rank == 1 else (n_in, 2)
+    x = rng.random(shape) < 0.5 if event else rng.standard_normal(shape).astype(np.float32)
+    return data, indices, indptr, x, (4, 3)
+
+
+@pytest.mark.parametrize("rank, event, transpose", test_csr_ops.OP_CASES, ids=test_csr_ops.OP_IDS)
+def test_csr_matmul_ops(rank, event, transpose):
+    spec = test_csr_ops.matmul_spec(rank, event, transpose, BACKEND)
+    check_all(spec, csr_case(rank, transpose, event, seed=rank + 2 * transpose + 4 * event),
+              skip=("check_grads", "nested_vmap"))
+
+
+def test_csr_sddmm():
+    rng = np.random.default_rng(1)
+    indices, indptr = random_csr(rng, 4, 3, 6)
+    r = (rng.standard_normal((4, 2)) * (rng.random((4, 2)) < 0.6)).astype(np.float32)  # silent rows skipped
+    q = rng.standard_normal((3, 2)).astype(np.float32)
+    check_all(test_csr_ops.sddmm_spec(BACKEND), (indices, indptr, r, q, (4, 3)), skip=("check_grads", "nested_vmap"))
+
+
+def test_neuron_ops():
+    rng = np.random.default_rng(2)
+    v, i = (rng.uniform(-0.5, 1.5, (2, 3)).astype(np.float32) for _ in range(2))
+    skip = ("nested_vmap",)
+    check_all(test_neuron._spike_spec(BACKEND, "sigmoid"), (v,), skip=skip)
+    check_all(test_neuron._lif_spec(BACKEND), (v, i), skip=skip)
+    check_all(test_neuron._trace_spec(BACKEND), (v, (i > 0.5).astype(np.float32), np.float32(0.8)), skip=skip)
+    check_all(test_neuron._detect_spec(BACKEND, True), (v, rng.uniform(0.2, 1, 3).astype(np.float32),
+                                                       np.float32(-0.2)), skip=skip)
