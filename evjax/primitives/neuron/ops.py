@@ -113,20 +113,22 @@ def make_generator(make_call, reference, kernel_params=None):
     return generator
 
 
-def _elementwise_batching(op: XLACustomKernel):
+def _elementwise_batching(op: XLACustomKernel, scalar_operands: tuple[int, ...] = ()):
     """Batching rule: one call of the same op on the batched arrays (batch at axis 0).
 
-    Scalars that are not batched stay scalars; other unbatched operands, and
-    batched scalars, are broadcast to the batched full shape.
+    An unbatched scalar stays a scalar only at the positions ``scalar_operands``,
+    which the kernels read with stride 0; every other operand (unbatched, or a
+    batched scalar) is broadcast to the batched full shape.
     """
 
     def rule(args, axes, *, outs, **params):
         size = batching_rules.batch_size(args, axes)
         full = (size,) + tuple(outs[0].shape)
         new_args = []
-        for a, ax in zip(args, axes):
+        for position, (a, ax) in enumerate(zip(args, axes)):
             if ax is None:
-                new_args.append(a if a.ndim == 0 else jnp.broadcast_to(a, full))
+                keep = a.ndim == 0 and position in scalar_operands
+                new_args.append(a if keep else jnp.broadcast_to(a, full))
                 continue
             a = batching_rules.move_batch_axis(a, ax, 0)
             if a.shape != full:  # a per-example scalar
@@ -392,7 +394,7 @@ exp_trace_p = XLACustomKernel("evjax_exp_trace")
 exp_trace_p.def_reference(_trace_reference)
 exp_trace_p.def_jvp_rule(_trace_jvp)
 exp_trace_p.def_transpose_rule(_trace_transpose)
-exp_trace_p.def_batching_rule(_elementwise_batching(exp_trace_p))
+exp_trace_p.def_batching_rule(_elementwise_batching(exp_trace_p, scalar_operands=(2,)))  # decay
 
 
 # ===========================================================================
@@ -479,7 +481,7 @@ def _detect_jvp(primals, tangents, *, outs, surrogate, alpha, detach_reset, **pa
 detect_spikes_p = XLACustomKernel("evjax_detect_spikes")
 detect_spikes_p.def_reference(_detect_reference)
 detect_spikes_p.def_jvp_rule(_detect_jvp)
-detect_spikes_p.def_batching_rule(_elementwise_batching(detect_spikes_p))
+detect_spikes_p.def_batching_rule(_elementwise_batching(detect_spikes_p, scalar_operands=(1, 2)))  # v_th, v_rest
 
 
 # ===========================================================================
