@@ -265,3 +265,21 @@ def test_complex_inputs_raise_type_error():
         w @ np.ones(a.shape[1], np.complex64)
     # real inputs still work, and a real-valued spike matches its definition
     np.testing.assert_array_equal(evjax.spike(jnp.array([-1.0, 0.0, 2.0])), [0, 1, 1])
+
+
+def test_csr_sddmm_checks_its_structure_and_operands():
+    a = small()
+    w = evjax.CSR.from_scipy(a)
+    r, q = jnp.ones(a.shape[0]), jnp.ones(a.shape[1])
+    expected = np.ones(a.nnz)
+    np.testing.assert_array_equal(evjax.csr_sddmm(w.indices, w.indptr, r, q, shape=a.shape), expected)
+    with pytest.raises(TypeError, match="csr_sddmm: r must be float or bool.*complex64"):
+        evjax.csr_sddmm(w.indices, w.indptr, r.astype(jnp.complex64), q, shape=a.shape)
+    with pytest.raises(TypeError, match="csr_sddmm: q must be float or bool.*int32"):
+        evjax.csr_sddmm(w.indices, w.indptr, r, q.astype(jnp.int32), shape=a.shape)
+    with pytest.raises(ValueError, match="shape"):
+        evjax.csr_sddmm(w.indices, w.indptr, r, q, shape=(4.7, a.shape[1]))
+    bad = np.asarray(w.indices).copy()
+    bad[0] = a.shape[1] + 3
+    with pytest.raises(ValueError, match="csr_sddmm: indices out of range"):
+        evjax.csr_sddmm(bad, w.indptr, r, q, shape=a.shape)

@@ -355,8 +355,17 @@ def csr_sddmm(indices, indptr, r, q, *, shape, dtype=None, backend: str | None =
 
     Returns:
         ``(nnz,)`` array.
+
+    Raises:
+        TypeError: complex or integer ``r``/``q``, or a bad structure dtype.
+        ValueError: a structure or operand shape that does not fit ``shape``.
     """
+    _, indices, indptr, shape = validate_csr(jnp.ones((1,), jnp.float32), indices, indptr, shape, who="csr_sddmm")
     r, q = jnp.asarray(r), jnp.asarray(q)
+    for name, a in (("r", r), ("q", q)):
+        if not (a.dtype == jnp.bool_ or jnp.issubdtype(a.dtype, jnp.floating)):
+            raise TypeError(f"csr_sddmm: {name} must be float or bool (events), got {a.dtype}; convert it, "
+                            f"e.g. {name}.astype(jnp.float32)")
     if r.ndim not in (1, 2) or r.ndim != q.ndim or r.shape[0] != shape[0] or q.shape[0] != shape[1] \
             or r.shape[1:] != q.shape[1:]:
         raise ValueError(
