@@ -7,7 +7,7 @@ kernels compiled, the first time an op needs them.
 """
 from . import config, errors, rules, surrogate
 from .config import set_backend, use_backend
-from .events import BinaryArray, EventArray
+from .events import BinaryArray, EventArray, WeightedArray
 from .numba_cuda_kernel import numba_cuda_callable, numba_cuda_kernel
 from .numba_kernel import numba_kernel
 from .primitives.csr import CSC, CSR, binary_csrmm, binary_csrmv, csr_sddmm, csrmm, csrmv
@@ -49,6 +49,7 @@ __all__ = [
     "CSC",
     "BinaryArray",
     "EventArray",
+    "WeightedArray",
     "csrmv",
     "csrmm",
     "binary_csrmv",

@@ -13,7 +13,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-__all__ = ["BinaryArray", "EventArray", "as_bool_events"]
+__all__ = ["BinaryArray", "EventArray", "WeightedArray", "as_bool_events", "event_operand"]
 
 
 def as_bool_events(x):
@@ -43,6 +43,7 @@ class BinaryArray:
     """
 
     __array_ufunc__ = None  # numpy defers ``ndarray @ BinaryArray`` to us
+    weighted = False  # WeightedArray sets it: its events carry values, not just 0/1
 
     def __init__(self, value: Any):
         self.value = value if isinstance(value, jax.Array) else jnp.asarray(value)
@@ -93,3 +94,44 @@ class BinaryArray:
 
 
 EventArray = BinaryArray
+
+
+@jax.tree_util.register_pytree_node_class
+class WeightedArray(BinaryArray):
+    """Graded or count events: each nonzero entry contributes ``value * weight``.
+
+    Event ops given a ``WeightedArray`` (``weighted=True``) visit only its
+    nonzero entries, as for spikes, and scale each visited weight by the
+    entry's value; a zero entry contributes nothing, whatever its weights hold
+    (NaN, inf).  The gradient w.r.t. ``value`` is the true one (the op is
+    linear in it), not straight-through.
+
+    Args:
+        value: the event values (float or integer counts; vectors and matrices
+            take part in matmul).
+
+    Example:
+        >>> counts = evjax.WeightedArray(jnp.array([0.0, 2.0, 0.5]))
+        >>> current = counts @ W          # W: evjax.CSR or evjax.Dense, (3, n_post)
+    """
+
+    weighted = True
+
+    def __repr__(self) -> str:
+        return f"WeightedArray({self.value!r})"
+
+    def _dense(self, dtype):
+        # graded values; zero entries select zero (a NaN weight there stays out)
+        return self.value.astype(dtype)
+
+
+def event_operand(x) -> tuple[Any, bool]:
+    """Split an event operand into ``(array, weighted)``.
+
+    A :class:`WeightedArray` gives its value and ``True``; a
+    :class:`BinaryArray` its value and ``False``; anything else is returned
+    as is with ``False``.
+    """
+    if isinstance(x, BinaryArray):
+        return x.value, type(x).weighted
+    return x, False
