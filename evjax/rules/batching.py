@@ -62,8 +62,8 @@ def general_batching_rule(prim, args: Sequence, axes: Sequence, **kwargs):
     Args:
         prim: a primitive, or any object with ``bind`` (an
             :class:`~evjax.XLACustomKernel`), or a function of the operands.
-        args, axes: the batching rule's operands and their batch axes
-            (``None``: unbatched).
+        args: the batching rule's operands.
+        axes: their batch axes (``None``: unbatched).
         kwargs: the primitive's parameters (``outs=...`` and the rest), bound
             unchanged.
 
