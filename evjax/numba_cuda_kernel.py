@@ -355,6 +355,15 @@ def numba_cuda_kernel(
         ValueError: grid/block and launch_dims both or neither given, more than
             1024 threads per block, or too much shared memory.
         RuntimeError: (at call time) no GPU; use the CPU backends there.
+
+    Example:
+        >>> @cuda.jit
+        ... def add(x, y, out):
+        ...     i = cuda.grid(1)
+        ...     if i < out.size:
+        ...         out[i] = x[i] + y[i]
+        >>> f = evjax.numba_cuda_kernel(add, outs=jax.ShapeDtypeStruct((1024,), jnp.float32), launch_dims=1024)
+        >>> z = jax.jit(f)(x, y)          # on a CUDA device
     """
     _check_cuda_kernel(kernel)
     out_structs, single = normalize_outs(outs, who="numba_cuda_kernel")
@@ -396,6 +405,14 @@ def numba_cuda_callable(
         TypeError: ``func`` is not callable, or ``outs``/``scratch`` are not
             ``ShapeDtypeStruct``s.
         RuntimeError: (at call time) no GPU; use the CPU backends there.
+
+    Example:
+        >>> def two_steps(x, out, tmp):           # launches kernels on XLA's stream
+        ...     double[blocks, threads](x, tmp)
+        ...     shift[blocks, threads](tmp, out)
+        >>> f = evjax.numba_cuda_callable(two_steps, outs=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        ...                               scratch=[jax.ShapeDtypeStruct(x.shape, x.dtype)])
+        >>> y = jax.jit(f)(x)
     """
     if not callable(func):
         raise TypeError(f"numba_cuda_callable expects a Python function, got {type(func).__name__}")

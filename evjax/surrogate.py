@@ -37,6 +37,14 @@ class Surrogate(NamedTuple):
     """A surrogate choice: a name from :data:`SURROGATES` and its ``alpha``.
 
     It is hashable, so it can travel as a static parameter of a primitive.
+
+    Args:
+        name: one of :data:`SURROGATES`.
+        alpha: the sharpness (``None``: the surrogate's default).
+
+    Example:
+        >>> s = evjax.Surrogate("arctan", alpha=2.0)
+        >>> spikes = evjax.spike(v - 1.0, surrogate=s)
     """
 
     name: str = "fast_sigmoid"
@@ -92,6 +100,9 @@ def surrogate_grad(x: jax.Array, surrogate: str | Surrogate = "fast_sigmoid", al
 
     Returns:
         ``g(x)``, same shape and dtype as ``x``.
+
+    Example:
+        >>> evjax.surrogate_grad(jnp.array([0.0, 1.0]), "fast_sigmoid")   # its peak is at x = 0
     """
     name, a = resolve_surrogate(surrogate, alpha)
     x = jnp.asarray(x)

@@ -40,6 +40,10 @@ def jaxtype_to_warptype(dtype) -> Any:
 
     Raises:
         TypeError: the dtype has no Warp counterpart (bfloat16, complex...).
+
+    Example:
+        >>> evjax.jaxtype_to_warptype(jnp.int32) is warp.int32
+        True
     """
     try:
         dt = np.dtype(dtype)
@@ -63,6 +67,11 @@ def jaxinfo_to_warpinfo(info: jax.ShapeDtypeStruct) -> Any:
     Raises:
         TypeError: unsupported dtype, or ``info`` has no shape/dtype.
         ValueError: rank 0 or above 4 (Warp arrays have 1 to 4 dimensions).
+
+    Example:
+        >>> t = evjax.jaxinfo_to_warpinfo(jax.ShapeDtypeStruct((8, 4), jnp.float32))
+        >>> @wp.kernel
+        ... def k(m: t): ...                 # a 2-d float32 array parameter
     """
     if not (hasattr(info, "shape") and hasattr(info, "dtype")):
         raise TypeError(f"expected a jax.ShapeDtypeStruct, got {type(info).__name__} {info!r}")
@@ -349,6 +358,14 @@ def warp_kernel(
         ValueError: bad ``launch_dims`` (or not matching the outputs or the
             kernel's ``wp.tid()`` dimensionality), unknown ``in_out_argnames``.
         ImportError: warp-lang is not installed (``pip install evjax[warp]``).
+
+    Example:
+        >>> @wp.kernel
+        ... def scale(x: wp.array(dtype=wp.float32), out: wp.array(dtype=wp.float32)):
+        ...     i = wp.tid()
+        ...     out[i] = 2.0 * x[i]
+        >>> f = evjax.warp_kernel(scale, jax.ShapeDtypeStruct((8,), jnp.float32), launch_dims=8)
+        >>> y = jax.jit(f)(jnp.arange(8.0, dtype=jnp.float32))     # Warp's CPU device or CUDA
     """
     _check_kernel(kernel)
     dims = bridge.normalize_launch_dims(launch_dims)

@@ -132,6 +132,11 @@ def defjvp(primitive, *jvp_rules: Callable | None) -> None:
     Raises:
         TypeError: ``primitive`` is not an ``XLACustomKernel`` (for a plain
             JAX primitive, register a rule with ``jax.interpreters.ad``).
+
+    Example:
+        >>> # an op linear in both operands: d out = op(dx, y) + op(x, dy)
+        >>> evjax.defjvp(op, lambda dx, x, y, *, outs, **p: op(dx, y, outs=outs),
+        ...                  lambda dy, x, y, *, outs, **p: op(x, dy, outs=outs))
     """
     define = getattr(primitive, "def_jvp_rule2", None)
     if not callable(define):

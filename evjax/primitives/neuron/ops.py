@@ -168,6 +168,11 @@ def spike(x: jax.Array, surrogate: str | Surrogate = "fast_sigmoid", alpha: floa
     Raises:
         ValueError: unknown surrogate name or non-positive ``alpha``.
         TypeError: complex ``x``.
+
+    Example:
+        >>> v = jnp.array([0.5, 1.2, 0.9])
+        >>> evjax.spike(v - 1.0)                                   # [0., 1., 0.]
+        >>> jax.grad(lambda v: evjax.spike(v - 1.0).sum())(v)      # the surrogate derivative
     """
     choice = resolve_surrogate(surrogate, alpha)
     _reject_complex("spike", x=x)
@@ -234,6 +239,10 @@ def lif_step(v: jax.Array, i_ext: jax.Array, *, tau: float = 10.0, v_th: float =
             unknown surrogate.
         TypeError: a parameter is a traced array (they are static numbers), or
             ``v`` or ``i_ext`` is complex.
+
+    Example:
+        >>> v = jnp.zeros(100); i_ext = jnp.full(100, 0.3)
+        >>> v, spikes = evjax.lif_step(v, i_ext, tau=10.0, v_th=1.0, dt=1.0)
     """
     _reject_complex("lif_step", v=v, i_ext=i_ext)
     tau = _static_float("lif_step: tau", tau, positive=True)
@@ -332,6 +341,9 @@ def exp_trace(trace: jax.Array, spikes: jax.Array, decay: jax.Array | float, *,
         ValueError: a Python-number ``decay`` outside ``[0, 1]``, or ``spikes``
             not broadcastable to ``trace``.
         TypeError: a complex argument.
+
+    Example:
+        >>> trace = evjax.exp_trace(trace, spikes, 0.9)         # trace * 0.9 + spikes
     """
     _reject_complex("exp_trace", trace=trace, spikes=spikes, decay=decay)
     if isinstance(decay, (int, float)) and not isinstance(decay, bool):
@@ -421,6 +433,9 @@ def detect_spikes(v: jax.Array, v_th: jax.Array | float = 1.0, v_rest: jax.Array
     Raises:
         ValueError: unknown surrogate, or thresholds that do not broadcast to ``v``.
         TypeError: a complex argument.
+
+    Example:
+        >>> spikes, v = evjax.detect_spikes(v, v_th=1.0, v_rest=0.0)   # spiking neurons reset to v_rest
     """
     _reject_complex("detect_spikes", v=v, v_th=v_th, v_rest=v_rest)
     choice = resolve_surrogate(surrogate, alpha)

@@ -1,0 +1,117 @@
+"""Generate the README's figures block from the benchmark results files.
+
+The README quotes measured figures only inside the block between
+``<!-- figures:begin -->`` and ``<!-- figures:end -->``, which this script
+writes. Each line cites the results file its numbers come from, with the date
+and machine of that run, and every number it quotes is copied as printed in
+that file, so a figure cannot drift from its source silently:
+``tests/test_readme_figures.py`` checks both.
+
+Run: python benchmarks/readme_figures.py [--write]   (without --write: print the block)
+"""
+from __future__ import annotations
+
+import argparse
+import pathlib
+import re
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+README = ROOT / "README.md"
+BEGIN, END = "<!-- figures:begin -->", "<!-- figures:end -->"
+
+
+def run_line(path: pathlib.Path) -> str:
+    """The provenance of a results file: its first line ``<!-- run DATE on MACHINE: command -->``."""
+    first = path.read_text().splitlines()[0]
+    match = re.match(r"<!-- run (\S+) on (.*?): (.*) -->", first)
+    if not match:
+        raise ValueError(f"{path} does not start with '<!-- run DATE on MACHINE: command -->'")
+    return f"{match.group(1)}, {match.group(2)}"
+
+
+def table(path: pathlib.Path, heading: str) -> list[dict[str, str]]:
+    """The first markdown table after the line ``heading``, as one dict per row (cells as printed)."""
+    lines = path.read_text().splitlines()
+    start = lines.index(heading)
+    first = next(i for i, ln in enumerate(lines[start + 1:]) if ln.startswith("|"))
+    block = []
+    for ln in lines[start + 1 + first:]:
+        if not ln.startswith("|"):
+            break
+        block.append([c.strip() for c in ln.strip("|").split("|")])
+    header, body = block[0], block[2:]
+    return [dict(zip(header, cells)) for cells in body]
+
+
+def span(rows: list[dict[str, str]], column: str) -> str:
+    """``lo-hi`` of a numeric column, each end as printed in the file."""
+    cells = [r[column] for r in rows if r[column] not in ("-", "")]
+    values = sorted(cells, key=lambda c: float(c.replace(",", "")))
+    return values[0] if values[0] == values[-1] else f"{values[0]}-{values[-1]}"
+
+
+def bullet_values(path: pathlib.Path, heading: str, label: str) -> list[str]:
+    """The values of the lines ``- label: value`` after ``heading``, in order."""
+    lines = path.read_text().splitlines()
+    values = [ln.split(": ", 1)[1] for ln in lines[lines.index(heading):] if ln.startswith(f"- {label}: ")]
+    if not values:
+        raise ValueError(f"no '- {label}:' after {heading!r} in {path}")
+    return values
+
+
+def csr_event_figures() -> list[str]:
+    path = RESULTS / "csr_event_quick.md"
+    rel = path.relative_to(ROOT)
+    fwd = table(path, "## Forward: spikes @ W (microseconds)")
+    single = [r for r in fwd if r["batch"] == "1"]
+    batch = [r for r in fwd if r["batch"] == "32"]
+    grad = table(path, "## jit(grad) of sum((spikes @ W)**2) w.r.t. the weights (microseconds)")
+    goals = next(ln for ln in path.read_text().splitlines() if re.match(r"\d+ of \d+ goals met", ln))
+    first = "## First jit(grad) call, n=4000, p=0.02, fresh process, Numba cache warm"
+    (warm, cold), brainevent = bullet_values(path, first, "evjax")[:2], bullet_values(path, first, "brainevent")
+    return [
+        f"- CSR events, `spikes @ W` (`{rel}`, {run_line(path)}): evjax takes "
+        f"**{span(single, 'ratio vs brainevent')}x** brainevent's time for one spike vector and "
+        f"**{span(batch, 'ratio vs brainevent')}x** for a batch of 32; "
+        f"{span(fwd, 'ratio vs hand-written prange')}x a hand-written Numba `prange` loop called from NumPy; "
+        f"the event-driven weight gradient takes {span(grad, 'ratio vs brainevent')}x brainevent's time. "
+        f"{goals} First `jit(grad)` call: {warm} with warm disk caches (brainevent {brainevent[0]}), "
+        f"{cold} with empty ones (brainevent {brainevent[1]})."
+    ]
+
+
+def import_time_figures() -> list[str]:
+    path = RESULTS / "import_time.md"
+    text = path.read_text()
+    ratio = re.search(r"`import evjax` / `import jax, numba`: \*\*(\S+x)\*\*", text).group(1)
+    when = re.match(r"# Import time \((.*)\)", text.splitlines()[0]).group(1)
+    return [f"- `import evjax` takes {ratio} the time of `import jax, numba` (`{path.relative_to(ROOT)}`, {when})."]
+
+
+SECTIONS = (csr_event_figures, import_time_figures)
+
+
+def block() -> str:
+    """The README's figures block, without the markers."""
+    lines = ["Each figure is copied from the results file it cites (regenerate this block with",
+             "`python benchmarks/readme_figures.py --write` after a benchmark run).", ""]
+    for section in SECTIONS:
+        lines += section()
+    return "\n".join(lines)
+
+
+def write_readme() -> None:
+    text = README.read_text()
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    README.write_text(f"{head}{BEGIN}\n{block()}\n{END}{tail}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--write", action="store_true", help="rewrite the block in README.md")
+    if parser.parse_args().write:
+        write_readme()
+    else:
+        print(block())
