@@ -89,7 +89,17 @@ def import_time_figures() -> list[str]:
     return [f"- `import evjax` takes {ratio} the time of `import jax, numba` (`{path.relative_to(ROOT)}`, {when})."]
 
 
-SECTIONS = (csr_event_figures, import_time_figures)
+def ci_figures() -> list[str]:
+    path = RESULTS / "ci.md"
+    if not path.exists():
+        return []
+    tests = bullet_values(path, "# CI run", "tests")[0]
+    wall = bullet_values(path, "# CI run", "wall time with the install")[0]
+    return [f"- The test command in a fresh virtualenv (`.ci/run`; `{path.relative_to(ROOT)}`, {run_line(path)}): "
+            f"{tests}; {wall} with the install."]
+
+
+SECTIONS = (ci_figures, csr_event_figures, import_time_figures)
 
 
 def block() -> str:
