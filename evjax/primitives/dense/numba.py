@@ -330,7 +330,7 @@ def matmul_generator(outs, transpose: bool, weighted: bool):
     def kernel(weights, spikes):
         w = weights if weights.dtype == dtype else weights.astype(dtype)
         x = events_for_kernel(spikes, weighted, dtype)
-        x2 = x.reshape(x.shape[0], -1) if x.ndim == 2 else x.reshape(x.shape[0], 1)
+        x2 = x if x.ndim == 2 else x.reshape(x.shape[0], 1)
         m, n = (w.shape[1] if transpose else w.shape[0]), x2.shape[1]
         if transpose:  # batch-major inside; the transposes cancel with callers' ``S (n, k) @ W``
             y = _ffi(kernel_fn, (w, x2), (n, m), dtype).T
@@ -350,8 +350,8 @@ def outer_generator(outs, transpose: bool, weighted: bool):
     def kernel(spikes, g):
         x = events_for_kernel(spikes, weighted, dtype)
         g = g if g.dtype == dtype else g.astype(dtype)
-        x2 = x.reshape(x.shape[0], -1) if x.ndim == 2 else x.reshape(x.shape[0], 1)
-        g2 = g.reshape(g.shape[0], -1) if g.ndim == 2 else g.reshape(g.shape[0], 1)
+        x2 = x if x.ndim == 2 else x.reshape(x.shape[0], 1)
+        g2 = g if g.ndim == 2 else g.reshape(g.shape[0], 1)
         y = _ffi(kernel_fn, (x2, g2.T if transpose else g2), out.shape, dtype)
         return [y.astype(out.dtype)]
 

@@ -35,7 +35,7 @@ for the CSR family); :func:`dense_event_matmul` is the hook
 """
 from __future__ import annotations
 
-import functools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -180,7 +180,7 @@ def _matmul_batching(rank: int):
             return batching_rules.sequential_batch(op_self.primitive, args, axes, outs=outs, transpose=transpose,
                                                    weighted=weighted, backend=backend)
         sb = jnp.moveaxis(spikes, s_ax, 1)  # (k, batch) or (k, batch, n)
-        flat = sb.reshape(sb.shape[0], -1)
+        flat = sb.reshape(sb.shape[0], math.prod(sb.shape[1:]))  # (no -1: sizes may be 0)
         y = _bind_matmul(weights, flat, transpose=transpose, weighted=weighted, dtype=outs[0].dtype,
                          backend=backend)
         return [y.reshape((y.shape[0],) + sb.shape[1:])], [1]
