@@ -44,8 +44,10 @@ from . import ops
 
 __all__ = ["matmul_generator", "outer_generator", "KERNELS", "PARALLEL_MIN_WORK", "pool_size"]
 
-# Below this many multiply-adds (or written entries) a kernel stays on the calling thread.
-PARALLEL_MIN_WORK = 1 << 18
+# Below this many multiply-adds (or written entries; about 0.3 ms of serial work) a kernel stays on
+# the calling thread: waking the pool costs more than it saves, and on a busy machine a descheduled
+# worker stalls the whole call.
+PARALLEL_MIN_WORK = 1 << 21
 _BLOCK = 16  # column blocks of a parallel scatter are multiples of one cache line of float32
 
 # Only explicit ``prange`` loops run on the pool (see evjax/primitives/csr/numba.py).
