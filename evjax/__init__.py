@@ -11,6 +11,8 @@ from .events import BinaryArray, EventArray, WeightedArray
 from .numba_cuda_kernel import numba_cuda_callable, numba_cuda_kernel
 from .numba_kernel import numba_kernel
 from .primitives.csr import CSC, CSR, binary_csrmm, binary_csrmv, csr_sddmm, csrmm, csrmv
+# dense event operators
+from .primitives.dense import Dense, binary_densemm, binary_densemv
 from .primitives.neuron import detect_spikes, exp_trace, lif_step, spike
 from .rules.ad import defjvp
 from .rules.batching import general_batching_rule
@@ -55,4 +57,8 @@ __all__ = [
     "binary_csrmv",
     "binary_csrmm",
     "csr_sddmm",
+    # dense event operators
+    "Dense",
+    "binary_densemv",
+    "binary_densemm",
 ]

@@ -13,12 +13,28 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-__all__ = ["BinaryArray", "EventArray", "WeightedArray", "as_bool_events", "event_operand"]
+__all__ = ["BinaryArray", "EventArray", "WeightedArray", "as_bool_events", "event_operand", "register_dense_matmul"]
 
 
 def as_bool_events(x):
     """Events as bool: ``x`` itself if it is bool, else ``x != 0`` (one byte per entry for kernels)."""
     return x if x.dtype == jnp.bool_ else x != 0
+
+
+# The dense event ops live in evjax.primitives.dense, above this module: importing them here
+# would be a cycle, so evjax/primitives/dense/ops.py fills this slot when it is imported
+# (register_dense_matmul); until then ``events @ array`` multiplies the events densely.
+_dense_matmul = None
+
+
+def register_dense_matmul(fn) -> None:
+    """Install ``fn(events, weighted, other, events_on_left)`` as the event-driven ``events @ array``.
+
+    Called by :mod:`evjax.primitives.dense.ops` at import; ``fn`` returns
+    ``NotImplemented`` where it does not apply (then the dense product runs).
+    """
+    global _dense_matmul
+    _dense_matmul = fn
 
 
 def _defers(other) -> bool:
@@ -30,9 +46,9 @@ def _defers(other) -> bool:
 class BinaryArray:
     """Marks an array as spikes: bool, or float where nonzero means a spike.
 
-    Multiplying it with a sparse matrix such as :class:`evjax.CSR` uses the
-    event-driven operators; with a dense array it is a matmul of the 0/1
-    spikes.  The gradient w.r.t. a float ``value`` is straight-through.
+    Multiplying it with a sparse matrix such as :class:`evjax.CSR`, with
+    :class:`evjax.Dense` or with a plain float matrix uses the event-driven
+    operators (``binary_densemv``/``binary_densemm`` for dense matrices).  The gradient w.r.t. a float ``value`` is straight-through.
 
     Args:
         value: the spike array (any shape; vectors and matrices take part in matmul).
@@ -80,17 +96,25 @@ class BinaryArray:
             return v + jax.lax.stop_gradient(ones - v)
         return ones
 
+    def _event_matmul(self, other, events_on_left: bool):
+        """The event-driven dense op (the registered hook), or NotImplemented where it does not apply."""
+        if _dense_matmul is None:
+            return NotImplemented
+        return _dense_matmul(self.value, type(self).weighted, other, events_on_left)
+
     def __matmul__(self, other):
         if _defers(other):
             return NotImplemented  # the other type's __rmatmul__ runs its event op
         other = jnp.asarray(other)
-        return self._dense(other.dtype) @ other
+        result = self._event_matmul(other, True)
+        return self._dense(other.dtype) @ other if result is NotImplemented else result
 
     def __rmatmul__(self, other):
         if _defers(other):
             return NotImplemented
         other = jnp.asarray(other)
-        return other @ self._dense(other.dtype)
+        result = self._event_matmul(other, False)
+        return other @ self._dense(other.dtype) if result is NotImplemented else result
 
 
 EventArray = BinaryArray
