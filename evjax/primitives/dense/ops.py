@@ -278,6 +278,11 @@ def binary_densemm(weights, spikes, *, transpose: bool, backend: str | None = No
 
     Raises:
         TypeError, ValueError: as in :func:`binary_densemv`.
+
+    Example:
+        >>> W = jnp.ones((100, 50))                        # (k, m)
+        >>> S = jax.random.bernoulli(key, 0.05, (100, 32)) # 32 event vectors as columns
+        >>> out = evjax.binary_densemm(W, S, transpose=True)   # W.T @ S: (50, 32)
     """
     spikes, weighted = _unwrap(spikes, weighted)
     weights, spikes, dtype = _check(weights, spikes, transpose, weighted, 2, "binary_densemm")
