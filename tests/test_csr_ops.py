@@ -271,11 +271,8 @@ def weighted_sddmm_reference(mode):
     return reference
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("mode", ["r", "q"])
-def test_weighted_sddmm_properties(mode, backend):
-    """csr_sddmm(weighted=mode): g_k = where(e != 0, r_i q_j, 0) with e the weighted operand."""
-    spec = OpSpec(
+def weighted_sddmm_spec(mode, backend):
+    return OpSpec(
         fn=lambda i, p, r, q, shape: csr.csr_sddmm(i, p, r, q, shape=shape, backend=backend, weighted=mode),
         reference=weighted_sddmm_reference(mode),
         diff_argnums=(2, 3),
@@ -285,7 +282,13 @@ def test_weighted_sddmm_properties(mode, backend):
         batch_size=2,
         name=f"csr_sddmm(weighted={mode},{backend})",
     )
-    property_test(spec, sddmm_args())()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("mode", ["r", "q"])
+def test_weighted_sddmm_properties(mode, backend):
+    """csr_sddmm(weighted=mode): g_k = where(e != 0, r_i q_j, 0) with e the weighted operand."""
+    property_test(weighted_sddmm_spec(mode, backend), sddmm_args())()
 
 
 # ---------------------------------------------------------------------------

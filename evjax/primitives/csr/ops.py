@@ -95,12 +95,27 @@ def row_ids(indptr, nnz: int):
     return jnp.searchsorted(indptr[1:], jnp.arange(nnz, dtype=indptr.dtype), side="right")
 
 
+@jax.custom_jvp
+def _weighted_term(a, v):
+    """where(v != 0, a * v, 0): a weighted event v selects, then scales (docs/semantics.md)."""
+    return jnp.where(v != 0, a * v, jnp.zeros((), jnp.result_type(a, v)))
+
+
+@_weighted_term.defjvp
+def _weighted_term_jvp(primals, tangents):
+    # d/da: the same select, scaled by v; d/dv: a (equal to a * v for finite a: the true derivative,
+    # as the kernels' rules take it), so the vmapped pure-JAX SDDMM differentiates like the op
+    a, v = primals
+    da, dv = tangents
+    return _weighted_term(a, v), _weighted_term(da, v) + a * dv
+
+
 def _term(a, b, weighted: bool = False):
     """One term of a sum over synapses (docs/semantics.md): ``a * b`` for two values (IEEE);
     a bool (event) operand selects the other, never multiplies it (a silent event gives 0);
     ``weighted``: ``b`` holds weighted events, where(b != 0, a * b, 0) (select, then IEEE)."""
     if weighted:
-        return jnp.where(b != 0, a * b, jnp.zeros((), jnp.result_type(a, b)))
+        return _weighted_term(a, b)
     if a.dtype == jnp.bool_:
         return a & b if b.dtype == jnp.bool_ else jnp.where(a, b, jnp.zeros((), b.dtype))
     return jnp.where(b, a, jnp.zeros((), a.dtype)) if b.dtype == jnp.bool_ else a * b
