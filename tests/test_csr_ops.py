@@ -60,15 +60,33 @@ def _float_event_terms_jvp(primals, tangents):
     return out, jnp.where(s != 0, dw, jnp.zeros_like(dw)) + (w * ds).astype(out.dtype)
 
 
-def structural_matmul(data, indices, indptr, x, shape, transpose: bool, event: bool):
-    """y = A x (or A.T x) summed over the stored entries only; events select their weights."""
+@jax.custom_jvp
+def _weighted_event_terms(w, v):
+    # forward: w * v where the event is nonzero, else 0 (select: a zero event never meets w)
+    return jnp.where(v != 0, w * v, jnp.zeros_like(w * v))
+
+
+@_weighted_event_terms.defjvp
+def _weighted_event_terms_jvp(primals, tangents):
+    # d/dw: the same select, scaled by v; d/dv: the true derivative of the linear map, w
+    w, v = primals
+    dw, dv = tangents
+    out = _weighted_event_terms(w, v)
+    return out, _weighted_event_terms(dw, v) + (w * dv).astype(out.dtype)
+
+
+def structural_matmul(data, indices, indptr, x, shape, transpose: bool, event: bool, weighted: bool = False):
+    """y = A x (or A.T x) summed over the stored entries only; events select their weights;
+    weighted events select and scale them."""
     nnz = indices.shape[0]
     w = jnp.broadcast_to(data, (nnz,)) if data.shape[0] != nnz else data
     rows = row_of_entries(indptr, nnz)
     src, dst, n_out = (indices, rows, shape[0]) if not transpose else (rows, indices, shape[1])
     xs = x[src]  # the operand entry each stored weight meets
     w = w[:, None] if x.ndim == 2 else w
-    if not event:
+    if weighted:
+        terms = _weighted_event_terms(jnp.broadcast_to(w, xs.shape).astype(jnp.result_type(w, xs)), xs)
+    elif not event:
         terms = w * xs
     elif x.dtype == jnp.bool_:
         terms = jnp.where(xs, w, jnp.zeros_like(w))
@@ -100,20 +118,22 @@ def op_name(rank, event, transpose, backend):
     return f"{'binary_' if event else ''}csrm{'v' if rank == 1 else 'm'}(T={transpose},{backend})"
 
 
-def matmul_spec(rank, event, transpose, backend, *, float_spikes=False, nonfinite=False):
+def matmul_spec(rank, event, transpose, backend, *, float_spikes=False, nonfinite=False, weighted=False):
     """The harness's description of one op; arguments (data, indices, indptr, x, shape)."""
     fn = OPS[(rank, event)]
+    extra = {"weighted": True} if weighted else {}
     return OpSpec(
-        fn=lambda d, i, p, x, shape: fn(d, i, p, x, shape=shape, transpose=transpose, backend=backend),
-        reference=lambda d, i, p, x, shape: structural_matmul(d, i, p, x, shape, transpose, event),
-        diff_argnums=(0, 3) if (not event or float_spikes) else (0,),
+        fn=lambda d, i, p, x, shape: fn(d, i, p, x, shape=shape, transpose=transpose, backend=backend, **extra),
+        reference=lambda d, i, p, x, shape: structural_matmul(d, i, p, x, shape, transpose, event, weighted),
+        diff_argnums=(0, 3) if (not event or float_spikes or weighted) else (0,),
         static_argnums=(4,),
         backend=backend,
         resample=csr_resampler(indices=1, indptr=2, shape=4),
-        smooth=not event,  # finite differences of a step function are meaningless
+        smooth=not event or weighted,  # finite differences of a step function are meaningless
         nonfinite=nonfinite,
         batch_size=2,
-        name=op_name(rank, event, transpose, backend) + (" nonfinite" if nonfinite else ""),
+        name=op_name(rank, event, transpose, backend) + (" weighted" if weighted else "")
+        + (" nonfinite" if nonfinite else ""),
     )
 
 
@@ -138,7 +158,8 @@ def dense_matrix(data, indices, indptr, shape):
 
 
 @st.composite
-def cases(draw, *, rank, transpose, event, dtype=np.float32, index_dtype=np.int32, float_spikes=False):
+def cases(draw, *, rank, transpose, event, dtype=np.float32, index_dtype=np.int32, float_spikes=False,
+          weighted=False):
     """``(shape, (data, indices, indptr, x))`` from the size buckets."""
     n_rows, n_cols, nnz = draw(st.sampled_from(SIZES)), draw(st.sampled_from(SIZES)), draw(st.sampled_from(NNZ))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
@@ -151,6 +172,7 @@ def cases(draw, *, rank, transpose, event, dtype=np.float32, index_dtype=np.int3
         rate = draw(st.sampled_from([0.0, 0.4, 1.0]))  # no spikes, some, all
         x = rng.random(x_shape) < rate
         x = x.astype(dtype) * rng.uniform(0.5, 2.0, x_shape).astype(dtype) if float_spikes else x
+        x = (x * rng.standard_normal(x_shape)).astype(dtype) if weighted else x  # graded, zeros kept
     else:
         x = rng.standard_normal(x_shape).astype(dtype)
     return (n_rows, n_cols), (data, indices, indptr, x)
@@ -190,9 +212,88 @@ def test_event_ops_float_spikes_straight_through(rank, transpose, backend):
 
 
 # ---------------------------------------------------------------------------
-# non-finite weights and inputs: IEEE on stored entries, selects for events
+# weighted events (WeightedArray): select the nonzero entries, scale by their value
 # ---------------------------------------------------------------------------
 NONFINITE_WARNINGS = pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+WEIGHTED_CASES = [(rank, transpose) for rank in (1, 2) for transpose in (False, True)]
+WEIGHTED_IDS = [f"{'mv' if r == 1 else 'mm'}-{'scatter' if t else 'gather'}" for r, t in WEIGHTED_CASES]
+
+
+@pytest.mark.parametrize("backend", ("numba", "warp"))  # (reference: test_weighted_integer_counts_...)
+@pytest.mark.parametrize("rank, transpose", WEIGHTED_CASES, ids=WEIGHTED_IDS)
+def test_weighted_properties(rank, transpose, backend):
+    """y = sum_k where(v != 0, w_k v, 0): forward, true gradient w.r.t. v, event-driven w.r.t. w."""
+    property_test(matmul_spec(rank, True, transpose, backend, weighted=True),
+                  csr_args(rank=rank, transpose=transpose, event=True, weighted=True))()
+
+
+@NONFINITE_WARNINGS
+@pytest.mark.parametrize("backend", ("numba",))  # (warp's select: test_weighted_properties, the simulator)
+@pytest.mark.parametrize("rank, transpose", WEIGHTED_CASES, ids=WEIGHTED_IDS)
+def test_weighted_nonfinite(rank, transpose, backend):
+    """A zero event hides a nan/inf weight (forward and weight gradient); nonzero ones are IEEE."""
+    property_test(matmul_spec(rank, True, transpose, backend, weighted=True, nonfinite=True),
+                  csr_args(rank=rank, transpose=transpose, event=True, weighted=True), skip=("nested_vmap",))()
+
+
+@pytest.mark.parametrize("backend", ("numba", "reference"))
+def test_weighted_integer_counts_and_array_dispatch(backend):
+    """Integer counts take the weights' dtype; WeightedArray @ CSR/CSC (both sides) runs weighted=True."""
+    rng = np.random.default_rng(5)
+    dense = (rng.standard_normal((5, 4)) * (rng.random((5, 4)) < 0.6)).astype(np.float32)
+    dense[1, :] = np.nan  # row 1 meets only zero events below: contributes nothing
+    counts = np.array([2, 0, 0, 1, 3], np.int32)
+    batch = np.stack([counts, np.array([0, 0, 4, 1, 0], np.int32)], axis=1)  # (5, 2), row 1 zero
+    want = np.nan_to_num(dense).T @ counts
+    for W in (evjax.CSR.fromdense(dense), evjax.CSC.fromdense(dense)):
+        with evjax.use_backend(backend):
+            got = evjax.WeightedArray(counts) @ W
+            assert got.dtype == jnp.float32
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(W.T @ evjax.WeightedArray(counts), want, rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(evjax.WeightedArray(batch.T) @ W, batch.T @ np.nan_to_num(dense),
+                                       rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(W.T @ evjax.WeightedArray(batch), np.nan_to_num(dense).T @ batch,
+                                       rtol=1e-5, atol=1e-5)
+    # weighted=False on the same counts: spikes, 1[c != 0]
+    W = evjax.CSR.fromdense(np.nan_to_num(dense))
+    np.testing.assert_allclose(evjax.BinaryArray(counts) @ W, (counts != 0) @ np.nan_to_num(dense), rtol=1e-5)
+
+
+def weighted_sddmm_reference(mode):
+    def reference(indices, indptr, r, q, shape):
+        rows = row_of_entries(indptr, indices.shape[0])
+        rv, qv = r[rows], q[indices]
+        # where(e != 0, r q, 0); derivative w.r.t. e the plain product, w.r.t. the other selected
+        terms = _weighted_event_terms(qv, rv) if mode == "r" else _weighted_event_terms(rv, qv)
+        return terms if r.ndim == 1 else jnp.sum(terms, axis=1)
+
+    return reference
+
+
+def weighted_sddmm_spec(mode, backend):
+    return OpSpec(
+        fn=lambda i, p, r, q, shape: csr.csr_sddmm(i, p, r, q, shape=shape, backend=backend, weighted=mode),
+        reference=weighted_sddmm_reference(mode),
+        diff_argnums=(2, 3),
+        static_argnums=(4,),
+        backend=backend,
+        resample=csr_resampler(indices=0, indptr=1, shape=4),
+        batch_size=2,
+        name=f"csr_sddmm(weighted={mode},{backend})",
+    )
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("mode", ["r", "q"])
+def test_weighted_sddmm_properties(mode, backend):
+    """csr_sddmm(weighted=mode): g_k = where(e != 0, r_i q_j, 0) with e the weighted operand."""
+    property_test(weighted_sddmm_spec(mode, backend), sddmm_args())()
+
+
+# ---------------------------------------------------------------------------
+# non-finite weights and inputs: IEEE on stored entries, selects for events
+# ---------------------------------------------------------------------------
 
 
 @NONFINITE_WARNINGS

@@ -53,6 +53,25 @@ def test_csr_sddmm():
     check_all(test_csr_ops.sddmm_spec(BACKEND), (indices, indptr, r, q, (4, 3)), skip=("check_grads", "nested_vmap"))
 
 
+@pytest.mark.parametrize("nonfinite", [False, True], ids=["finite", "nonfinite"])
+@pytest.mark.parametrize("rank, transpose", test_csr_ops.WEIGHTED_CASES, ids=test_csr_ops.WEIGHTED_IDS)
+def test_csr_weighted_ops(rank, transpose, nonfinite):
+    """weighted=True: graded events with zeros (a zero hides its weights), true gradient w.r.t. them."""
+    data, indices, indptr, x, shape = csr_case(rank, transpose, False, seed=rank + 2 * transpose)
+    x = (x * (np.random.default_rng(rank).random(x.shape) < 0.6)).astype(np.float32)
+    spec = test_csr_ops.matmul_spec(rank, True, transpose, BACKEND, weighted=True, nonfinite=nonfinite)
+    check_all(spec, (data, indices, indptr, x, shape), skip=("check_grads", "nested_vmap"))
+
+
+@pytest.mark.parametrize("mode", ["r", "q"])
+def test_csr_weighted_sddmm(mode):
+    rng = np.random.default_rng(3)
+    indices, indptr = random_csr(rng, 4, 3, 6)
+    r, q = ((rng.standard_normal((n, 2)) * (rng.random((n, 2)) < 0.6)).astype(np.float32) for n in (4, 3))
+    check_all(test_csr_ops.weighted_sddmm_spec(mode, BACKEND), (indices, indptr, r, q, (4, 3)),
+              skip=("check_grads", "nested_vmap"))
+
+
 def test_neuron_ops():
     rng = np.random.default_rng(2)
     v, i = (rng.uniform(-0.5, 1.5, (2, 3)).astype(np.float32) for _ in range(2))

@@ -17,7 +17,8 @@ expression          op                                          orientation
 
 ``x`` may be a vector or a matrix (a batch: rows for ``x @ W``, columns for
 ``W @ x``).  A :class:`evjax.BinaryArray`, or a plain bool array, selects the
-event ops (``binary_csrmv`` / ``binary_csrmm``).
+event ops (``binary_csrmv`` / ``binary_csrmm``); a :class:`evjax.WeightedArray`
+the same ops with ``weighted=True``.
 
 Beyond ``@``, a matrix has brainevent's everyday methods: ``sum(axis)``,
 ``todense``/``toarray``, ``tocoo`` (a ``jax.experimental.sparse.BCOO``),
@@ -36,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ...dtypes import LOW_PRECISION
-from ...events import BinaryArray
+from ...events import BinaryArray, event_operand
 from .convert import (
     add_diagonal,
     axis_sums,
@@ -56,16 +57,17 @@ _MATMUL = {(1, False): csrmv, (2, False): csrmm, (1, True): binary_csrmv, (2, Tr
 
 
 def _split_operand(x):
-    """``(array, is_event)`` for a matmul operand."""
+    """``(array, is_event, weighted)`` for a matmul operand."""
     if isinstance(x, BinaryArray):
-        return x.value, True
+        value, weighted = event_operand(x)
+        return value, True, weighted
     if isinstance(x, _Compressed):
         raise TypeError("sparse @ sparse is not supported; convert one side with .todense()")
     x = x if isinstance(x, jax.Array) else jnp.asarray(x)
-    return x, x.dtype == jnp.bool_
+    return x, x.dtype == jnp.bool_, False
 
 
-def _product(data, indices, indptr, stored_shape, x, event: bool, transpose: bool):
+def _product(data, indices, indptr, stored_shape, x, event: bool, transpose: bool, weighted: bool = False):
     """``A @ x`` (transpose=False) or ``A.T @ x`` for the stored CSR ``A``; x has the contracted dim first.
 
     The public wrapper checks the structure's shapes at trace time (a matrix
@@ -74,12 +76,14 @@ def _product(data, indices, indptr, stored_shape, x, event: bool, transpose: boo
     when the matrix was made and are not checked again.
     """
     op = _MATMUL[(x.ndim, event)]
+    if weighted:
+        return op(data, indices, indptr, x, shape=stored_shape, transpose=transpose, weighted=True)
     return op(data, indices, indptr, x, shape=stored_shape, transpose=transpose)
 
 
 def _matmul(sparse, x, *, sparse_on_left: bool):
     """Shared ``@`` for CSR (``stored_transposed=False``) and CSC (its transposed view)."""
-    x, event = _split_operand(x)
+    x, event, weighted = _split_operand(x)
     m, n = sparse.shape
     contracted = n if sparse_on_left else m
     if x.ndim not in (1, 2):
@@ -92,11 +96,11 @@ def _matmul(sparse, x, *, sparse_on_left: bool):
     transpose = isinstance(sparse, CSC)
     stored = sparse._stored_shape
     if sparse_on_left:  # S @ x
-        return _product(sparse.data, sparse.indices, sparse.indptr, stored, x, event, transpose)
+        return _product(sparse.data, sparse.indices, sparse.indptr, stored, x, event, transpose, weighted)
     # x @ S = (S.T @ x.T).T
     if x.ndim == 1:
-        return _product(sparse.data, sparse.indices, sparse.indptr, stored, x, event, not transpose)
-    return _product(sparse.data, sparse.indices, sparse.indptr, stored, x.T, event, not transpose).T
+        return _product(sparse.data, sparse.indices, sparse.indptr, stored, x, event, not transpose, weighted)
+    return _product(sparse.data, sparse.indices, sparse.indptr, stored, x.T, event, not transpose, weighted).T
 
 
 # ---------------------------------------------------------------------------

@@ -58,8 +58,11 @@ from numba import prange
 from ...backends import numba_cpu
 from ...dtypes import compute_dtype
 from ...events import as_bool_events
-from . import ops
-from .numba_rows import (  # the row loops the kernels inline
+from . import numba_weighted, ops
+from .numba_rows import (  # the row loops the kernels inline, and the parallel thresholds
+    _PARALLEL,
+    PARALLEL_MIN_WORK,
+    SCATTER_PARALLEL_MIN_WORK,
     _active_work,
     _balanced_rows,
     _column,
@@ -84,22 +87,7 @@ __all__ = [
     "sddmm_generator",
 ]
 
-# Below this many synapses visited a kernel stays on one thread: waking the
-# pool, splitting the work and (scatter) summing per-thread outputs would cost
-# about as much as it saves.
-PARALLEL_MIN_WORK = 65536
-# A vector scatter also zero-fills and sums per-thread copies of its output, and
-# the weight gradient's memset-bound zero-fill gains little from a second
-# thread: both go parallel only for this much computed work.
-SCATTER_PARALLEL_MIN_WORK = 262144
-
 _REASSOC = {"reassoc", "contract"}  # let LLVM vectorise the batch dot products
-
-# Only explicit ``prange`` loops run on the pool: with plain ``parallel=True``
-# Numba also turns array expressions (``out[:] = 0``, ``np.zeros``) into
-# parallel regions, which would wake every thread even on the serial path.
-_PARALLEL = {"prange": True, "comprehension": False, "reduction": False, "inplace_binop": False,
-             "setitem": False, "numpy": False, "stencil": False, "fusion": False}
 
 
 # ---------------------------------------------------------------------------
@@ -372,9 +360,12 @@ def _ffi(kernel, args, out_shape, out_dtype):
     return call(*args)[0]
 
 
-def _matmul_generator(outs, transpose: bool, event: bool, batched: bool):
+def _matmul_generator(outs, transpose: bool, event: bool, batched: bool, weighted: bool = False):
     out = outs[0]
     dtype = compute_dtype(out.dtype)
+    if weighted:  # values that select: their own small kernels (numba_weighted)
+        return _weighted_matmul_generator(out, dtype, numba_weighted.KERNELS[(batched, bool(transpose))],
+                                          batched and transpose)
 
     def kernel(data, indices, indptr, x):
         data = _as_compute(data, dtype)
@@ -392,6 +383,18 @@ def _matmul_generator(outs, transpose: bool, event: bool, batched: bool):
     return kernel
 
 
+def _weighted_matmul_generator(out, dtype, kernel_fn, batch_major: bool):
+    def kernel(data, indices, indptr, v):
+        args = (_as_compute(data, dtype), indices, indptr, _as_compute(v, dtype))
+        if batch_major:  # as for spikes: the transposes cancel with the caller's
+            y = _ffi(kernel_fn, args[:3] + (args[3].T,), out.shape[::-1], dtype).T
+        else:
+            y = _ffi(kernel_fn, args, out.shape, dtype)
+        return [y.astype(out.dtype)]
+
+    return kernel
+
+
 def csrmv_generator(outs, transpose: bool):
     """Numba kernel for ``csrmv_p``: float vector."""
     return _matmul_generator(outs, transpose, event=False, batched=False)
@@ -402,25 +405,32 @@ def csrmm_generator(outs, transpose: bool):
     return _matmul_generator(outs, transpose, event=False, batched=True)
 
 
-def binary_csrmv_generator(outs, transpose: bool):
-    """Numba kernel for ``binary_csrmv_p``: event vector (bool, or float with nonzero = spike)."""
-    return _matmul_generator(outs, transpose, event=True, batched=False)
+def binary_csrmv_generator(outs, transpose: bool, weighted: bool = False):
+    """Numba kernel for ``binary_csrmv_p``: event vector (bool, or float with nonzero = spike;
+    weighted: values, see :mod:`.numba_weighted`)."""
+    return _matmul_generator(outs, transpose, event=True, batched=False, weighted=weighted)
 
 
-def binary_csrmm_generator(outs, transpose: bool):
+def binary_csrmm_generator(outs, transpose: bool, weighted: bool = False):
     """Numba kernel for ``binary_csrmm_p``: event matrix."""
-    return _matmul_generator(outs, transpose, event=True, batched=True)
+    return _matmul_generator(outs, transpose, event=True, batched=True, weighted=weighted)
 
 
-def sddmm_generator(outs, ins):
-    """Numba kernel for ``csr_sddmm_p``: ``g[k] = <r[row k], q[indices[k]]>``."""
+def sddmm_generator(outs, ins, weighted=None):
+    """Numba kernel for ``csr_sddmm_p``: ``g[k] = <r[row k], q[indices[k]]>`` (weighted modes:
+    :data:`.numba_weighted.SDDMM_KERNELS`, on ``(n, k)`` matrices)."""
     out = outs[0]
     dtype = compute_dtype(out.dtype)
-
-    kernel_fn = sddmm_mv if len(ins[2].shape) == 1 else sddmm_mm
+    vector = len(ins[2].shape) == 1
+    if weighted is not None:
+        kernel_fn = numba_weighted.SDDMM_KERNELS[ops.sddmm_mode(ins[2].dtype, ins[3].dtype, weighted)]
+        as_matrix = (lambda a: a[:, None]) if vector else (lambda a: a)  # noqa: E731
+    else:
+        kernel_fn = sddmm_mv if vector else sddmm_mm
+        as_matrix = lambda a: a  # noqa: E731
 
     def kernel(indices, indptr, r, q):
-        args = (indices, indptr, _as_compute(r, dtype), _as_compute(q, dtype))
+        args = (indices, indptr, as_matrix(_as_compute(r, dtype)), as_matrix(_as_compute(q, dtype)))
         return [_ffi(kernel_fn, args, out.shape, dtype).astype(out.dtype)]
 
     return kernel

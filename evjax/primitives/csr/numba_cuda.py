@@ -48,7 +48,7 @@ from numba import cuda
 from ...dtypes import compute_dtype
 from ...events import as_bool_events
 from ...numba_cuda_kernel import numba_cuda_kernel
-from . import ops
+from . import numba_cuda_weighted, ops
 
 __all__ = [
     "KERNELS",
@@ -65,6 +65,7 @@ __all__ = [
 
 THREADS = 256  # threads per block of every kernel
 WARPS_PER_BLOCK = THREADS // 32  # warp-per-row kernels: rows per block
+assert numba_cuda_weighted.THREADS == THREADS, "the weighted kernels' launch layout must match"
 
 
 # ---------------------------------------------------------------------------
@@ -430,11 +431,14 @@ def _cast(x, dtype):
 # generators (the ops' backend slot)
 # ---------------------------------------------------------------------------
 def _matmul_generator(kind: str, event: bool):
-    def generator(outs, ins, shape, transpose):
+    def generator(outs, ins, shape, transpose, weighted=False):
         out = outs[0]
         dtype = compute_dtype(out.dtype)
         transpose = bool(transpose)
-        kernel = KERNELS[(kind, event, transpose)]
+        if weighted:  # values that select: numba_cuda_weighted
+            kernel = numba_cuda_weighted.KERNELS[(kind, transpose)]
+        else:
+            kernel = KERNELS[(kind, event, transpose)]
         out_shape = tuple(int(d) for d in out.shape)
         result = jax.ShapeDtypeStruct(out_shape, dtype)
         n_rows = int(shape[0])
@@ -450,7 +454,7 @@ def _matmul_generator(kind: str, event: bool):
 
         def run(data, indices, indptr, x):
             data = _cast(data, dtype)
-            x = as_bool_events(x) if event else _cast(x, dtype)
+            x = as_bool_events(x) if event and not weighted else _cast(x, dtype)
             if transpose:
                 y = call(data, indices, indptr, x, jnp.zeros(out_shape, dtype))
             else:
@@ -469,6 +473,7 @@ def _matmul_generator(kind: str, event: bool):
         ins: the input avals ``(data, indices, indptr, x)``.
         shape: ``(n_rows, n_cols)`` of the CSR matrix.
         transpose: scatter (``W.T @ x``) instead of gather (``W @ x``).
+        weighted: (binary ops) ``x`` holds weighted events.
 
     Returns:
         ``run(data, indices, indptr, x) -> [out]``.
@@ -482,13 +487,15 @@ binary_csrmv_numba_cuda = _matmul_generator("mv", event=True)
 binary_csrmm_numba_cuda = _matmul_generator("mm", event=True)
 
 
-def csr_sddmm_numba_cuda(outs, ins):
+def csr_sddmm_numba_cuda(outs, ins, weighted=None):
     """Numba CUDA kernel generator for ``csr_sddmm_p``: ``g[k] = <r[row k], q[indices[k]]>``.
 
     Args:
         outs: the op's single output, ``(nnz,)``.
         ins: the input avals ``(indices, indptr, r, q)``; ``r`` and ``q`` both
             vectors or both matrices (``(n_rows, k)``, ``(n_cols, k)``).
+        weighted: ``"r"`` or ``"q"``: that operand holds weighted events
+            (:data:`.numba_cuda_weighted.SDDMM_KERNELS`; vectors run as ``(n, 1)``).
 
     Returns:
         ``run(indices, indptr, r, q) -> [g]``; a bool operand selects (kept as
@@ -498,15 +505,20 @@ def csr_sddmm_numba_cuda(outs, ins):
     out = outs[0]
     dtype = compute_dtype(out.dtype)
     r_in, q_in = ins[2], ins[3]
-    mode = ops.sddmm_mode(r_in.dtype, q_in.dtype)
-    kernel = SDDMM_KERNELS[("mat" if len(r_in.shape) == 2 else "vec", mode)]
+    mode = ops.sddmm_mode(r_in.dtype, q_in.dtype, weighted)
+    as_matrix = lambda a: a  # noqa: E731
+    if weighted is not None:
+        kernel = numba_cuda_weighted.SDDMM_KERNELS[mode]
+        as_matrix = (lambda a: a[:, None]) if len(r_in.shape) == 1 else as_matrix  # noqa: E731
+    else:
+        kernel = SDDMM_KERNELS[("mat" if len(r_in.shape) == 2 else "vec", mode)]
     nnz = int(out.shape[0])
     call = numba_cuda_kernel(kernel, jax.ShapeDtypeStruct((nnz,), dtype), input_output_aliases={4: 0},
                              **_warp_per_row(int(r_in.shape[0])))
 
     def run(indices, indptr, r, q):
-        r = r if mode == "r_events" else _cast(r, dtype)
-        q = q if mode == "q_events" else _cast(q, dtype)
+        r = r if mode == "r_events" else as_matrix(_cast(r, dtype))
+        q = q if mode == "q_events" else as_matrix(_cast(q, dtype))
         g = call(indices, indptr, r, q, jnp.zeros((nnz,), dtype))
         return [_cast(g, out.dtype)]
 

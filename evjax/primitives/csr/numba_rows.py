@@ -5,8 +5,9 @@ ones), inlined into every kernel specialisation: clamped row spans, unsigned
 column reads, the NaN rules (``_visits``: which rows a scatter visits;
 ``_product``: one term, where an event selects and a value multiplies), the
 gather dot product of one row, the scatter of one row or a range of active
-rows, and the work counts that decide how a scatter is split over threads.
-Nothing here is called from Python.
+rows, and the work counts that decide how a scatter is split over threads;
+the thresholds above which the kernels (here and in ``numba_weighted``) go
+parallel.  Nothing here is called from Python.
 
 Numba's disk cache keys each kernel on its own source file only: after editing
 this file in a development checkout, touch ``numba.py`` beside it (or delete
@@ -19,6 +20,21 @@ import numba
 import numpy as np
 from numba import types
 from numba.extending import overload
+
+# Below this many synapses visited a kernel stays on one thread: waking the
+# pool, splitting the work and (scatter) summing per-thread outputs would cost
+# about as much as it saves.
+PARALLEL_MIN_WORK = 65536
+# A vector scatter also zero-fills and sums per-thread copies of its output, and
+# the weight gradient's memset-bound zero-fill gains little from a second
+# thread: both go parallel only for this much computed work.
+SCATTER_PARALLEL_MIN_WORK = 262144
+
+# Only explicit ``prange`` loops run on the pool: with plain ``parallel=True``
+# Numba also turns array expressions (``out[:] = 0``, ``np.zeros``) into
+# parallel regions, which would wake every thread even on the serial path.
+_PARALLEL = {"prange": True, "comprehension": False, "reduction": False, "inplace_binop": False,
+             "setitem": False, "numpy": False, "stencil": False, "fusion": False}
 
 # inline="always" gives every kernel specialisation the same, fully optimised loop.
 #

@@ -23,6 +23,14 @@ with ``W`` of shape ``(n_pre, n_post)``) and is event-driven: its cost follows
 the synapses of active rows.  ``transpose=False`` gathers (``W @ x``).
 Gradients w.r.t. an event operand given as float are straight-through
 (``d out / d s = A``).
+
+Weighted events (static ``weighted=True`` on the two binary ops, what
+:class:`evjax.WeightedArray` dispatches to): the operand holds values; only
+its nonzero entries are visited, each contributing ``value * weight`` (IEEE),
+and a zero entry contributes nothing whatever its weights hold.  The gradient
+w.r.t. the values is the true one (the op is linear in them); the weight
+gradient is ``csr_sddmm_p`` in a weighted mode, event-driven and scaled by the
+values.
 """
 from __future__ import annotations
 
@@ -57,19 +65,26 @@ def _out_shape(shape, transpose: bool, x_shape) -> tuple:
     return (n,) + tuple(x_shape[1:])
 
 
-def _bind(op: XLACustomKernel, data, indices, indptr, x, *, shape, transpose, dtype, backend):
+def _bind(op: XLACustomKernel, data, indices, indptr, x, *, shape, transpose, dtype, backend, **params):
+    """Bind a matmul op; ``params``: the binary ops' ``weighted``."""
     outs = [jax.ShapeDtypeStruct(_out_shape(shape, transpose, x.shape), dtype)]
     return op.bind(data, indices, indptr, x, outs=outs, shape=tuple(shape), transpose=bool(transpose),
-                   backend=backend)[0]
+                   backend=backend, **params)[0]
 
 
-def _matmul(op, data, indices, indptr, x, *, shape, transpose, backend, rank, event, who):
-    """Validate, promote and bind one of the four matmul ops (the public wrappers)."""
+def _matmul(op, data, indices, indptr, x, *, shape, transpose, backend, rank, event, who, weighted=False):
+    """Validate, promote and bind one of the four matmul ops (the public wrappers).
+
+    Weighted events are values: promoted with the weights like a float operand.
+    """
     data, indices, indptr, shape = validate_csr(data, indices, indptr, shape, who=who)
-    x, dtype = check_operand(x, data, shape, transpose, rank, event, who)
-    if not event:
+    weighted = bool(weighted)
+    x, dtype = check_operand(x, data, shape, transpose, rank, event and not weighted, who)
+    if not event or weighted:
         data, x = data.astype(dtype), x.astype(dtype)
-    return _bind(op, data, indices, indptr, x, shape=shape, transpose=transpose, dtype=dtype, backend=backend)
+    params = {"weighted": weighted} if event else {}
+    return _bind(op, data, indices, indptr, x, shape=shape, transpose=transpose, dtype=dtype, backend=backend,
+                 **params)
 
 
 # ===========================================================================
@@ -80,22 +95,41 @@ def row_ids(indptr, nnz: int):
     return jnp.searchsorted(indptr[1:], jnp.arange(nnz, dtype=indptr.dtype), side="right")
 
 
-def _term(a, b):
+@jax.custom_jvp
+def _weighted_term(a, v):
+    """where(v != 0, a * v, 0): a weighted event v selects, then scales (docs/semantics.md)."""
+    return jnp.where(v != 0, a * v, jnp.zeros((), jnp.result_type(a, v)))
+
+
+@_weighted_term.defjvp
+def _weighted_term_jvp(primals, tangents):
+    # d/da: the same select, scaled by v; d/dv: a (equal to a * v for finite a: the true derivative,
+    # as the kernels' rules take it), so the vmapped pure-JAX SDDMM differentiates like the op
+    a, v = primals
+    da, dv = tangents
+    return _weighted_term(a, v), _weighted_term(da, v) + a * dv
+
+
+def _term(a, b, weighted: bool = False):
     """One term of a sum over synapses (docs/semantics.md): ``a * b`` for two values (IEEE);
-    a bool (event) operand selects the other, never multiplies it (a silent event gives 0)."""
+    a bool (event) operand selects the other, never multiplies it (a silent event gives 0);
+    ``weighted``: ``b`` holds weighted events, where(b != 0, a * b, 0) (select, then IEEE)."""
+    if weighted:
+        return _weighted_term(a, b)
     if a.dtype == jnp.bool_:
         return a & b if b.dtype == jnp.bool_ else jnp.where(a, b, jnp.zeros((), b.dtype))
     return jnp.where(b, a, jnp.zeros((), a.dtype)) if b.dtype == jnp.bool_ else a * b
 
 
-def _reference_matmul(data, indices, indptr, x, *, outs, shape, transpose, event):
+def _reference_matmul(data, indices, indptr, x, *, outs, shape, transpose, event, weighted=False):
     """Pure-JAX ``A @ x`` / ``A.T @ x`` (the fallback backend and the tests' oracle), term by
     term and structural like scipy: y_i = sum_{k in row i} _term(w_k, x_{j_k})."""
     out = outs[0]
     dtype = compute_dtype(out.dtype)
     nnz = indices.shape[0]
     w = jnp.broadcast_to(data.astype(dtype), (nnz,)) if data.shape[0] != nnz else data.astype(dtype)
-    x = as_bool_events(x) if event else x.astype(dtype)
+    x = as_bool_events(x) if event and not weighted else x.astype(dtype)
+    term = functools.partial(_term, weighted=weighted)
     rows = row_ids(indptr, nnz)
     n_in = shape[1] if not transpose else shape[0]
     if n_in == 0 or nnz == 0:
@@ -105,15 +139,15 @@ def _reference_matmul(data, indices, indptr, x, *, outs, shape, transpose, event
     cols = jnp.where(valid, indices, 0)
     lift = (lambda a: a[:, None]) if x.ndim == 2 else (lambda a: a)
     if not transpose:  # y_i = sum_{k in row i} w_k x_{j_k}
-        contrib = jnp.where(lift(valid), _term(lift(w), x[cols]), 0)
+        contrib = jnp.where(lift(valid), term(lift(w), x[cols]), 0)
         y = jax.ops.segment_sum(contrib, rows, num_segments=shape[0])
     else:  # y_j = sum_{k: j_k = j} w_k x_{i_k}
-        contrib = jnp.where(lift(valid), _term(lift(w), x[jnp.clip(rows, 0, n_in - 1)]), 0)
+        contrib = jnp.where(lift(valid), term(lift(w), x[jnp.clip(rows, 0, n_in - 1)]), 0)
         y = jnp.zeros((shape[1],) + x.shape[1:], dtype).at[cols].add(contrib)
     return [y.astype(out.dtype)]
 
 
-def _weight_cotangent(op, data, indices, indptr, x, ct, *, shape, transpose, backend):
+def _weight_cotangent(op, data, indices, indptr, x, ct, *, shape, transpose, backend, **params):
     """Cotangent of the weights of ``y = op(data, ..., x)`` given ``ct = y_bar``.
 
     Per synapse k in row i with column j (x binarised for event ops):
@@ -122,7 +156,9 @@ def _weight_cotangent(op, data, indices, indptr, x, ct, *, shape, transpose, bac
     i.e. w_bar = sddmm(r, q) with (r, q) = (y_bar, x) or (x, y_bar).  Bool events
     select (w_bar_k = y_bar if the event is active, else 0, whatever y_bar holds),
     and silent rows of the scatter orientation are skipped: event-driven; float
-    x gives the IEEE product.
+    x gives the IEEE product.  Weighted events v (``params["weighted"]``) scale
+    the selected terms: w_bar_k = where(v != 0, v * y_bar, 0), the rows of v == 0
+    skipped in the scatter orientation (sddmm mode ``r_weighted``/``q_weighted``).
     Homogeneous w (shape (1,)):  w_bar = sum_k (...) = <y_bar, op(1, ..., x)>,
     computed with the op itself, in the same (event-driven) orientation; it does
     not read w, and agrees with the per-synapse sum for finite y_bar.
@@ -131,11 +167,12 @@ def _weight_cotangent(op, data, indices, indptr, x, ct, *, shape, transpose, bac
     nnz = indices.shape[0]
     if aval.shape[0] != nnz or nnz == 1:
         y1 = _bind(op, jnp.ones((1,), aval.dtype), indices, indptr, x, shape=shape, transpose=transpose,
-                   dtype=ct.dtype, backend=backend)
+                   dtype=ct.dtype, backend=backend, **params)
         acc = compute_dtype(aval.dtype)
         return jnp.sum(ct.astype(acc) * y1.astype(acc)).astype(aval.dtype).reshape(1)
     r, q = (ct, x) if not transpose else (x, ct)
-    return _bind_sddmm(indices, indptr, r, q, shape=shape, dtype=aval.dtype, backend=backend)
+    weighted = ("r" if transpose else "q") if params.get("weighted") else None
+    return _bind_sddmm(indices, indptr, r, q, shape=shape, dtype=aval.dtype, backend=backend, weighted=weighted)
 
 
 def _matmul_batching(vector_op, matrix_op, rank: int, event: bool):
@@ -145,32 +182,32 @@ def _matmul_batching(vector_op, matrix_op, rank: int, event: bool):
       ``vmap`` of mm folds the batch into the columns): native, no loop.
     * homogeneous weights batched: y_b = w_b * op(1, ..., x_b), one call.  For events
       op(1, ...) counts active synapses, and a count of 0 gives 0 even for w_b = nan; for
-      values it is the sum of the terms w_b x_k only for finite w_b (inf * 0 is nan): a
+      values (and weighted events: op(1, ...) sums the selected values) it is the sum of the terms w_b x_k only for finite w_b (inf * 0 is nan): a
       batch with a nan or inf weight takes the loop instead (lax.cond).
     * per-synapse weights or the structure batched: a loop over the batch.
     """
     op_self = vector_op if rank == 1 else matrix_op
 
-    def rule(args, axes, *, outs, shape, transpose, backend):
+    def rule(args, axes, *, outs, shape, transpose, backend, **params):
         data, indices, indptr, x = args
         d_ax, i_ax, p_ax, x_ax = axes
         dtype = outs[0].dtype
         homogeneous = d_ax is not None and data.shape[1 - d_ax] == 1
         loop = functools.partial(batching_rules.sequential_batch, op_self.primitive, args, axes, outs=outs,
-                                 shape=shape, transpose=transpose, backend=backend)
+                                 shape=shape, transpose=transpose, backend=backend, **params)
         if i_ax is not None or p_ax is not None or (d_ax is not None and not homogeneous):
             return loop()
         weights = jnp.ones((1,), data.dtype) if d_ax is not None else data  # scaled per example below
         if x_ax is None:
             y = _bind(op_self, weights, indices, indptr, x, shape=shape, transpose=transpose, dtype=dtype,
-                      backend=backend)
+                      backend=backend, **params)
             y_ax = None
         else:
             xb = jnp.moveaxis(x, x_ax, 1)  # (n, batch) or (n, batch, k)
             size = xb.shape[1]
             flat = xb.reshape(xb.shape[0], int(np.prod(xb.shape[1:])))
             y = _bind(matrix_op, weights, indices, indptr, flat, shape=shape, transpose=transpose,
-                      dtype=dtype, backend=backend)
+                      dtype=dtype, backend=backend, **params)
             y = y.reshape((y.shape[0], size) + xb.shape[2:])
             y_ax = 1
         if d_ax is None:
@@ -180,7 +217,7 @@ def _matmul_batching(vector_op, matrix_op, rank: int, event: bool):
         acc = compute_dtype(dtype)
         scale = w.astype(acc).reshape((-1,) + (1,) * (y.ndim - 1))
         scaled = scale * y.astype(acc)
-        if event:  # y counts active synapses: none gives 0, whatever w_b holds
+        if event and not params.get("weighted"):  # y counts active synapses: none gives 0, whatever w_b holds
             return [jnp.where(y != 0, scaled, 0).astype(dtype)], [0]
         scaled = jnp.broadcast_to(scaled, (w.shape[0],) + scaled.shape[1:]).astype(dtype)
         return [jax.lax.cond(jnp.all(jnp.isfinite(w)), lambda: scaled, lambda: loop()[0][0])], [0]
@@ -192,8 +229,9 @@ def _matmul_batching(vector_op, matrix_op, rank: int, event: bool):
 # Rules shared by the four matmul ops
 # ===========================================================================
 def _operand_cotangent(float_op):
-    def rule(cts, data, indices, indptr, x, *, outs, shape, transpose, backend):
+    def rule(cts, data, indices, indptr, x, *, outs, shape, transpose, backend, **params):
         # y = A x  =>  x_bar = A.T y_bar ;  y = A.T x  =>  x_bar = A y_bar
+        # (an event op is linear in its operand only when weighted: y = A v on the selected v)
         return _bind(float_op, data, indices, indptr, cts[0], shape=shape, transpose=not transpose,
                      dtype=ad_rules.aval_of(x).dtype, backend=backend)
 
@@ -201,20 +239,24 @@ def _operand_cotangent(float_op):
 
 
 def _weights_cotangent(op, event: bool):
-    def rule(cts, data, indices, indptr, x, *, outs, shape, transpose, backend):
-        # w_bar_k = <y_bar[i_k], x[j_k]>  (or <x[i_k], y_bar[j_k]>), x as 1[x != 0] for events;
+    def rule(cts, data, indices, indptr, x, *, outs, shape, transpose, backend, **params):
+        # w_bar_k = <y_bar[i_k], x[j_k]>  (or <x[i_k], y_bar[j_k]>), x as 1[x != 0] for events,
+        # where(v != 0, v * y_bar, 0) for weighted events v;
         # in the scatter orientation only the synapses of active rows are computed.
-        x = as_bool_events(x) if event else x
+        x = as_bool_events(x) if event and not params.get("weighted") else x
         return _weight_cotangent(op, data, indices, indptr, x, cts[0], shape=shape, transpose=transpose,
-                                 backend=backend)
+                                 backend=backend, **params)
 
     return rule
 
 
 def _straight_through(float_op):
-    def rule(t_s, data, indices, indptr, s, *, outs, shape, transpose, backend):
+    def rule(t_s, data, indices, indptr, s, *, outs, shape, transpose, backend, **params):
         # The forward uses 1[s != 0]; the derivative is taken as if y = A s:
         # dy/ds = A (resp. A.T), so dy = A ds (the float op on the tangent).
+        # Weighted events: y = sum_k where(v != 0, w_k v, 0) equals A v wherever the
+        # weights are finite, so dy = A dv is the true derivative (IEEE: a nan weight
+        # gives a nan tangent, even at v == 0).
         return float_op.bind(data, indices, indptr, t_s.astype(outs[0].dtype), outs=outs, shape=shape,
                              transpose=transpose, backend=backend)
 
@@ -225,7 +267,8 @@ def _define_matmul(name: str, float_op, event: bool) -> XLACustomKernel:
     """One matmul op: reference, JVPs and transpose.
 
     JVP: y = A(w) x is linear in w, and (float ops) in x: dy = A(dw) x + A(w) dx.
-    Event ops: dy = A(dw) 1[s != 0] + A(w) ds  (straight-through in s).
+    Event ops: dy = A(dw) 1[s != 0] + A(w) ds  (straight-through in s);
+    weighted: dy = A(dw) v + A(w) dv (true: linear in v), A(dw) v selecting v != 0.
     """
     op = XLACustomKernel(name)
     op.def_reference(functools.partial(_reference_matmul, event=event))
@@ -233,9 +276,9 @@ def _define_matmul(name: str, float_op, event: bool) -> XLACustomKernel:
     if event:
         rules[3] = _straight_through(float_op)
     op.def_jvp_rule2(*rules)
-    cotangents = {0: _weights_cotangent(op, event)}
-    if not event:  # an event op is not linear in its events: its JVP w.r.t. them is the float op
-        cotangents[3] = _operand_cotangent(op)
+    # an event op is not linear in its events: its JVP w.r.t. them is the float op, so only a
+    # weighted one (linear in its values) is ever transposed in x; then x_bar is the float op's
+    cotangents = {0: _weights_cotangent(op, event), 3: _operand_cotangent(float_op if event else op)}
     op.def_transpose_rule(ad_rules.linear_transpose_rule(cotangents, name=name))
     op.declare_backends(__package__, BACKENDS)
     return op
@@ -293,7 +336,7 @@ def csrmm(data, indices, indptr, B, *, shape, transpose: bool = False, backend: 
 
 
 def binary_csrmv(data, indices, indptr, v, *, shape, workspace=None, transpose: bool = False,
-                 backend: str | None = None) -> jax.Array:
+                 backend: str | None = None, weighted: bool = False) -> jax.Array:
     """Sparse matrix times event vector: only active entries of ``v`` contribute.
 
     With ``transpose=True`` (``spikes @ W`` for ``W`` of shape ``(n_pre, n_post)``)
@@ -307,16 +350,25 @@ def binary_csrmv(data, indices, indptr, v, *, shape, workspace=None, transpose: 
             ``A``).
         workspace: accepted for brainevent's signature and ignored: evjax's
             kernels need no scratch buffer.
+        weighted: ``v`` holds graded events (what :class:`evjax.WeightedArray`
+            passes): each nonzero entry contributes ``v * weight`` (IEEE), a
+            zero one nothing whatever its weights hold; the gradient w.r.t.
+            ``v`` is the true one.
 
     Returns:
-        The result in the weight dtype.
+        The result in the weight dtype (weighted: the promoted dtype of the
+        weights and ``v``, integer counts taking the weights' dtype).
+
+    Example:
+        >>> y = evjax.binary_csrmv(W.data, W.indices, W.indptr, counts, shape=W.shape,
+        ...                        transpose=True, weighted=True)
     """
     return _matmul(binary_csrmv_p, data, indices, indptr, v, shape=shape, transpose=transpose,
-                   backend=backend, rank=1, event=True, who="binary_csrmv")
+                   backend=backend, rank=1, event=True, who="binary_csrmv", weighted=weighted)
 
 
 def binary_csrmm(data, indices, indptr, B, *, shape, workspace=None, transpose: bool = False,
-                 backend: str | None = None) -> jax.Array:
+                 backend: str | None = None, weighted: bool = False) -> jax.Array:
     """Sparse matrix times event matrix (a batch of spike vectors as columns).
 
     Args:
@@ -324,18 +376,21 @@ def binary_csrmm(data, indices, indptr, B, *, shape, workspace=None, transpose: 
         B: the spikes, ``(n_cols, k)`` (transpose=False) or ``(n_rows, k)``
             (transpose=True); bool, or float with nonzero = spike.
         workspace: as in :func:`binary_csrmv` (accepted and ignored).
+        weighted: as in :func:`binary_csrmv`: ``B`` holds graded events.
 
     Returns:
-        ``(n_rows, k)`` or ``(n_cols, k)`` in the weight dtype.
+        ``(n_rows, k)`` or ``(n_cols, k)`` in the weight dtype (weighted: as in
+        :func:`binary_csrmv`).
     """
     return _matmul(binary_csrmm_p, data, indices, indptr, B, shape=shape, transpose=transpose,
-                   backend=backend, rank=2, event=True, who="binary_csrmm")
+                   backend=backend, rank=2, event=True, who="binary_csrmm", weighted=weighted)
 
 
 # ===========================================================================
 # csr_sddmm: g[k] = <r[i_k], q[j_k]>  (the weight gradient; r, q vectors or matrices)
 # ===========================================================================
-def csr_sddmm(indices, indptr, r, q, *, shape, dtype=None, backend: str | None = None) -> jax.Array:
+def csr_sddmm(indices, indptr, r, q, *, shape, dtype=None, backend: str | None = None,
+              weighted: str | None = None) -> jax.Array:
     """Sampled dense-dense product on the CSR pattern: ``g[k] = <r[row k], q[indices[k]]>``.
 
     The gradient of the CSR matmuls w.r.t. per-synapse weights.  A bool
@@ -352,14 +407,23 @@ def csr_sddmm(indices, indptr, r, q, *, shape, dtype=None, backend: str | None =
         q: ``(n_cols,)`` or ``(n_cols, k)``; float or bool (events).
         dtype: the result dtype (default: promotion of the float operands).
         backend: as in :func:`csrmv`.
+        weighted: ``"r"`` or ``"q"``: that float operand holds weighted events,
+            and each term is ``where(e != 0, r * q, 0)`` for its entry ``e``
+            (a zero event hides a nan or inf of the other operand); with
+            ``"r"`` the rows where ``r`` is zero are skipped.  The weight
+            gradient of the ops with ``weighted=True``.
 
     Returns:
         ``(nnz,)`` array.
 
     Raises:
         TypeError: complex or integer ``r``/``q``, or a bad structure dtype.
-        ValueError: a structure or operand shape that does not fit ``shape``.
+        ValueError: a structure or operand shape that does not fit ``shape``, or
+            ``weighted`` not ``None``, ``"r"`` or ``"q"``.
     """
+    if weighted not in (None, "r", "q"):
+        raise ValueError(f"csr_sddmm: weighted must be None, 'r' or 'q' (the operand holding weighted events), "
+                         f"got {weighted!r}")
     _, indices, indptr, shape = validate_csr(jnp.ones((1,), jnp.float32), indices, indptr, shape, who="csr_sddmm")
     r, q = jnp.asarray(r), jnp.asarray(q)
     for name, a in (("r", r), ("q", q)):
@@ -374,16 +438,20 @@ def csr_sddmm(indices, indptr, r, q, *, shape, dtype=None, backend: str | None =
     if dtype is None:
         floats = [a.dtype for a in (r, q) if a.dtype != jnp.bool_]
         dtype = jnp.result_type(*floats) if floats else jnp.float32
-    return _bind_sddmm(indices, indptr, r, q, shape=tuple(shape), dtype=dtype, backend=backend)
+    if weighted is not None:  # the weighted operand holds values: bool ones become 0/1
+        r, q = (r.astype(dtype) if weighted == "r" else r), (q.astype(dtype) if weighted == "q" else q)
+    return _bind_sddmm(indices, indptr, r, q, shape=tuple(shape), dtype=dtype, backend=backend, weighted=weighted)
 
 
-def _bind_sddmm(indices, indptr, r, q, *, shape, dtype, backend):
+def _bind_sddmm(indices, indptr, r, q, *, shape, dtype, backend, weighted=None):
     outs = [jax.ShapeDtypeStruct((indices.shape[0],), dtype)]
-    return csr_sddmm_p.bind(indices, indptr, r, q, outs=outs, shape=tuple(shape), backend=backend)[0]
+    return csr_sddmm_p.bind(indices, indptr, r, q, outs=outs, shape=tuple(shape), backend=backend,
+                            weighted=weighted)[0]
 
 
-def _sddmm_dense(indices, indptr, r, q, *, dtype, shape):
-    """g_k = <r[i_k], q[j_k]> term by term: ``_term`` selects by a bool operand, else IEEE product."""
+def _sddmm_dense(indices, indptr, r, q, *, dtype, shape, weighted=None):
+    """g_k = <r[i_k], q[j_k]> term by term: ``_term`` selects by a bool operand, else IEEE product;
+    ``weighted`` ("r" or "q"): that operand's zero entries select, where(e != 0, r * q, 0)."""
     acc = compute_dtype(dtype)
     nnz = indices.shape[0]
     if nnz == 0 or min(shape) == 0:
@@ -393,55 +461,78 @@ def _sddmm_dense(indices, indptr, r, q, *, dtype, shape):
     as_acc = lambda a: a if a.dtype == jnp.bool_ else a.astype(acc)  # noqa: E731
     rv = as_acc(r)[jnp.clip(rows, 0, max(shape[0] - 1, 0))]
     qv = as_acc(q)[jnp.clip(indices, 0, max(shape[1] - 1, 0))]
-    terms = _term(rv, qv).astype(acc)
+    if weighted == "q":
+        terms = _term(rv, qv, weighted=True).astype(acc)
+    else:
+        terms = (_term(qv, rv, weighted=True) if weighted == "r" else _term(rv, qv)).astype(acc)
     g = terms if r.ndim == 1 else jnp.sum(terms, axis=-1)
     return jnp.where(valid, g, 0).astype(dtype)
 
 
-def sddmm_mode(r_dtype, q_dtype) -> str:
+def sddmm_mode(r_dtype, q_dtype, weighted: str | None = None) -> str:
     """Which SDDMM kernel a backend runs: ``"r_events"`` (bool r: silent rows skipped, q selected),
-    ``"q_events"`` (bool q, float r: r selected) or ``"values"`` (IEEE product on every row)."""
+    ``"q_events"`` (bool q, float r: r selected), ``"values"`` (IEEE product on every row),
+    or, with ``weighted`` ("r" or "q", both operands float): ``"r_weighted"`` (rows with r == 0
+    skipped, g = where(r != 0, r * q, 0)) or ``"q_weighted"`` (every row, g = where(q != 0, r * q, 0))."""
+    if weighted is not None:
+        return f"{weighted}_weighted"
     if np.dtype(r_dtype) == np.bool_:
         return "r_events"
     return "q_events" if np.dtype(q_dtype) == np.bool_ else "values"
 
 
-def _sddmm_reference(indices, indptr, r, q, *, outs, shape):
-    return [_sddmm_dense(indices, indptr, r, q, dtype=outs[0].dtype, shape=shape)]
+def _sddmm_reference(indices, indptr, r, q, *, outs, shape, weighted=None):
+    return [_sddmm_dense(indices, indptr, r, q, dtype=outs[0].dtype, shape=shape, weighted=weighted)]
 
 
-def _sddmm_operand_cotangent(cts, indices, indptr, other, *, dt, rank, shape, transpose, backend):
-    # the matmul of A(g_bar) with the other operand: a bool one selects (the binary op), a float one multiplies
-    event = other.dtype == jnp.bool_
+def _sddmm_operand_cotangent(cts, indices, indptr, other, *, dt, rank, shape, transpose, backend, weighted):
+    # the matmul of A(g_bar) with the other operand: a bool one selects (the binary op), a float one
+    # multiplies, a weighted one selects and multiplies (the binary op with weighted=True)
+    event = weighted or other.dtype == jnp.bool_
     op = {(1, False): csrmv_p, (2, False): csrmm_p, (1, True): binary_csrmv_p, (2, True): binary_csrmm_p}
-    return _bind(op[(rank, event)], cts[0].astype(dt), indices, indptr, other if event else other.astype(dt),
-                 shape=shape, transpose=transpose, dtype=dt, backend=backend)
+    params = {"weighted": weighted} if event else {}
+    return _bind(op[(rank, event)], cts[0].astype(dt), indices, indptr,
+                 other if event and not weighted else other.astype(dt),
+                 shape=shape, transpose=transpose, dtype=dt, backend=backend, **params)
 
 
-def _sddmm_r_cotangent(cts, indices, indptr, r, q, *, outs, shape, backend):
+def _sddmm_r_cotangent(cts, indices, indptr, r, q, *, outs, shape, backend, weighted=None):
     # r_bar_i = sum_{k in row i} g_bar_k q_{j_k} = (A(g_bar) q)_i
+    # (q weighted: the terms where(q != 0, g_bar q, 0); r weighted: linear in r, the plain product)
     aval = ad_rules.aval_of(r)
     return _sddmm_operand_cotangent(cts, indices, indptr, q, dt=aval.dtype, rank=aval.ndim, shape=shape,
-                                    transpose=False, backend=backend)
+                                    transpose=False, backend=backend, weighted=weighted == "q")
 
 
-def _sddmm_q_cotangent(cts, indices, indptr, r, q, *, outs, shape, backend):
-    # q_bar_j = sum_{k: j_k = j} g_bar_k r_{i_k} = (A(g_bar).T r)_j
+def _sddmm_q_cotangent(cts, indices, indptr, r, q, *, outs, shape, backend, weighted=None):
+    # q_bar_j = sum_{k: j_k = j} g_bar_k r_{i_k} = (A(g_bar).T r)_j  (r weighted: r selects)
     aval = ad_rules.aval_of(q)
     return _sddmm_operand_cotangent(cts, indices, indptr, r, dt=aval.dtype, rank=aval.ndim, shape=shape,
-                                    transpose=True, backend=backend)
+                                    transpose=True, backend=backend, weighted=weighted == "r")
 
 
-def _sddmm_batching(args, axes, *, outs, shape, backend):
+def _sddmm_batching(args, axes, *, outs, shape, backend, weighted=None):
     # vectorised pure-JAX formula g[b, k] = <r_b[i_k], q_b[j_k]> (used by jacfwd / hessian)
-    fn = functools.partial(_sddmm_dense, dtype=outs[0].dtype, shape=shape)
+    fn = functools.partial(_sddmm_dense, dtype=outs[0].dtype, shape=shape, weighted=weighted)
     return [jax.vmap(fn, in_axes=tuple(axes))(*args)], [0]
+
+
+def _sddmm_jvp(argnum: int):
+    def rule(tangent, indices, indptr, r, q, *, outs, shape, backend, weighted=None):
+        # g = <r_i, q_j> is bilinear: dg = sddmm(dr, q) + sddmm(r, dq).  Weighted mode:
+        # g = where(e != 0, r q, 0) equals r q for finite values, so the weighted operand's own
+        # tangent gives the plain product (no select), the other's keeps the select by e.
+        args = [indices, indptr, r, q]
+        args[argnum] = tangent
+        mode = None if weighted == "rq"[argnum - 2] else weighted
+        return csr_sddmm_p.primitive.bind(*args, outs=outs, shape=shape, backend=backend, weighted=mode)
+
+    return rule
 
 
 csr_sddmm_p = XLACustomKernel("evjax_csr_sddmm")
 csr_sddmm_p.def_reference(_sddmm_reference)
-# g = <r_i, q_j> is bilinear: dg = sddmm(dr, q) + sddmm(r, dq)
-csr_sddmm_p.def_jvp_rule2(*ad_rules.linear_jvp_rules(csr_sddmm_p, 4, (2, 3)))
+csr_sddmm_p.def_jvp_rule2(None, None, _sddmm_jvp(2), _sddmm_jvp(3))
 csr_sddmm_p.def_transpose_rule(ad_rules.linear_transpose_rule(
     {2: _sddmm_r_cotangent, 3: _sddmm_q_cotangent}, name="evjax_csr_sddmm"))
 csr_sddmm_p.def_batching_rule(_sddmm_batching)

@@ -23,7 +23,8 @@ Kernels, with ``W`` the ``(n_rows, n_cols)`` CSR matrix:
   give the IEEE product on every row (:data:`SDDMM_MODES`).
 
 NaN and inf follow ``docs/semantics.md``: an event selects its weights, a value
-multiplies them (IEEE).
+multiplies them (IEEE).  Weighted events (``weighted=True``) select, then
+multiply: their kernels are in :mod:`.warp_weighted` (:func:`weighted_kernels`).
 
 Each kernel is a small factory of the Warp types of one dtype signature
 (:func:`_types`), selected by :data:`KERNELS` / :data:`SDDMM_KERNELS`; the
@@ -53,11 +54,11 @@ from ...backends import warp as bridge
 from ...dtypes import compute_dtype
 from ...events import as_bool_events
 from ...warp_kernel import jaxtype_to_warptype, warp_kernel
-from . import ops
+from . import ops, warp_weighted
 
 __all__ = [
     "csrmv_warp", "csrmm_warp", "binary_csrmv_warp", "binary_csrmm_warp", "csr_sddmm_warp",
-    "csr_kernels", "sddmm_kernels", "KERNELS", "SDDMM_KERNELS",
+    "csr_kernels", "weighted_kernels", "sddmm_kernels", "KERNELS", "SDDMM_KERNELS",
 ]
 
 wp = bridge.import_warp()
@@ -256,6 +257,8 @@ def _sddmm_rules(t, mode: str):
     other operand holds) and a row whose ``r`` is zero is skipped; two values
     give the IEEE product on every row (``0 * inf`` is nan).
     """
+    if mode in ("r_weighted", "q_weighted"):
+        return warp_weighted.sddmm_rules(t, mode)
     if mode == "r_events":  # r bool; q float (0/1 when it was bool too)
         @wp.func(module=t.module)
         def visits(r: wp.bool):
@@ -338,7 +341,7 @@ KERNELS = {
 
 # rank of r and q -> SDDMM kernel factory; each is built once per mode, in the mode's module
 SDDMM_KERNELS = {1: _sddmm_vec, 2: _sddmm_mat}
-SDDMM_MODES = ("values", "r_events", "q_events")
+SDDMM_MODES = ("values", "r_events", "q_events", "r_weighted", "q_weighted")
 
 
 @functools.lru_cache(maxsize=None)
@@ -359,13 +362,25 @@ def csr_kernels(compute_dt: str, index_dt: str, indptr_dt: str) -> dict:
 
 
 @functools.lru_cache(maxsize=None)
+def weighted_kernels(compute_dt: str, index_dt: str, indptr_dt: str) -> dict:
+    """The four weighted-event Warp kernels of one dtype signature, in their own Warp module.
+
+    Returns:
+        ``{(kind, transpose): kernel}``, keyed as :data:`.warp_weighted.KERNELS`.
+    """
+    t = _types("evjax_csr_weighted", compute_dt, index_dt, indptr_dt)
+    return {key: factory(t) for key, factory in warp_weighted.KERNELS.items()}
+
+
+@functools.lru_cache(maxsize=None)
 def sddmm_kernels(compute_dt: str, index_dt: str, indptr_dt: str, mode: str = "values") -> dict:
     """The two weight-gradient (SDDMM) Warp kernels of one dtype signature and mode, in their own Warp module.
 
     Args:
         compute_dt, index_dt, indptr_dt: as in :func:`csr_kernels`.
-        mode: ``"values"`` (float r and q), ``"r_events"`` (bool r) or
-            ``"q_events"`` (bool q, float r); see :func:`~evjax.primitives.csr.ops.sddmm_mode`.
+        mode: ``"values"`` (float r and q), ``"r_events"`` (bool r),
+            ``"q_events"`` (bool q, float r), ``"r_weighted"`` or ``"q_weighted"``;
+            see :func:`~evjax.primitives.csr.ops.sddmm_mode`.
 
     Returns:
         ``{rank: kernel}``: ``r`` and ``q`` vectors (1) or ``(rows, k)`` matrices (2).
@@ -374,7 +389,7 @@ def sddmm_kernels(compute_dt: str, index_dt: str, indptr_dt: str, mode: str = "v
         raise ValueError(f"sddmm_kernels: mode must be one of {SDDMM_MODES}, got {mode!r}")
     prefix = "evjax_csr_sddmm" if mode == "values" else f"evjax_csr_sddmm_{mode}"
     t = _types(prefix, compute_dt, index_dt, indptr_dt)
-    r_type, q_type = {"values": (t.F, t.F), "r_events": (wp.bool, t.F), "q_events": (t.F, wp.bool)}[mode]
+    r_type, q_type = {"r_events": (wp.bool, t.F), "q_events": (t.F, wp.bool)}.get(mode, (t.F, t.F))
     t.R1, t.R2 = wp.array(dtype=r_type, ndim=1), wp.array(dtype=r_type, ndim=2)
     t.Q1, t.Q2 = wp.array(dtype=q_type, ndim=1), wp.array(dtype=q_type, ndim=2)
     t.visits, t.term = _sddmm_rules(t, mode)
@@ -392,12 +407,15 @@ def _as(x, dtype):
 # ---------------------------------------------------------------------------
 # Generators (the ops' "warp" backend)
 # ---------------------------------------------------------------------------
-def _matmul_generator(outs, ins, shape, transpose, kind: str, event: bool):
+def _matmul_generator(outs, ins, shape, transpose, kind: str, event: bool, weighted: bool = False):
     out = outs[0]
     _, index_in, indptr_in, dense_in = ins
     dtype = compute_dtype(out.dtype)
     with _lock:
-        kernel = csr_kernels(*_signature(dtype, index_in, indptr_in))[(kind, event, bool(transpose))]
+        if weighted:
+            kernel = weighted_kernels(*_signature(dtype, index_in, indptr_in))[(kind, bool(transpose))]
+        else:
+            kernel = csr_kernels(*_signature(dtype, index_in, indptr_in))[(kind, event, bool(transpose))]
     out_shape = tuple(int(d) for d in out.shape)
     launch = (int(shape[0]),) if kind == "mv" else (int(shape[0]), int(dense_in.shape[1]))
     if transpose:  # scatter: atomics into an in-out buffer of zeros
@@ -407,7 +425,7 @@ def _matmul_generator(outs, ins, shape, transpose, kind: str, event: bool):
 
     def run(data, indices, indptr, x):
         data = _as(data, dtype)
-        x = as_bool_events(x) if event else _as(x, dtype)
+        x = as_bool_events(x) if event and not weighted else _as(x, dtype)
         if transpose:
             (y,) = call(data, indices, indptr, x, jnp.zeros(out_shape, dtype))
         else:
@@ -437,22 +455,24 @@ def csrmm_warp(outs, ins, shape, transpose):
     return _matmul_generator(outs, ins, shape, transpose, "mm", event=False)
 
 
-def binary_csrmv_warp(outs, ins, shape, transpose):
-    """Warp kernel generator for ``binary_csrmv_p`` (event vector); arguments as in :func:`csrmv_warp`."""
-    return _matmul_generator(outs, ins, shape, transpose, "mv", event=True)
+def binary_csrmv_warp(outs, ins, shape, transpose, weighted=False):
+    """Warp kernel generator for ``binary_csrmv_p`` (event vector; ``weighted``: values that
+    select); arguments as in :func:`csrmv_warp`."""
+    return _matmul_generator(outs, ins, shape, transpose, "mv", event=True, weighted=weighted)
 
 
-def binary_csrmm_warp(outs, ins, shape, transpose):
-    """Warp kernel generator for ``binary_csrmm_p`` (event matrix); arguments as in :func:`csrmv_warp`."""
-    return _matmul_generator(outs, ins, shape, transpose, "mm", event=True)
+def binary_csrmm_warp(outs, ins, shape, transpose, weighted=False):
+    """Warp kernel generator for ``binary_csrmm_p`` (event matrix); as :func:`binary_csrmv_warp`."""
+    return _matmul_generator(outs, ins, shape, transpose, "mm", event=True, weighted=weighted)
 
 
-def csr_sddmm_warp(outs, ins):
+def csr_sddmm_warp(outs, ins, weighted=None):
     """Warp kernel generator for ``csr_sddmm_p``: ``g[k] = <r[row k], q[indices[k]]>``.
 
     Args:
         outs: the one output's ``ShapeDtypeStruct``, ``(nnz,)``.
         ins: the operands' ``ShapeDtypeStruct``s (indices, indptr, r, q).
+        weighted: ``"r"`` or ``"q"``: that operand holds weighted events.
 
     Returns:
         ``run(indices, indptr, r, q) -> [g]``; a bool operand selects, and where
@@ -461,7 +481,7 @@ def csr_sddmm_warp(outs, ins):
     out = outs[0]
     index_in, indptr_in, r_in, q_in = ins
     dtype = compute_dtype(out.dtype)
-    mode = ops.sddmm_mode(r_in.dtype, q_in.dtype)
+    mode = ops.sddmm_mode(r_in.dtype, q_in.dtype, weighted)
     with _lock:
         kernel = sddmm_kernels(*_signature(dtype, index_in, indptr_in), mode)[len(r_in.shape)]
     n_rows, nnz = int(r_in.shape[0]), int(out.shape[0])
