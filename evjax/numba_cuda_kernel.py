@@ -408,8 +408,8 @@ def numba_cuda_callable(
 
     Example:
         >>> def two_steps(x, out, tmp):           # launches kernels on XLA's stream
-        ...     double[blocks, threads](x, tmp)
-        ...     shift[blocks, threads](tmp, out)
+        ...     double.forall(x.size)(x, tmp)
+        ...     shift.forall(x.size)(tmp, out)
         >>> f = evjax.numba_cuda_callable(two_steps, outs=jax.ShapeDtypeStruct(x.shape, x.dtype),
         ...                               scratch=[jax.ShapeDtypeStruct(x.shape, x.dtype)])
         >>> y = jax.jit(f)(x)

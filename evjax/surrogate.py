@@ -38,7 +38,7 @@ class Surrogate(NamedTuple):
 
     It is hashable, so it can travel as a static parameter of a primitive.
 
-    Args:
+    Attributes:
         name: one of :data:`SURROGATES`.
         alpha: the sharpness (``None``: the surrogate's default).
 

@@ -517,6 +517,10 @@ class CSC(_Compressed):
     Args:
         data: ``(data, indices, indptr)`` or three arguments.
         shape: ``(n_rows, n_cols)``, as a keyword or after the arrays.
+
+    Example:
+        >>> Wc = evjax.CSC.fromdense(dense)      # or W.T for a CSR W
+        >>> current = spikes @ Wc                # event-driven in either layout
     """
 
     _row_major = False  # the stored CSR is the transpose

@@ -325,11 +325,19 @@ def csrmm(data, indices, indptr, B, *, shape, transpose: bool = False, backend: 
     """Sparse matrix times float matrix.
 
     Args:
-        data, indices, indptr, shape, transpose, backend: as in :func:`csrmv`.
+        data: as in :func:`csrmv`.
+        indices: as in :func:`csrmv`.
+        indptr: as in :func:`csrmv`.
         B: ``(n_cols, k)`` (transpose=False) or ``(n_rows, k)`` (transpose=True).
+        shape: as in :func:`csrmv`.
+        transpose: as in :func:`csrmv`.
+        backend: as in :func:`csrmv`.
 
     Returns:
         ``A @ B`` of shape ``(n_rows, k)`` or ``A.T @ B`` of shape ``(n_cols, k)``.
+
+    Example:
+        >>> Y = evjax.csrmm(W.data, W.indices, W.indptr, X, shape=W.shape, transpose=True)   # W.T @ X
     """
     return _matmul(csrmm_p, data, indices, indptr, B, shape=shape, transpose=transpose, backend=backend,
                    rank=2, event=False, who="csrmm")
@@ -343,11 +351,16 @@ def binary_csrmv(data, indices, indptr, v, *, shape, workspace=None, transpose: 
     the cost follows the synapses of the active rows.
 
     Args:
-        data, indices, indptr, shape, transpose, backend: as in :func:`csrmv`.
+        data: as in :func:`csrmv`.
+        indices: as in :func:`csrmv`.
+        indptr: as in :func:`csrmv`.
         v: the spikes, ``(n_cols,)`` (transpose=False) or ``(n_rows,)``
             (transpose=True); bool, or float with nonzero = spike (the value
             is ignored in the forward pass; its gradient is straight-through,
             ``A``).
+        shape: as in :func:`csrmv`.
+        transpose: as in :func:`csrmv`.
+        backend: as in :func:`csrmv`.
         workspace: accepted for brainevent's signature and ignored: evjax's
             kernels need no scratch buffer.
         weighted: ``v`` holds graded events (what :class:`evjax.WeightedArray`
@@ -372,15 +385,24 @@ def binary_csrmm(data, indices, indptr, B, *, shape, workspace=None, transpose: 
     """Sparse matrix times event matrix (a batch of spike vectors as columns).
 
     Args:
-        data, indices, indptr, shape, transpose, backend: as in :func:`csrmv`.
+        data: as in :func:`csrmv`.
+        indices: as in :func:`csrmv`.
+        indptr: as in :func:`csrmv`.
         B: the spikes, ``(n_cols, k)`` (transpose=False) or ``(n_rows, k)``
             (transpose=True); bool, or float with nonzero = spike.
+        shape: as in :func:`csrmv`.
+        transpose: as in :func:`csrmv`.
+        backend: as in :func:`csrmv`.
         workspace: as in :func:`binary_csrmv` (accepted and ignored).
         weighted: as in :func:`binary_csrmv`: ``B`` holds graded events.
 
     Returns:
         ``(n_rows, k)`` or ``(n_cols, k)`` in the weight dtype (weighted: as in
         :func:`binary_csrmv`).
+
+    Example:
+        >>> spikes = jax.random.bernoulli(key, 0.05, (32, W.shape[0]))   # 32 trials
+        >>> out = evjax.binary_csrmm(W.data, W.indices, W.indptr, spikes.T, shape=W.shape, transpose=True)
     """
     return _matmul(binary_csrmm_p, data, indices, indptr, B, shape=shape, transpose=transpose,
                    backend=backend, rank=2, event=True, who="binary_csrmm", weighted=weighted)
@@ -402,9 +424,11 @@ def csr_sddmm(indices, indptr, r, q, *, shape, dtype=None, backend: str | None =
     See ``docs/semantics.md``.
 
     Args:
-        indices, indptr, shape: the CSR structure.
+        indices: column indices of the CSR structure.
+        indptr: row pointers of the CSR structure.
         r: ``(n_rows,)`` or ``(n_rows, k)``; float or bool (events).
         q: ``(n_cols,)`` or ``(n_cols, k)``; float or bool (events).
+        shape: ``(n_rows, n_cols)``.
         dtype: the result dtype (default: promotion of the float operands).
         backend: as in :func:`csrmv`.
         weighted: ``"r"`` or ``"q"``: that float operand holds weighted events,
@@ -420,6 +444,10 @@ def csr_sddmm(indices, indptr, r, q, *, shape, dtype=None, backend: str | None =
         TypeError: complex or integer ``r``/``q``, or a bad structure dtype.
         ValueError: a structure or operand shape that does not fit ``shape``, or
             ``weighted`` not ``None``, ``"r"`` or ``"q"``.
+
+    Example:
+        >>> # d sum(g * (spikes @ W)) / d W.data, event-driven: r = spikes, q = g
+        >>> dW = evjax.csr_sddmm(W.indices, W.indptr, spikes, g, shape=W.shape)
     """
     if weighted not in (None, "r", "q"):
         raise ValueError(f"csr_sddmm: weighted must be None, 'r' or 'q' (the operand holding weighted events), "

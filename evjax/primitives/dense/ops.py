@@ -271,7 +271,9 @@ def binary_densemm(weights, spikes, *, transpose: bool, backend: str | None = No
     Args:
         weights: as in :func:`binary_densemv`.
         spikes: ``(k, n)``: column ``c`` is one event vector.
-        transpose, backend, weighted: as in :func:`binary_densemv`.
+        transpose: as in :func:`binary_densemv`.
+        backend: as in :func:`binary_densemv`.
+        weighted: as in :func:`binary_densemv`.
 
     Returns:
         ``(m, n)``: ``weights @ spikes`` or ``weights.T @ spikes``.
