@@ -18,6 +18,9 @@ from .surrogate import SURROGATES, Surrogate, surrogate_grad
 from .warp_kernel import jaxinfo_to_warpinfo, jaxtype_to_warptype, warp_kernel
 from .xla_custom_kernel import XLACustomKernel
 
+# cold start: kernels compiling in the background (evjax.backends.compile_queue)
+from .backends.compile_queue import set_background_compile, wait_for_kernels
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -55,4 +58,7 @@ __all__ = [
     "binary_csrmv",
     "binary_csrmm",
     "csr_sddmm",
+    # cold start
+    "set_background_compile",
+    "wait_for_kernels",
 ]

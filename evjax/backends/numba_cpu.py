@@ -13,6 +13,7 @@ itself is cacheable.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import marshal
@@ -192,8 +193,9 @@ def _compile(job: _Job) -> None:
             return
         try:
             where = _kernel_compat.cfunc_cache_dir(job.module.handler)
-            with compile_queue.announce_slow_compile(job.what, job.signature, where), \
-                    _kernel_compat.quiet_numba_compile():
+            announce = contextlib.nullcontext() if job.cached else \
+                compile_queue.announce_slow_compile(job.what, job.signature, where)
+            with announce, _kernel_compat.quiet_numba_compile():
                 _kernel_compat.launch_numba_threads()  # before any call of a (maybe parallel) kernel
                 _kernel_compat.compile_cfunc(job.module.handler)
         except BaseException as exc:  # noqa: BLE001 - re-raised where the handler is asked for
