@@ -15,10 +15,13 @@ import sys
 import textwrap
 import threading
 
+import numba
+import numpy as np
 import pytest
 
 import evjax
-from evjax.backends import compile_queue
+from evjax import _kernel_compat
+from evjax.backends import compile_queue, numba_cpu
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -252,3 +255,21 @@ def test_background_compile_switch():
             assert not compile_queue.may_defer()
     finally:
         evjax.set_background_compile(None)
+
+
+@numba.njit(parallel={"prange": True, "numpy": False})
+def _parallel_copy(x, out):
+    for i in numba.prange(x.shape[0]):
+        out[i] = x[i]
+
+
+def test_a_kernel_keeps_its_handler_name_once_it_has_compiled():
+    """Numba empties a ``parallel={...}`` dict as it compiles; the handler's name (its content
+    digest) must not change with it, or the kernel compiled in the background is never found."""
+    before = numba_cpu._kernel_fingerprint(_parallel_copy)
+    _kernel_compat.threadsafe_layer()
+    out = np.zeros(3)
+    _parallel_copy(np.arange(3.0), out)
+    assert out.tolist() == [0.0, 1.0, 2.0]
+    assert _kernel_compat.kernel_options(_parallel_copy)["parallel"] == {}  # what Numba did
+    assert numba_cpu._kernel_fingerprint(_parallel_copy) == before

@@ -42,7 +42,7 @@ from typing import Callable, Iterator
 
 __all__ = [
     "CompileDeferred", "lowering", "may_defer", "current_op", "submit", "on_ready", "wait_for_kernels",
-    "pending", "background_enabled", "set_background_compile", "announce_slow_compile", "SLOW_COMPILE_S",
+    "pending", "compile_cpu_seconds", "background_enabled", "set_background_compile", "announce_slow_compile", "SLOW_COMPILE_S",
 ]
 
 logger = logging.getLogger("evjax")
@@ -126,6 +126,8 @@ _queue: list[tuple[str, Callable[[], None]]] = []
 _busy = 0  # jobs taken by the worker and not finished
 _worker: threading.Thread | None = None
 _hooks: list[Callable[[], None]] = []
+_cpu_done = 0.0  # CPU seconds of the worker's finished jobs
+_cpu_running: tuple[int, float] | None = None  # (worker thread id, its CPU clock when its job started)
 
 
 def on_ready(hook: Callable[[], None]) -> None:
@@ -151,7 +153,7 @@ def submit(label: str, job: Callable[[], None]) -> None:
 
 
 def _work() -> None:
-    global _worker, _busy
+    global _worker, _busy, _cpu_done, _cpu_running
     while True:
         with _cond:
             if not _queue:
@@ -160,10 +162,14 @@ def _work() -> None:
                 return
             label, job = _queue.pop(0)
             _busy += 1
+            _cpu_running = (threading.get_ident(), time.thread_time())
         try:
             job()
         except BaseException:  # noqa: BLE001 - the job keeps its error for the next lowering
             logger.debug("evjax: background compile of %s failed", label, exc_info=True)
+        with _cond:
+            _cpu_done += time.thread_time() - _cpu_running[1]
+            _cpu_running = None
         with _cond:
             drained = not _queue
         if drained:
@@ -181,6 +187,20 @@ def pending() -> int:
     """How many background compiles are queued or running."""
     with _cond:
         return len(_queue) + _busy
+
+
+def compile_cpu_seconds() -> float:
+    """CPU seconds the background worker has spent compiling in this process (finished jobs;
+    with ``time.pthread_getcpuclockid``, the running one too).  For measurements: the CPU time
+    of a first call is the process's minus this."""
+    with _cond:
+        total, running = _cpu_done, _cpu_running
+    if running is not None and hasattr(time, "pthread_getcpuclockid"):
+        try:
+            total += time.clock_gettime(time.pthread_getcpuclockid(running[0])) - running[1]
+        except (OSError, OverflowError):
+            pass
+    return total
 
 
 def wait_for_kernels(timeout: float | None = None) -> bool:

@@ -107,9 +107,26 @@ def _kernel_fingerprint(kernel) -> tuple[str, bool]:
         else:
             cacheable = False
             closure.append(f"<{type(value).__name__}@{id(value)}>")  # alive as long as the handler
-    options = sorted((k, repr(v)) for k, v in _kernel_compat.kernel_options(kernel).items())
+    options = sorted((k, _option_text(v)) for k, v in _kernel_compat.kernel_options(kernel).items())
     text = "\n".join([code, filename, repr(mtime), repr(closure), repr(options), numba.__version__])
     return hashlib.sha1(text.encode()).hexdigest(), cacheable
+
+
+_first_seen: dict[int, tuple[dict, str]] = {}  # id -> (the dict, kept alive; its text when first seen)
+
+
+def _option_text(value) -> str:
+    """A kernel option as text, the same before and after the kernel compiles.
+
+    Numba empties a ``parallel={...}`` dict as it compiles (``ParallelOptions``
+    pops its keys), so a dict is described as it was when first seen here;
+    otherwise a kernel's handler would be named differently once the kernel
+    has compiled, and missed both in this process and on disk.
+    """
+    if isinstance(value, dict):
+        with _lock:
+            return _first_seen.setdefault(id(value), (value, repr(value)))[1]
+    return repr(value)
 
 
 def _handler_source(in_types, out_types, cache: bool) -> tuple[str, str]:
