@@ -19,7 +19,8 @@ import numpy as np
 __all__ = [
     # Numba (CPU)
     "quiet_numba_compile", "is_cpu_dispatcher", "kernel_options", "can_compile", "declared_signatures",
-    "serial_clone", "threadsafe_layer", "launch_numba_threads",
+    "serial_clone", "threadsafe_layer", "launch_numba_threads", "lazy_cfunc", "cfunc_in_disk_cache",
+    "compile_cfunc", "cfunc_cache_dir",
     # Numba CUDA
     "cuda_simulator_enabled", "is_cuda_dispatcher", "is_cuda_device_function", "cuda_overload", "cuda_function", "cuda_kernel_limits",
     "cuda_packing", "cuda_launch", "cuda_needs_python_launch",
@@ -125,6 +126,63 @@ def launch_numba_threads() -> None:
     from numba.np.ufunc import parallel
 
     parallel._launch_threads()
+
+
+def lazy_cfunc(sig, cache: bool = False, **options):
+    """Like ``@numba.cfunc(sig, cache=cache, **options)``, but the decorated function is not compiled yet.
+
+    Compile it with :func:`compile_cfunc` (which loads it from Numba's disk
+    cache when it is there); :func:`cfunc_in_disk_cache` tells, without
+    compiling or loading anything, whether it is.
+    """
+    from numba.core import sigutils
+    from numba.core.ccallback import CFunc
+
+    signature = sigutils.normalize_signature(sig)
+
+    def decorate(func):
+        cfunc = CFunc(func, signature, locals={}, options=options)
+        if cache:
+            cfunc.enable_caching()
+        return cfunc
+
+    return decorate
+
+
+def compile_cfunc(cfunc) -> None:
+    """Compile a :func:`lazy_cfunc` (or load it from the disk cache); its ``address`` is then valid."""
+    cfunc.compile()
+
+
+def cfunc_in_disk_cache(cfunc) -> bool:
+    """Whether Numba's disk cache holds a fresh entry for this cfunc's code and signature.
+
+    Reads the cache index only (no compile, no load, no compiler lock).  The
+    machine part of Numba's key (CPU name and features) is not compared: an
+    entry built on another CPU reads as present, and loading it then compiles.
+    """
+    cache = getattr(cfunc, "_cache", None)
+    index = getattr(cache, "_cache_file", None)
+    if index is None:  # caching disabled (a NullCache)
+        return False
+    try:
+        overloads = index._load_index()
+        code = cache._py_func.__code__.co_code
+    except Exception:  # noqa: BLE001 - an unreadable index is a miss
+        return False
+    import hashlib
+
+    code_hash = hashlib.sha256(code).hexdigest()
+    return any(
+        isinstance(key, tuple) and len(key) == 3 and key[0] == cfunc._sig and key[2][0] == code_hash
+        for key in overloads
+    )
+
+
+def cfunc_cache_dir(cfunc) -> str:
+    """The folder where Numba caches this cfunc (or ``"memory only"`` when it is not cached)."""
+    cache = getattr(cfunc, "_cache", None)
+    return str(getattr(cache, "cache_path", None) or "memory only")
 
 
 # ---------------------------------------------------------------------------

@@ -28,6 +28,7 @@ import jax
 import numpy as np
 
 from . import _compat, config, registry
+from .backends import compile_queue
 from .errors import BackendNotAvailableError, KernelCompilationError, KernelError, KernelNotFoundError
 from .outs import normalize_outs
 from .rules import ad as ad_rules
@@ -38,6 +39,10 @@ REFERENCE = registry.REFERENCE
 _LOWERING_PLATFORMS = {"cpu": "cpu", "cuda": "gpu", "rocm": "gpu"}
 
 __all__ = ["XLACustomKernel", "KernelGenerator", "REFERENCE", "PLATFORMS"]
+
+# Kernels compiled in the background: jitted functions that ran the reference meanwhile
+# are traced again on their next call (the bump is part of jax.jit's cache key).
+compile_queue.on_ready(config.defaults_changed)
 
 
 def call_with_accepted(fn: Callable, *args, **kwargs):
@@ -341,12 +346,16 @@ class XLACustomKernel:
             KernelNotFoundError: (also a ``NotImplementedError``) no backend at
                 all for ``platform`` and no reference.
         """
+        return self._resolve(platform, requested)[0]
+
+    def _resolve(self, platform: str, requested) -> tuple[str, bool]:
+        """``(backend, whether it is the op's default rather than a choice of the user)``."""
         platform = registry.platform_of(platform, who=f"op '{self.name}'")
         if isinstance(requested, str):
-            return self._usable(platform, requested, "backend=")
+            return self._usable(platform, requested, "backend="), False
         for entry_platform, name in requested or ():
             if entry_platform == platform and name is not None and self._has(platform, name):
-                return self._usable(platform, name, "evjax.use_backend / evjax.set_backend")
+                return self._usable(platform, name, "evjax.use_backend / evjax.set_backend"), False
         name = self.default_backend(platform)
         if name == REFERENCE and self._reference is None:
             has = [p for p in PLATFORMS if self._has_any(p)]
@@ -355,7 +364,7 @@ class XLACustomKernel:
                 f"on: {has or 'no platform'}). Register one with def_numba_kernel / def_warp_kernel / "
                 f"def_numba_cuda_kernel, or def_reference."
             )
-        return self._usable(platform, name, "the op's default")
+        return self._usable(platform, name, "the op's default"), True
 
     def _usable(self, platform: str, name: str, how: str) -> str:
         if not self._has(platform, name):
@@ -396,8 +405,8 @@ class XLACustomKernel:
         """The function of arrays that implements the op for this signature."""
         return self._kernel(platform, backend, args_avals, outs, params)[1]
 
-    def _kernel(self, platform, backend, args_avals, outs, params) -> tuple[str, Callable]:
-        name = self.resolve_backend(platform, backend)
+    def _kernel(self, platform, backend, args_avals, outs, params, name: str | None = None) -> tuple[str, Callable]:
+        name = self.resolve_backend(platform, backend) if name is None else name
         outs = tuple(outs)
         if name == REFERENCE:
             return name, functools.partial(call_with_accepted, self._reference, outs=outs, **params)
@@ -517,7 +526,19 @@ class XLACustomKernel:
         return [_compat.output_aval(o.shape, o.dtype, avals) for o in outs]
 
     def _lower(self, platform, ctx, *args, outs, backend, **params):
-        name, kernel = self._kernel(platform, backend, ctx.avals_in, outs, params)
+        # A kernel that is not compiled yet (in this process or on disk) compiles in the background
+        # while this program runs the reference, where the backend is the op's default (a backend the
+        # user chose is never second-guessed); see evjax.backends.compile_queue.
+        name, by_default = self._resolve(platform, backend)
+        deferrable = by_default and name != REFERENCE and self._reference is not None
+        try:
+            with compile_queue.lowering(self.name, deferrable):
+                return self._lower_with(name, platform, ctx, *args, outs=outs, params=params)
+        except compile_queue.CompileDeferred:
+            return self._lower_with(REFERENCE, platform, ctx, *args, outs=outs, params=params)
+
+    def _lower_with(self, name, platform, ctx, *args, outs, params):
+        name, kernel = self._kernel(platform, None, ctx.avals_in, outs, params, name=name)
         expected = [(tuple(o.shape), np.dtype(o.dtype)) for o in outs]
 
         def run(*arrays):

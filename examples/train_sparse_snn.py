@@ -33,6 +33,7 @@ import argparse
 import dataclasses
 import math
 import os
+import sys
 import time
 from typing import Any, Callable, NamedTuple
 
@@ -302,6 +303,27 @@ def to_dense_params(params: dict, s_in: Structure, s_rec: Structure) -> dict:
             "w_out": params["w_out"]}
 
 
+def batch_progress(n_batches: int, label: str):
+    """``range(n_batches)`` with a progress bar on a terminal: tqdm's if installed, else one
+    line rewritten in place (nothing when stderr is not a terminal, e.g. in tests)."""
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        tqdm = None
+    if tqdm is not None:
+        yield from tqdm(range(n_batches), desc=label, unit="batch", leave=False, disable=None)
+        return
+    show = sys.stderr.isatty()
+    start = time.perf_counter()
+    for b in range(n_batches):
+        if show:
+            print(f"\r{label}: batch {b + 1}/{n_batches} ({time.perf_counter() - start:.0f} s)", end="",
+                  file=sys.stderr, flush=True)
+        yield b
+    if show:
+        print("\r" + " " * (len(label) + 40) + "\r", end="", file=sys.stderr, flush=True)
+
+
 def train(cfg: Config, dense: bool = False, log: Callable[[str], None] = print) -> Result:
     """Generate the data, build the model and train it; returns the measurements."""
     import optax
@@ -326,7 +348,7 @@ def train(cfg: Config, dense: bool = False, log: Callable[[str], None] = print) 
     for epoch in range(1, cfg.epochs + 1):
         order = rng.permutation(cfg.n_train)
         losses, accs, epoch_times = [], [], []
-        for b in range(n_batches):
+        for b in batch_progress(n_batches, f"epoch {epoch}/{cfg.epochs}"):
             idx = order[b * cfg.batch:(b + 1) * cfg.batch]
             xb, yb = x_train[idx], y_train[idx]
             t0 = time.perf_counter()

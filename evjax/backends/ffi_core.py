@@ -206,7 +206,7 @@ from evjax.backends.ffi_core import prologue, create_error, report, query_stream
 {imports}
 {preamble}
 
-@numba.cfunc(types.voidptr(types.voidptr), cache={cache}, nogil=True)
+@{decorator}(types.voidptr(types.voidptr), cache={cache}, nogil=True)
 def handler(frame_pointer):
     frame = as_int(frame_pointer)
     if prologue(frame, {traits}, {major}, {minor}):
@@ -233,7 +233,7 @@ def _sources_fingerprint(paths: tuple[str, ...]) -> str:
 
 def compile_handler(body: str, *, traits: int = 0, imports: str = "", preamble: str = "",
                     namespace: dict | None = None, cache: bool = True, fingerprint: str = "",
-                    depends=()) -> tuple[object, str]:
+                    depends=(), lazy: bool = False) -> tuple[object, str]:
     """Write (once), load (once per process) and return a handler module and its digest.
 
     Args:
@@ -248,6 +248,10 @@ def compile_handler(body: str, *, traits: int = 0, imports: str = "", preamble: 
             kernel's source and closure); with ``cache=False`` the module is
             named for this process only, and its file removed once loaded.
         depends: modules whose compiled helpers the handler inlines.
+        lazy: leave ``module.handler`` uncompiled (a
+            :func:`evjax._kernel_compat.lazy_cfunc`): the caller compiles it
+            with :func:`evjax._kernel_compat.compile_cfunc`, maybe on another
+            thread, after asking :func:`evjax._kernel_compat.cfunc_in_disk_cache`.
 
     Returns:
         ``(module, digest)``; the compiled handler is ``module.handler``, and
@@ -255,8 +259,11 @@ def compile_handler(body: str, *, traits: int = 0, imports: str = "", preamble: 
         process) is the key to register a describer of its errors under.
     """
     major, minor = _compat.ffi_api_header_version()
-    source = _TEMPLATE.format(imports=imports, preamble=preamble, cache=cache, traits=int(traits),
-                              major=major, minor=minor, body=body.rstrip())
+    decorator = "_lazy_cfunc" if lazy else "numba.cfunc"
+    if lazy:
+        imports = "from evjax._kernel_compat import lazy_cfunc as _lazy_cfunc\n" + imports
+    source = _TEMPLATE.format(imports=imports, preamble=preamble, decorator=decorator, cache=cache,
+                              traits=int(traits), major=major, minor=minor, body=body.rstrip())
     here = os.path.dirname(os.path.abspath(__file__))
     paths = tuple(os.path.join(here, name) for name in _CORE_SOURCES) + tuple(m.__file__ for m in depends)
     digest = hashlib.sha1("\n".join([

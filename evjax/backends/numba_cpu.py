@@ -13,6 +13,7 @@ itself is cacheable.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import marshal
@@ -26,7 +27,7 @@ import jax
 import numpy as np
 
 from .. import _kernel_compat
-from . import ffi_abi, ffi_core
+from . import compile_queue, ffi_abi, ffi_core
 
 # Numba's type names are numpy's, except for bool.
 NUMBA_TYPE_NAMES = {
@@ -37,6 +38,7 @@ NUMBA_TYPE_NAMES = {
 _lock = threading.RLock()
 _handlers: dict[tuple, "CompiledHandler"] = {}  # (kernel object, signature) -> handler
 _by_target: dict[str, "CompiledHandler"] = {}  # content-named target -> handler
+_jobs: dict[str, "_Job"] = {}  # content-named target -> its compile, until registered
 
 
 def cache_dir() -> str:
@@ -59,8 +61,7 @@ def prepare_kernel(kernel):
             stacklevel=3,
         )
         return _kernel_compat.serial_clone(kernel)
-    _kernel_compat.launch_numba_threads()  # serial kernels may call parallel ones
-    return kernel
+    return kernel  # (Numba's threads are launched where the handler is compiled: see _compile)
 
 
 @dataclass
@@ -106,9 +107,26 @@ def _kernel_fingerprint(kernel) -> tuple[str, bool]:
         else:
             cacheable = False
             closure.append(f"<{type(value).__name__}@{id(value)}>")  # alive as long as the handler
-    options = sorted((k, repr(v)) for k, v in _kernel_compat.kernel_options(kernel).items())
+    options = sorted((k, _option_text(v)) for k, v in _kernel_compat.kernel_options(kernel).items())
     text = "\n".join([code, filename, repr(mtime), repr(closure), repr(options), numba.__version__])
     return hashlib.sha1(text.encode()).hexdigest(), cacheable
+
+
+_first_seen: dict[int, tuple[dict, str]] = {}  # id -> (the dict, kept alive; its text when first seen)
+
+
+def _option_text(value) -> str:
+    """A kernel option as text, the same before and after the kernel compiles.
+
+    Numba empties a ``parallel={...}`` dict as it compiles (``ParallelOptions``
+    pops its keys), so a dict is described as it was when first seen here;
+    otherwise a kernel's handler would be named differently once the kernel
+    has compiled, and missed both in this process and on disk.
+    """
+    if isinstance(value, dict):
+        with _lock:
+            return _first_seen.setdefault(id(value), (value, repr(value)))[1]
+    return repr(value)
 
 
 def _handler_source(in_types, out_types, cache: bool) -> tuple[str, str]:
@@ -147,8 +165,68 @@ def _handler_source(in_types, out_types, cache: bool) -> tuple[str, str]:
     return preamble, "\n".join(body)
 
 
+class _Job:
+    """The compile of one handler: its module (handler not compiled yet) and, once done, its error."""
+
+    def __init__(self, module, digest: str, kernel_name: str, what: str, signature: str, cached: bool):
+        self.module = module
+        self.target = f"evjax_numba_{kernel_name}_{digest}"  # named by content
+        self.kernel_name = kernel_name
+        self.what = what
+        self.signature = signature
+        self.cached = cached  # in Numba's disk cache: loading it takes milliseconds
+        self.queued = False  # handed to the background worker
+        self.done = False
+        self.error: BaseException | None = None
+        self.lock = threading.Lock()  # held while compiling
+
+
+def _signature_text(in_types, out_types) -> str:
+    def one(dtype, rank):
+        return f"{np.dtype(dtype).name}[{', '.join(':' * rank)}]" if rank else np.dtype(dtype).name
+
+    return f"({', '.join(one(*t) for t in in_types)}) -> ({', '.join(one(*t) for t in out_types)})"
+
+
+def _new_job(kernel, in_types, out_types, traits) -> _Job:
+    compiled = prepare_kernel(kernel)
+    fingerprint, cacheable = _kernel_fingerprint(compiled)
+    preamble, body = _handler_source(in_types, out_types, cacheable)
+    module, digest = ffi_core.compile_handler(
+        body, traits=traits, preamble=preamble, namespace={"KERNEL": compiled}, cache=cacheable,
+        fingerprint=fingerprint, lazy=True,
+    )
+    name = getattr(kernel, "__name__", "kernel")
+    op = compile_queue.current_op()
+    what = f"{op} (numba kernel '{name}')" if op else f"numba kernel '{name}'"
+    cached = cacheable and _kernel_compat.cfunc_in_disk_cache(module.handler)
+    return _Job(module, digest, name, what, _signature_text(in_types, out_types), cached)
+
+
+def _compile(job: _Job) -> None:
+    """Compile (or load from the disk cache) the job's handler, once; keep its error."""
+    with job.lock:
+        if job.done:
+            return
+        try:
+            where = _kernel_compat.cfunc_cache_dir(job.module.handler)
+            announce = contextlib.nullcontext() if job.cached else \
+                compile_queue.announce_slow_compile(job.what, job.signature, where)
+            with announce, _kernel_compat.quiet_numba_compile():
+                _kernel_compat.launch_numba_threads()  # before any call of a (maybe parallel) kernel
+                _kernel_compat.compile_cfunc(job.module.handler)
+        except BaseException as exc:  # noqa: BLE001 - re-raised where the handler is asked for
+            job.error = exc
+        job.done = True
+
+
 def get_handler(kernel, in_types: Sequence[tuple[np.dtype, int]], out_types, traits: int = 0):
     """The (cached) compiled handler of ``kernel`` for these argument types.
+
+    Inside a deferrable lowering (see :mod:`evjax.backends.compile_queue`), a
+    handler that is in neither this process nor Numba's disk cache is queued
+    for the background worker and :class:`~evjax.backends.compile_queue.CompileDeferred`
+    is raised; otherwise it is compiled (or loaded) here.
 
     Args:
         kernel: a numba ``CPUDispatcher`` (``@numba.njit`` function).
@@ -161,24 +239,39 @@ def get_handler(kernel, in_types: Sequence[tuple[np.dtype, int]], out_types, tra
         handler = _handlers.get(signature)
         if handler is not None:
             return handler
-        compiled = prepare_kernel(kernel)
-        fingerprint, cacheable = _kernel_fingerprint(compiled)
-        preamble, body = _handler_source(in_types, out_types, cacheable)
-        module, digest = ffi_core.compile_handler(
-            body, traits=traits, preamble=preamble, namespace={"KERNEL": compiled}, cache=cacheable,
-            fingerprint=fingerprint,
-        )
-        name = getattr(kernel, "__name__", "kernel")
-        target = f"evjax_numba_{name}_{digest}"
-        handler = _by_target.get(target)
-        if handler is None:  # a kernel of the same content shares the handler registered first
-            handler = CompiledHandler(module.KERNEL, target, module.HANDLER_KEY, module, name)
-            ffi_core.register_describer(lambda frame, detail: _describe_kernel_error(handler, frame),
-                                        key=handler.key)
-            jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(handler.address), platform="cpu")
-            _by_target[target] = handler
-        _handlers[signature] = handler
+        job = _new_job(kernel, in_types, out_types, traits)
+        handler = _by_target.get(job.target)
+        if handler is not None:  # a kernel of the same content shares the handler registered first
+            _handlers[signature] = handler
+            return handler
+        job = _jobs.setdefault(job.target, job)  # ... and its compile
+        defer = not job.done and (job.queued or not job.cached) and compile_queue.may_defer()
+        if defer and not job.queued:
+            job.queued = True
+            compile_queue.submit(job.what, lambda: _compile(job))
+    if defer:
+        raise compile_queue.CompileDeferred(job.what)
+    _compile(job)  # waits while the worker compiles it; at once when done
+    with _lock:
+        if job.error is not None:
+            if _jobs.get(job.target) is job:
+                del _jobs[job.target]  # the next call tries again
+            raise job.error
+        handler = _handlers[signature] = _register(job)
+        _jobs.pop(job.target, None)
         return handler
+
+
+def _register(job: _Job) -> CompiledHandler:
+    """Register a compiled handler with XLA (once per content-named target)."""
+    handler = _by_target.get(job.target)
+    if handler is None:
+        module = job.module
+        handler = CompiledHandler(module.KERNEL, job.target, module.HANDLER_KEY, module, job.kernel_name)
+        ffi_core.register_describer(lambda frame, detail: _describe_kernel_error(handler, frame), key=handler.key)
+        jax.ffi.register_ffi_target(job.target, jax.ffi.pycapsule(handler.address), platform="cpu")
+        _by_target[job.target] = handler
+    return handler
 
 
 def _describe_kernel_error(handler: CompiledHandler, frame: int) -> str:
