@@ -19,7 +19,7 @@ import numpy as np
 __all__ = [
     # Numba (CPU)
     "quiet_numba_compile", "is_cpu_dispatcher", "kernel_options", "can_compile", "declared_signatures",
-    "serial_clone", "threadsafe_layer", "launch_numba_threads", "lazy_cfunc", "cfunc_in_disk_cache",
+    "serial_clone", "prange_only", "threadsafe_layer", "launch_numba_threads", "lazy_cfunc", "cfunc_in_disk_cache",
     "compile_cfunc", "cfunc_cache_dir",
     # Numba CUDA
     "cuda_simulator_enabled", "is_cuda_dispatcher", "is_cuda_device_function", "cuda_overload", "cuda_function", "cuda_kernel_limits",
@@ -114,6 +114,21 @@ def threadsafe_layer() -> bool:
             config.THREADING_LAYER = "threadsafe"
         _THREADSAFE = available
     return _THREADSAFE
+
+
+def prange_only():
+    """Numba's ``parallel=`` option for kernels whose only parallel regions are explicit ``prange`` loops.
+
+    Array expressions (``out[:] = 0``, ``np.zeros``), reductions and fusion
+    stay serial, so the serial path never wakes the thread pool.  A
+    ``ParallelOptions`` object, not a dict: Numba pops the keys of a dict
+    when it compiles, so a dict shared by several kernels (or signatures)
+    would give every later compile all of the parallel passes.
+    """
+    from numba.core.cpu import ParallelOptions
+
+    return ParallelOptions({"prange": True, "comprehension": False, "reduction": False, "inplace_binop": False,
+                            "setitem": False, "numpy": False, "stencil": False, "fusion": False})
 
 
 def launch_numba_threads() -> None:

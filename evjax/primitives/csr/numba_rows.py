@@ -21,6 +21,8 @@ import numpy as np
 from numba import types
 from numba.extending import overload
 
+from ..._kernel_compat import prange_only
+
 # Below this many synapses visited a kernel stays on one thread: waking the
 # pool, splitting the work and (scatter) summing per-thread outputs would cost
 # about as much as it saves.
@@ -33,8 +35,7 @@ SCATTER_PARALLEL_MIN_WORK = 262144
 # Only explicit ``prange`` loops run on the pool: with plain ``parallel=True``
 # Numba also turns array expressions (``out[:] = 0``, ``np.zeros``) into
 # parallel regions, which would wake every thread even on the serial path.
-_PARALLEL = {"prange": True, "comprehension": False, "reduction": False, "inplace_binop": False,
-             "setitem": False, "numpy": False, "stencil": False, "fusion": False}
+_PARALLEL = prange_only()
 
 # inline="always" gives every kernel specialisation the same, fully optimised loop.
 #

@@ -37,6 +37,7 @@ import numpy as np
 from numba import prange, types
 from numba.extending import overload
 
+from ..._kernel_compat import prange_only
 from ...backends import numba_cpu
 from ...dtypes import compute_dtype
 from ...events import as_bool_events
@@ -51,8 +52,7 @@ PARALLEL_MIN_WORK = 1 << 21
 _BLOCK = 16  # column blocks of a parallel scatter are multiples of one cache line of float32
 
 # Only explicit ``prange`` loops run on the pool (see evjax/primitives/csr/numba.py).
-_PARALLEL = {"prange": True, "comprehension": False, "reduction": False, "inplace_binop": False,
-             "setitem": False, "numpy": False, "stencil": False, "fusion": False}
+_PARALLEL = prange_only()
 U0 = np.uint64(0)
 
 
