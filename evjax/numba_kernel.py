@@ -137,6 +137,14 @@ def numba_kernel(
             ``ShapeDtypeStruct``s, or a call's arity or dtypes contradict the
             kernel.
         ValueError: an unknown ``vmap_method`` or bad ``input_output_aliases``.
+
+    Example:
+        >>> @numba.njit
+        ... def add(x, y, out):
+        ...     for i in range(out.size):
+        ...         out[i] = x[i] + y[i]
+        >>> f = evjax.numba_kernel(add, outs=jax.ShapeDtypeStruct((8,), jnp.float32))
+        >>> z = jax.jit(f)(x, y)
     """
     _check_njit(kernel)
     out_structs, single = normalize_outs(outs, who="numba_kernel")

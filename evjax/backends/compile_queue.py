@@ -79,8 +79,16 @@ def set_background_compile(enabled: bool | None) -> None:
     behaviour of evjax before this option): choose it where the first calls
     must already run the compiled kernel, e.g. before ``jax.export``.
 
+    Args:
+        enabled: True (first calls may run the reference while kernels
+            compile), False (they wait), or None (``EVJAX_BACKGROUND_COMPILE``
+            decides; on when it is unset).
+
     Raises:
         TypeError: ``enabled`` is not a bool or None.
+
+    Example:
+        >>> evjax.set_background_compile(False)   # the next first calls wait for their kernels
     """
     global _enabled
     if enabled is not None and not isinstance(enabled, bool):
@@ -214,6 +222,10 @@ def wait_for_kernels(timeout: float | None = None) -> bool:
 
     Returns:
         True if nothing is left compiling, False on timeout.
+
+    Example:
+        >>> y = f(W, spikes)             # first call: the reference, kernels compiling
+        >>> evjax.wait_for_kernels()      # from here, f's next call runs the kernels
     """
     deadline = None if timeout is None else time.monotonic() + timeout
     with _cond:
