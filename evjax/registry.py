@@ -44,6 +44,9 @@ _LIBRARIES = {
     "numba_cuda": ("numba.cuda", "pip install 'evjax[cuda]' (numba-cuda)"),
 }
 
+# brainevent's backend names that evjax spells differently (named in the error for the old name)
+_RENAMED = {"jax_raw": REFERENCE, "jax": REFERENCE}
+
 _lock = threading.Lock()
 _known: set[str] = {REFERENCE, *_LIBRARIES}
 _missing: dict[str, str | None] = {}
@@ -89,8 +92,10 @@ def check_backend_name(name, *, who: str) -> None:
     if not isinstance(name, str):
         raise TypeError(f"{who}: a backend name is a string, got {type(name).__name__} {name!r}")
     if name not in _known:
+        hint = _RENAMED.get(name)
+        hint = f" (brainevent's {name!r} is {hint!r} in evjax)" if hint else ""
         raise BackendNotAvailableError(
-            f"{who}: unknown backend {name!r}; known backends: {', '.join(known_backend_names())}"
+            f"{who}: unknown backend {name!r}{hint}; known backends: {', '.join(known_backend_names())}"
         )
 
 

@@ -194,3 +194,11 @@ def _njit_copy():
         out[:] = x
 
     return copy
+
+
+def test_brainevent_backend_name_is_named_in_the_error():
+    import evjax
+
+    with pytest.raises(ValueError, match="brainevent's 'jax_raw' is 'reference' in evjax"):
+        with evjax.use_backend("jax_raw"):
+            pass
