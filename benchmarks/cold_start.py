@@ -183,6 +183,9 @@ def main(argv=None):
     import jax
     import numba
 
+    from benchmarks.common import provenance
+
+    emit(provenance(argv))
     emit("# evjax cold start")
     emit()
     emit(f"jax {jax.__version__}, numba {numba.__version__}, {os.cpu_count()} CPUs, n={args.n}. Each run is a "

@@ -15,6 +15,23 @@ import numpy as np
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 
+def provenance(argv: list[str] | None = None) -> str:
+    """The first line of a results file: ``<!-- run DATE on MACHINE: command -->``.
+
+    ``benchmarks/readme_figures.py`` reads it to give each figure the README
+    quotes its date and machine.
+    """
+    import datetime
+    import platform
+    import shutil
+    import sys
+
+    gpu = "a GPU" if shutil.which("nvidia-smi") else "no GPU"
+    command = " ".join(["python", os.path.relpath(sys.argv[0]) if sys.argv and sys.argv[0] else "?",
+                        *(sys.argv[1:] if argv is None else argv)])
+    return f"<!-- run {datetime.date.today()} on {os.cpu_count()} CPU cores, {gpu}, {platform.machine()}: {command} -->"
+
+
 def block(x):
     """Wait for JAX results (no-op for numpy)."""
     import jax

@@ -99,7 +99,32 @@ def ci_figures() -> list[str]:
             f"{tests}; {wall} with the install."]
 
 
-SECTIONS = (ci_figures, csr_event_figures, import_time_figures)
+def example_figures() -> list[str]:
+    path = RESULTS / "train_sparse_snn.md"
+    if not path.exists():
+        return []
+    value = {label: bullet_values(path, "# Main example", label)[0]
+             for label in ("model", "test accuracy", "time per training step", "wall time of training")}
+    line = (f"- The main example (`{path.relative_to(ROOT)}`, {run_line(path)}): {value['model']}; test accuracy "
+            f"{value['test accuracy']}; {value['time per training step']} per training step; "
+            f"{value['wall time of training']} of training")
+    speedup = [ln for ln in path.read_text().splitlines() if ln.startswith("- sparse vs dense training step: ")]
+    if speedup:
+        line += f"; the same step with dense weights: {speedup[0].split(': ', 1)[1]}"
+    return [line + "."]
+
+
+def cold_start_figures() -> list[str]:
+    path = RESULTS / "cold_start.md"
+    if not path.exists():
+        return []
+    goals = table(path, "## Goals (issue 17)")
+    parts = [f"{g['first call']} ({g['family']}) {g['measured']} (goal {g['goal']})" for g in goals]
+    return [f"- First calls with empty caches, fresh process (`{path.relative_to(ROOT)}`, {run_line(path)}): "
+            + "; ".join(parts) + "."]
+
+
+SECTIONS = (ci_figures, example_figures, cold_start_figures, csr_event_figures, import_time_figures)
 
 
 def block() -> str:

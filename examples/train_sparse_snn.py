@@ -442,6 +442,19 @@ def plot(result: Result, path: str, title: str) -> None:
     plt.close(fig)
 
 
+def write_results(path: str, lines: list[str], argv: list[str] | None) -> None:
+    """The summary as markdown, first line ``<!-- run DATE on MACHINE: command -->`` (the README quotes it)."""
+    import datetime
+    import platform
+
+    command = " ".join(["python examples/train_sparse_snn.py", *(sys.argv[1:] if argv is None else argv)])
+    machine = f"{os.cpu_count()} CPU cores, {platform.machine()}, jax {jax.__version__}, {jax.devices()[0].platform}"
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(f"<!-- run {datetime.date.today()} on {machine}: {command} -->\n# Main example\n\n")
+        f.writelines(f"- {line}\n" for line in lines)
+
+
 def main(argv: list[str] | None = None) -> Result:
     """Command-line entry point (see ``--help``)."""
     defaults = Config()
@@ -459,6 +472,8 @@ def main(argv: list[str] | None = None) -> Result:
     parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "out"),
                         help="folder for the PNG")
     parser.add_argument("--no-plot", action="store_true")
+    parser.add_argument("--results", default=None,
+                        help="markdown file for the summary (default: <out>/train_sparse_snn_<kind>.md)")
     parser.add_argument("--compare-steps", type=int, default=5,
                         help="steps of each variant timed alternately for the speedup (0: skip it)")
     args = parser.parse_args(argv)
@@ -478,10 +493,20 @@ def main(argv: list[str] | None = None) -> Result:
     print(f"  time per step    {1e3 * result.step_time:.1f} ms (median)")
     print(f"  synaptic events  {result.events_per_s:.3g} per second of training")
     print(f"  wall time        {total:.0f} s")
+    summary = [f"model: {kind}, {cfg.n_hidden} hidden LIF neurons, p_rec {cfg.p_rec}, batch {cfg.batch}, "
+               f"{cfg.epochs} epochs",
+               f"test accuracy: {result.test_acc:.3f} (chance {1 / cfg.n_classes:.3f})",
+               f"time per training step: {1e3 * result.step_time:.1f} ms (median)",
+               f"wall time of training: {total:.0f} s"]
     if args.compare_steps > 0:
         timing = compare_step_times(cfg, repeats=args.compare_steps)
         print(f"  sparse vs dense  training step {1e3 * timing['sparse_s']:.1f} ms (sparse-event) vs "
               f"{1e3 * timing['dense_s']:.1f} ms (dense), timed alternately: speedup {timing['speedup']:.1f}x")
+        summary.append(f"sparse vs dense training step: {1e3 * timing['sparse_s']:.1f} ms vs "
+                       f"{1e3 * timing['dense_s']:.1f} ms, speedup {timing['speedup']:.1f}x")
+    results = args.results or os.path.join(args.out, f"train_sparse_snn_{kind}.md")
+    write_results(results, summary, argv)
+    print(f"  results          {results}")
     if not args.no_plot:
         path = os.path.join(args.out, f"train_sparse_snn_{kind}.png")
         plot(result, path, f"{kind} SNN, {cfg.n_hidden} LIF neurons, test accuracy {result.test_acc:.2f}")

@@ -127,8 +127,12 @@ def test_cli_runs_and_reports_speedup(tmp_path, capsys):
     for expected in ("test accuracy", "time per step", "synaptic events", "speedup", "figure"):
         assert expected in out
     assert (tmp_path / "train_sparse_snn_sparse.png").exists()
+    results = (tmp_path / "train_sparse_snn_sparse.md").read_text().splitlines()
+    assert results[0].startswith("<!-- run ") and results[0].endswith("-->")
+    assert any(line.startswith("- test accuracy: ") for line in results)
+    assert any("speedup" in line for line in results)
     result = snn.main(["--dense", "--epochs", "1", "--hidden", "64", "--steps", "10", "--n-train", "32", "--n-test",
-                       "16", "--batch", "16", "--compare-steps", "0", "--no-plot"])
+                       "16", "--batch", "16", "--compare-steps", "0", "--no-plot", "--out", str(tmp_path)])
     assert "dense, 64 hidden" in capsys.readouterr().out
     assert result.final_params["w_rec"].shape == (64, 64)  # the dense parameterisation was trained
     with pytest.raises(SystemExit):
