@@ -1,0 +1,132 @@
+"""A/B: the CSR kernels' steady-state speed in this tree against an earlier commit, in one run.
+
+    python benchmarks/ab_kernels.py                 # against 740351d (before issue 17's changes)
+    python benchmarks/ab_kernels.py --base <commit> --rounds 5
+
+The earlier commit is checked out into a temporary folder (``git worktree``).
+Each round runs one fresh process per tree, alternately (base, new, new,
+base, ...), each with its own warm Numba/evjax cache and background compiling
+off, and each process times the forward ``spikes @ W`` and ``jit(grad)`` of
+``sum((spikes @ W)**2)`` w.r.t. the weights at the cases of
+``benchmarks/csr_event.py --quick`` (medians of many calls). The table gives,
+per case, the median over rounds of each tree and the ratio new / base; the
+goal of issue 17 is at most 1.05 (kernel speed must not fall by more than 5%).
+Writes ``benchmarks/results/ab_kernels.{md,png}``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from benchmarks.common import RESULTS, markdown_table, provenance, save_bar_plot  # noqa: E402
+
+CHILD = r"""
+import json, sys, time, warnings
+warnings.filterwarnings("ignore")
+import jax, jax.numpy as jnp, numpy as np
+jax.config.update("jax_cpu_enable_async_dispatch", False)
+import evjax
+assert evjax.__file__.startswith(sys.argv[1]), (evjax.__file__, sys.argv[1])
+
+def structure(n, p, homogeneous, seed=0):
+    rng = np.random.default_rng(seed)
+    k = int(round(n * p))
+    indices = np.concatenate([np.sort(rng.choice(n, k, replace=False)) for _ in range(n)]).astype(np.int32)
+    indptr = np.arange(0, n * k + 1, k, dtype=np.int32)
+    data = np.ones(1, np.float32) if homogeneous else rng.standard_normal(n * k).astype(np.float32)
+    return evjax.CSR((jnp.asarray(data), jnp.asarray(indices), jnp.asarray(indptr)), shape=(n, n))
+
+def median_us(f, *args, calls=200):
+    jax.block_until_ready(f(*args))
+    times = []
+    for _ in range(calls):
+        t = time.perf_counter(); jax.block_until_ready(f(*args)); times.append(time.perf_counter() - t)
+    return 1e6 * float(np.median(times))
+
+out = {}
+fwd = jax.jit(lambda W, s: s @ W)
+loss = jax.jit(jax.grad(lambda d, W, s: jnp.sum((s @ W.with_data(d)) ** 2)))
+for n, p in ((4000, 0.02), (20000, 0.01)):
+    for kind in ("het", "hom"):
+        W = structure(n, p, kind == "hom")
+        for rate in (0.01, 0.05, 0.2):
+            rng = np.random.default_rng(1)
+            s1 = jnp.asarray(rng.random(n) < rate)
+            sB = jnp.asarray(rng.random((32, n)) < rate)
+            tag = f"n={n} {kind} rate={rate}"
+            out[f"{tag} forward"] = median_us(fwd, W, s1)
+            out[f"{tag} batch32"] = median_us(fwd, W, sB, calls=50)
+            if kind == "het":
+                out[f"{tag} jit(grad)"] = median_us(loss, W.data, W, s1)
+print("RESULT" + json.dumps(out))
+"""
+
+
+def run_tree(tree: str, cache: str) -> dict[str, float]:
+    env = dict(os.environ, PYTHONPATH=tree, NUMBA_CACHE_DIR=os.path.join(cache, "numba"),
+               EVJAX_CACHE_DIR=os.path.join(cache, "evjax"), EVJAX_BACKGROUND_COMPILE="0")
+    result = subprocess.run([sys.executable, "-c", CHILD, tree], env=env, cwd=tree, capture_output=True, text=True,
+                            timeout=3600)
+    line = [ln for ln in result.stdout.splitlines() if ln.startswith("RESULT")]
+    if result.returncode != 0 or not line:
+        raise RuntimeError(f"run in {tree} failed:\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}")
+    return json.loads(line[-1][len("RESULT"):])
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base", default="740351d", help="the earlier commit (default: before issue 17)")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args(argv)
+    work = tempfile.mkdtemp(prefix="evjax_ab_")
+    base_tree = os.path.join(work, "base")
+    subprocess.run(["git", "-C", ROOT, "worktree", "add", "--detach", base_tree, args.base], check=True,
+                   capture_output=True)
+    try:
+        trees = {"base": base_tree, "new": ROOT}
+        caches = {name: os.path.join(work, f"cache_{name}") for name in trees}
+        for name in trees:  # warm-up: compile every kernel into each tree's cache
+            run_tree(trees[name], caches[name])
+        runs: dict[str, list[dict]] = {"base": [], "new": []}
+        for r in range(args.rounds):
+            for name in (("base", "new") if r % 2 == 0 else ("new", "base")):
+                runs[name].append(run_tree(trees[name], caches[name]))
+                print(f"round {r + 1}: {name} done", flush=True)
+    finally:
+        subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", base_tree], capture_output=True)
+    cases = list(runs["new"][0])
+    med = {name: {c: float(np.median([run[c] for run in runs[name]])) for c in cases} for name in runs}
+    rows, ratios = [], []
+    for c in cases:
+        ratio = med["new"][c] / med["base"][c]
+        ratios.append(ratio)
+        rows.append([c, f"{med['base'][c]:.1f}", f"{med['new'][c]:.1f}", f"{ratio:.2f}"])
+    worst = max(ratios)
+    geo = float(np.exp(np.mean(np.log(ratios))))
+    lines = [provenance(argv), "# A/B: CSR kernel speed, this tree against " + args.base, "",
+             f"{args.rounds} rounds of one fresh process per tree, alternating; medians in microseconds "
+             f"(sync dispatch, background compiling off, warm caches). Ratio = new / base.", "",
+             markdown_table(["case", f"base {args.base}", "new", "ratio"], rows), "",
+             f"- geometric mean of the ratios: {geo:.3f}",
+             f"- worst case: {worst:.2f} ({cases[ratios.index(worst)]})",
+             f"- goal (issue 17: at most 5% slower, geometric mean <= 1.05): {'met' if geo <= 1.05 else 'NOT met'}"]
+    text = "\n".join(lines)
+    print(text)
+    os.makedirs(RESULTS, exist_ok=True)
+    with open(os.path.join(RESULTS, "ab_kernels.md"), "w") as f:
+        f.write(text + "\n")
+    save_bar_plot(os.path.join(RESULTS, "ab_kernels.png"), cases,
+                  {"base": [med["base"][c] for c in cases], "new": [med["new"][c] for c in cases]},
+                  ylabel="median (us)", title=f"CSR kernels: this tree vs {args.base}")
+
+
+if __name__ == "__main__":
+    main()
