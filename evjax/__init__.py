@@ -11,6 +11,10 @@ from .events import BinaryArray, EventArray, WeightedArray
 from .numba_cuda_kernel import numba_cuda_callable, numba_cuda_kernel
 from .numba_kernel import numba_kernel
 from .primitives.csr import CSC, CSR, binary_csrmm, binary_csrmv, csr_sddmm, csrmm, csrmv
+# fixed fan-in / fan-out connectivity
+from .primitives.fixed import (
+    FixedPostNumConn, FixedPreNumConn, binary_fcnmm, binary_fcnmv, fcn_sddmm, fcnmm, fcnmv,
+)
 from .primitives.neuron import detect_spikes, exp_trace, lif_step, spike
 from .rules.ad import defjvp
 from .rules.batching import general_batching_rule
@@ -55,4 +59,12 @@ __all__ = [
     "binary_csrmv",
     "binary_csrmm",
     "csr_sddmm",
+    # fixed fan-in / fan-out connectivity
+    "FixedPostNumConn",
+    "FixedPreNumConn",
+    "fcnmv",
+    "fcnmm",
+    "binary_fcnmv",
+    "binary_fcnmm",
+    "fcn_sddmm",
 ]
