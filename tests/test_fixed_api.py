@@ -105,6 +105,9 @@ def test_pytree_rewiring_does_not_retrace():
         W = evjax.FixedPostNumConn((weights, indices), shape=(5, 7))
         np.testing.assert_allclose(f(W, s), s @ dense_table(weights, indices, 7), rtol=1e-5, atol=1e-6)
     assert len(traces) == 1
+    structs = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), W)  # rebuilt unvalidated
+    assert structs.shape == W.shape and structs.indices.shape == W.indices.shape
+    assert "custom_call" in jax.jit(lambda W, s: s @ W).lower(W, s).as_text()
     W2 = W.with_data(np.float32(2.0))
     assert W2.homogeneous and W2.indices is W.indices
     np.testing.assert_allclose(W2.todense(), dense_table(2.0, indices, 7))

@@ -85,7 +85,7 @@ class _FixedNumConn:
     takes_events = True  # ``BinaryArray @ conn`` runs the event ops (see evjax.events)
     _fan_out = True
 
-    _from_tree = False
+    _from_tree = True  # the pytree's static flag: instances rebuilt by JAX skip validation
 
     def __init__(self, data, indices=None, *, shape, backend: str | None = None, _from_tree: bool = False):
         if _from_tree:
