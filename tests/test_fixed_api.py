@@ -258,3 +258,9 @@ def test_traced_out_of_range_indices_are_skipped(backend):
     grad = jax.jit(jax.grad(lambda w, i: jnp.sum(evjax.binary_fcnmv(w, i, spikes, transpose=True, **kw))))
     valid = (indices >= 0) & (indices < n_cols)
     np.testing.assert_allclose(grad(weights, indices), spikes[:, None] & valid)
+
+
+def test_docs_page_runs():
+    from tests.doc_runner import run_markdown
+
+    run_markdown("docs/fixed_fan.md")
