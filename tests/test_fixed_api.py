@@ -264,3 +264,31 @@ def test_docs_page_runs():
     from tests.doc_runner import run_markdown
 
     run_markdown("docs/fixed_fan.md")
+
+
+@pytest.mark.parametrize("backend", ("numba", "warp"))
+def test_float64_int64_and_float16(backend):
+    rng = np.random.default_rng(10)
+    n, n_cols, k = 9, 6, 4
+    indices = rng.integers(0, n_cols, (n, k))
+    spikes = rng.random(n) < 0.5
+    with jax.enable_x64(True):
+        weights = rng.standard_normal((n, k))
+        y = evjax.binary_fcnmv(weights, indices.astype(np.int64), spikes, shape=(n, n_cols), transpose=True,
+                               backend=backend)
+        assert y.dtype == np.float64
+        np.testing.assert_allclose(y, spikes @ dense_table(weights, indices, n_cols), rtol=1e-12)
+    half = jnp.asarray(rng.uniform(0.5, 1.5, (n, k)), jnp.float16)
+    y = evjax.binary_fcnmv(half, indices, spikes, shape=(n, n_cols), transpose=True, backend=backend)
+    assert y.dtype == jnp.float16
+    np.testing.assert_allclose(np.asarray(y, np.float32), spikes @ dense_table(np.asarray(half, np.float32),
+                                                                                indices, n_cols), rtol=2e-3)
+
+
+def test_a_table_is_checked_once():
+    from evjax.primitives.fixed import ops as fixed_ops
+
+    W = evjax.FixedPostNumConn.random(11, 50, 40, 5)
+    assert fixed_ops._checked.get(id(W.indices)) == 40  # checked when built
+    s = np.ones(50, bool)
+    np.testing.assert_allclose(s @ W, np.ones(50) @ np.asarray(W.todense()), rtol=1e-5)

@@ -27,6 +27,7 @@ under ``jit``: an index outside ``[0, n_cols)`` is skipped (see
 from __future__ import annotations
 
 import functools
+import weakref
 
 import jax
 import jax.numpy as jnp
@@ -92,7 +93,7 @@ def validate_table(weights, indices, shape, *, who: str):
     elif weights.shape != indices.shape:
         raise ValueError(f"{who}: weights have shape {weights.shape}, but must be a scalar or (1,) (homogeneous) "
                          f"or {indices.shape} (one per synapse, like indices)")
-    if _is_concrete(indices) and indices.size:
+    if _is_concrete(indices) and indices.size and _checked.get(id(indices)) != shape[1]:
         values = np.asarray(indices)
         bad = (values < 0) | (values >= shape[1])
         if bad.any():
@@ -107,7 +108,22 @@ def validate_table(weights, indices, shape, *, who: str):
     if indices.size > INT32_MAX and not jax.config.jax_enable_x64:
         raise ValueError(f"{who}: {indices.size} synapses need 64-bit row pointers; enable JAX's 64-bit mode "
                          f'(jax.config.update("jax_enable_x64", True))')
-    return weights, jnp.asarray(indices), shape
+    indices = jnp.asarray(indices)
+    if _is_concrete(indices):
+        _remember_checked(indices, shape[1])
+    return weights, indices, shape
+
+
+# id(indices) -> n_cols of concrete tables whose values were checked (a FixedPostNumConn's table is
+# checked when it is built, not again at every product); an entry leaves with its array.
+_checked: dict[int, int] = {}
+
+
+def _remember_checked(indices, n_cols: int) -> None:
+    key = id(indices)
+    if key not in _checked:
+        _checked[key] = n_cols
+        weakref.finalize(indices, _checked.pop, key, None)
 
 
 def row_pointers(n_rows: int, k: int, dtype=None):
@@ -154,7 +170,10 @@ def as_csr_generator(csr_generator, *, sddmm: bool = False):
     def generator(outs, ins, shape, transpose=False):
         index_in = ins[0] if sddmm else ins[1]
         n, k = index_in.shape
-        ptr = jax.ShapeDtypeStruct((n + 1,), jnp.int64 if n * k > INT32_MAX else jnp.int32)
+        # the indices' dtype (as a CSR built from the same arrays: its compiled kernels are reused), or
+        # int64 where int32 cannot count the synapses
+        wide = np.dtype(index_in.dtype).itemsize == 8 or n * k > INT32_MAX
+        ptr = jax.ShapeDtypeStruct((n + 1,), jnp.int64 if wide else jnp.int32)
         structure = (flat(index_in, n * k), ptr)
         if sddmm:
             flat_outs = [flat(outs[0], n * k)]
