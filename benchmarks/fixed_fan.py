@@ -124,7 +124,7 @@ def make_case(n: int, k: int, rate: float, batch: int, seed: int = 0):
     return W, spikes
 
 
-def forward_candidates(W, spikes, rounds_hint: str) -> dict:
+def forward_candidates(W, spikes) -> dict:
     n, _ = W.shape
     w, idx = np.asarray(W.data), np.asarray(W.indices)
     csr = W.tocsr()
@@ -216,7 +216,7 @@ def main(argv=None):
             for rate in rates:
                 for batch in (1, 32):
                     W, spikes = make_case(n, k, rate, batch)
-                    cands = forward_candidates(W, spikes, "")
+                    cands = forward_candidates(W, spikes)
                     check_agreement(cands)
                     t = median_times(cands, **timing)
                     ev, lim = t["evjax"], limit(t)

@@ -18,7 +18,6 @@ products the gather.
 """
 from __future__ import annotations
 
-from typing import Any
 
 import jax
 import jax.numpy as jnp
