@@ -18,7 +18,6 @@ products the gather.
 """
 from __future__ import annotations
 
-
 import jax
 import jax.numpy as jnp
 import numpy as np
