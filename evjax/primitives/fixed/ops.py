@@ -40,6 +40,7 @@ from ...rules import ad as ad_rules
 from ...rules import batching as batching_rules
 from ...xla_custom_kernel import XLACustomKernel, call_with_accepted
 from ..csr.validation import INT32_MAX, check_operand, check_shape
+from . import blocks
 
 __all__ = [
     "fcnmv", "fcnmm", "binary_fcnmv", "binary_fcnmm", "fcn_sddmm",
@@ -291,10 +292,11 @@ def _matmul_batching(vector_op, matrix_op, rank: int, event: bool):
     * operand batched, table and weights shared: one call of the matrix op
       (vmap of mv is mm; vmap of mm folds the batch into the columns);
     * homogeneous weights batched: y_b = w_b * op(1, indices, x_b), one call (for
-      values only when every w_b is finite, else the loop: inf * 0 is nan; for
-      events op(1, ...) counts active synapses and a count of 0 gives 0);
-    * per-synapse weights or the table batched (each element its own table):
-      a loop over the batch (``lax.map``), each step the op's own kernel.
+      values only when every w_b is finite: inf * 0 is nan; for events op(1, ...)
+      counts active synapses and a count of 0 gives 0);
+    * per-synapse weights or the table batched (each element its own table), and
+      the non-finite case above: one call on the block-diagonal table
+      (``blocks.py``): y_b = A_b x_b is block b of diag(A_1..A_B) [x_1; ...; x_B].
     """
     op_self = vector_op if rank == 1 else matrix_op
 
@@ -302,11 +304,26 @@ def _matmul_batching(vector_op, matrix_op, rank: int, event: bool):
         weights, indices, x = args
         w_ax, i_ax, x_ax = axes
         dtype = outs[0].dtype
+        size = next(a.shape[ax] for a, ax in zip(args, axes) if ax is not None)
         homogeneous = w_ax is not None and weights.ndim == 2  # (batch, 1) or (1, batch)
-        loop = functools.partial(batching_rules.sequential_batch, op_self.primitive, args, axes, outs=outs,
-                                 shape=shape, transpose=transpose, backend=backend)
+
+        def per_element():
+            n, k = indices.shape if i_ax is None else tuple(np.delete(np.array(indices.shape), i_ax))
+            if not blocks.fits(indices.dtype, size, n, k, shape[1]):
+                return batching_rules.sequential_batch(op_self.primitive, args, axes, outs=outs, shape=shape,
+                                                       transpose=transpose, backend=backend)[0][0]
+            if homogeneous:  # (batch,) weights, one per block
+                w = jnp.moveaxis(weights, w_ax, 0)[:, :1, None] * jnp.ones((1, n, k), weights.dtype)
+                w = blocks.stack_rows(w, 0, size)
+            else:  # an unbatched (1,) stays homogeneous; (n, k) or a batch of them is stacked
+                w = weights if (w_ax is None and weights.ndim == 1) else blocks.stack_rows(weights, w_ax, size)
+            y = _bind(op_self, w, blocks.block_table(indices, i_ax, size, shape[1]),
+                      blocks.stack_rows(x, x_ax, size), shape=(size * n, size * shape[1]), transpose=transpose,
+                      dtype=dtype, backend=backend)
+            return y.reshape((size, y.shape[0] // size) + y.shape[1:])
+
         if i_ax is not None or (w_ax is not None and not homogeneous):
-            return loop()
+            return [per_element()], [0]
         base = jnp.ones((1,), weights.dtype) if w_ax is not None else weights
         if x_ax is None:
             y, y_ax = _bind(op_self, base, indices, x, shape=shape, transpose=transpose, dtype=dtype,
@@ -326,7 +343,7 @@ def _matmul_batching(vector_op, matrix_op, rank: int, event: bool):
         if event:  # y counts active synapses: none gives 0, whatever w_b holds
             return [jnp.where(y != 0, scaled, 0).astype(dtype)], [0]
         scaled = jnp.broadcast_to(scaled, (w.shape[0],) + scaled.shape[1:]).astype(dtype)
-        return [jax.lax.cond(jnp.all(jnp.isfinite(w)), lambda: scaled, lambda: loop()[0][0])], [0]
+        return [jax.lax.cond(jnp.all(jnp.isfinite(w)), lambda: scaled, per_element)], [0]
 
     return rule
 
@@ -542,9 +559,19 @@ def _sddmm_q_cotangent(cts, indices, r, q, *, outs, shape, backend):
 
 
 def _sddmm_batching(args, axes, *, outs, shape, backend):
-    # vectorised pure-JAX formula g[b, i, l] = <r_b[i], q_b[j_b,il]> (used by jacfwd / hessian)
-    fn = functools.partial(_sddmm_dense, dtype=outs[0].dtype, shape=shape)
-    return [jax.vmap(fn, in_axes=tuple(axes))(*args)], [0]
+    # g_b = sddmm(indices_b, r_b, q_b) is block b of the sddmm on the block-diagonal table (blocks.py),
+    # with r and q stacked: one call, still event-driven (silent rows of an event r are skipped)
+    indices, r, q = args
+    i_ax, r_ax, q_ax = axes
+    size = next(a.shape[ax] for a, ax in zip(args, axes) if ax is not None)
+    n, k = indices.shape if i_ax is None else tuple(np.delete(np.array(indices.shape), i_ax))
+    if not blocks.fits(indices.dtype, size, n, k, shape[1]):
+        fn = functools.partial(_sddmm_dense, dtype=outs[0].dtype, shape=shape)
+        return [jax.vmap(fn, in_axes=tuple(axes))(*args)], [0]
+    g = _bind_sddmm(blocks.block_table(indices, i_ax, size, shape[1]), blocks.stack_rows(r, r_ax, size),
+                    blocks.stack_rows(q, q_ax, size), shape=(size * n, size * shape[1]), dtype=outs[0].dtype,
+                    backend=backend)
+    return [g.reshape(size, n, k)], [0]
 
 
 fcn_sddmm_p = XLACustomKernel("evjax_fcn_sddmm")
