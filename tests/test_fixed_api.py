@@ -292,3 +292,16 @@ def test_a_table_is_checked_once():
     assert fixed_ops._checked.get(id(W.indices)) == 40  # checked when built
     s = np.ones(50, bool)
     np.testing.assert_allclose(s @ W, np.ones(50) @ np.asarray(W.todense()), rtol=1e-5)
+
+
+def test_vmap_over_tables_is_one_call_not_a_loop():
+    rng = np.random.default_rng(12)
+    tables = rng.integers(0, 4, (3, 5, 2)).astype(np.int32)
+    weights = rng.standard_normal((3, 5, 2)).astype(np.float32)
+    spikes = rng.random((3, 5)) < 0.5
+    f = jax.vmap(lambda w, i, s: evjax.binary_fcnmv(w, i, s, shape=(5, 4), transpose=True))
+    jaxpr = jax.make_jaxpr(f)(weights, tables, spikes)
+    names = [e.primitive.name for e in jaxpr.jaxpr.eqns]
+    assert names.count("evjax_binary_fcnmv") == 1 and "while" not in names, names
+    want = np.stack([spikes[b] @ dense_table(weights[b], tables[b], 4) for b in range(3)])
+    np.testing.assert_allclose(f(weights, tables, spikes), want, rtol=1e-5, atol=1e-6)
