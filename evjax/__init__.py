@@ -13,6 +13,10 @@ from .numba_kernel import numba_kernel
 from .primitives.csr import CSC, CSR, binary_csrmm, binary_csrmv, csr_sddmm, csrmm, csrmv
 # dense event operators
 from .primitives.dense import Dense, binary_densemm, binary_densemv
+# fixed fan-in / fan-out connectivity
+from .primitives.fixed import (
+    FixedPostNumConn, FixedPreNumConn, binary_fcnmm, binary_fcnmv, fcn_sddmm, fcnmm, fcnmv,
+)
 from .primitives.neuron import detect_spikes, exp_trace, lif_step, spike
 from .rules.ad import defjvp
 from .rules.batching import general_batching_rule
@@ -67,4 +71,12 @@ __all__ = [
     # cold start
     "set_background_compile",
     "wait_for_kernels",
+    # fixed fan-in / fan-out connectivity
+    "FixedPostNumConn",
+    "FixedPreNumConn",
+    "fcnmv",
+    "fcnmm",
+    "binary_fcnmv",
+    "binary_fcnmm",
+    "fcn_sddmm",
 ]

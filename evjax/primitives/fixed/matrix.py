@@ -1,0 +1,269 @@
+"""Fixed fan-out / fan-in connectivity: ``FixedPostNumConn`` and ``FixedPreNumConn``.
+
+Both hold an index table ``indices`` of shape ``(n, k)`` and weights (a scalar
+or ``(1,)``, or ``(n, k)``), as pytree children: a new table of the same shape
+does not retrace a jitted function.
+
+* :class:`FixedPostNumConn` ``(n_pre, n_post)``: row ``i`` (a presynaptic neuron)
+  has the ``k`` targets ``indices[i, :]`` (fan-out); the table has ``n_pre`` rows.
+* :class:`FixedPreNumConn` ``(n_pre, n_post)``: column ``j`` (a postsynaptic
+  neuron) has the ``k`` sources ``indices[j, :]`` (fan-in); the table has
+  ``n_post`` rows and stores the transpose.
+
+``@`` runs the ops of :mod:`evjax.primitives.fixed.ops` in the orientation the
+product needs (a bool operand, a :class:`~evjax.BinaryArray` or a
+:class:`~evjax.WeightedArray` selects the event ops): ``spikes @ FixedPostNumConn``
+and ``FixedPreNumConn @ spikes`` are the event-driven scatter, the other two
+products the gather.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ...events import BinaryArray, event_operand
+from ..csr.matrix import CSR
+from .ops import binary_fcnmm, binary_fcnmv, fcnmm, fcnmv, row_pointers, validate_table
+
+__all__ = ["FixedPostNumConn", "FixedPreNumConn"]
+
+_FLOAT = {1: fcnmv, 2: fcnmm}
+_EVENT = {1: binary_fcnmv, 2: binary_fcnmm}
+
+
+def _register_pytree(cls):
+    """Children ``data`` and ``indices``; ``shape`` and ``backend`` are static (a dataclass node,
+    flattened in C++).  Unflattening passes ``_from_tree=True``, which skips validation (the
+    children may be tracers or placeholders)."""
+    jax.tree_util.register_dataclass(cls, data_fields=["data", "indices"],
+                                     meta_fields=["shape", "backend", "_from_tree"])
+    return cls
+
+
+def _random_table(rng: np.random.Generator, n: int, n_targets: int, k: int, replace: bool) -> np.ndarray:
+    """``(n, k)`` int32 targets in ``[0, n_targets)``; without replacement, distinct in each row."""
+    if k == 0 or n == 0:
+        return np.zeros((n, k), np.int32)
+    if replace:
+        return rng.integers(0, n_targets, (n, k)).astype(np.int32)
+    if k > n_targets:
+        raise ValueError(f"random: k = {k} distinct targets per row need n >= k, but there are {n_targets}; "
+                         f"pass replace=True or a smaller k")
+    if 2 * k > n_targets:  # dense: a random permutation per row
+        return np.argsort(rng.random((n, n_targets)), axis=1)[:, :k].astype(np.int32)
+    table = rng.integers(0, n_targets, (n, k))
+    while True:  # redraw duplicates in each row until none is left (k <= n_targets / 2: few rounds)
+        order = np.argsort(table, axis=1)
+        ranked = np.take_along_axis(table, order, axis=1)
+        dup_sorted = np.zeros_like(ranked, bool)
+        dup_sorted[:, 1:] = ranked[:, 1:] == ranked[:, :-1]
+        if not dup_sorted.any():
+            return table.astype(np.int32)
+        dup = np.zeros_like(dup_sorted)
+        np.put_along_axis(dup, order, dup_sorted, axis=1)
+        table[dup] = rng.integers(0, n_targets, int(dup.sum()))
+
+
+def _seed(key) -> np.random.Generator:
+    """A NumPy generator seeded from a JAX key (typed or raw uint32) or an integer seed."""
+    if isinstance(key, (int, np.integer)):
+        return np.random.default_rng(int(key))
+    key = jnp.asarray(key)
+    if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        key = jax.random.key_data(key)
+    return np.random.default_rng(np.asarray(key).astype(np.uint32).ravel().tolist())
+
+
+class _FixedNumConn:
+    """Shared by both classes: the stored table has shape ``_table_shape``; the matrix is it
+    (``_fan_out``) or its transpose."""
+
+    __array_ufunc__ = None  # numpy defers ``ndarray @ conn`` to __rmatmul__
+    takes_events = True  # ``BinaryArray @ conn`` runs the event ops (see evjax.events)
+    _fan_out = True
+
+    _from_tree = True  # the pytree's static flag: instances rebuilt by JAX skip validation
+
+    def __init__(self, data, indices=None, *, shape, backend: str | None = None, _from_tree: bool = False):
+        if _from_tree:
+            self.data, self.indices, self.shape, self.backend = data, indices, shape, backend
+            return
+        if indices is None:
+            if not isinstance(data, (tuple, list)) or len(data) != 2:
+                raise TypeError(f"{type(self).__name__}: pass (data, indices) or data and indices, got "
+                                f"{type(data).__name__}")
+            data, indices = data
+        shape = tuple(int(d) for d in shape)
+        if len(shape) != 2:
+            raise ValueError(f"{type(self).__name__}: shape must be (n_pre, n_post), got {shape!r}")
+        stored = shape if self._fan_out else shape[::-1]
+        data, indices, _ = validate_table(data, indices, stored, who=type(self).__name__)
+        self.data, self.indices, self.shape, self.backend = data, indices, shape, backend
+
+    # -- structure -----------------------------------------------------------
+    @property
+    def _table_shape(self) -> tuple:
+        return self.shape if self._fan_out else self.shape[::-1]
+
+    @property
+    def num_conn(self) -> int:
+        """``k``: synapses per row of the table."""
+        return int(self.indices.shape[1])
+
+    @property
+    def nse(self) -> int:
+        """Stored synapses, ``n * k``."""
+        return int(self.indices.shape[0] * self.indices.shape[1])
+
+    @property
+    def dtype(self):
+        return self.data.dtype
+
+    @property
+    def ndim(self) -> int:
+        return 2
+
+    @property
+    def homogeneous(self) -> bool:
+        """One weight for every synapse."""
+        return self.data.shape != self.indices.shape
+
+    def with_data(self, data):
+        """The same table with new weights (scalar/``(1,)`` or ``(n, k)``)."""
+        data, _, _ = validate_table(data, self.indices, self._table_shape, who=f"{type(self).__name__}.with_data")
+        return type(self)(data, self.indices, shape=self.shape, backend=self.backend, _from_tree=True)
+
+    def _weights(self):
+        return jnp.broadcast_to(self.data, self.indices.shape) if self.homogeneous else self.data
+
+    def _stored_csr(self) -> CSR:
+        n, k = self.indices.shape
+        return CSR((self._weights().reshape(-1), self.indices.reshape(-1), row_pointers(n, k)),
+                   shape=self._table_shape)
+
+    def todense(self) -> jax.Array:
+        """The dense ``(n_pre, n_post)`` matrix (duplicate targets summed)."""
+        n, k = self.indices.shape
+        rows = jnp.repeat(jnp.arange(n), k)
+        table = jnp.zeros(self._table_shape, self.dtype).at[rows, self.indices.reshape(-1)].add(
+            self._weights().reshape(-1), mode="drop")
+        return table if self._fan_out else table.T
+
+    def tocsr(self) -> CSR:
+        """The same matrix as an :class:`evjax.CSR` of shape ``(n_pre, n_post)``."""
+        stored = self._stored_csr()
+        return stored if self._fan_out else stored.T.tocsr()
+
+    # -- products ------------------------------------------------------------
+    def _product(self, x, *, conn_on_left: bool):
+        value, weighted = event_operand(x)
+        event = isinstance(x, BinaryArray)
+        value = value if isinstance(value, jax.Array) else jnp.asarray(value)
+        event = event or value.dtype == jnp.bool_
+        if value.ndim not in (1, 2):
+            raise ValueError(f"matmul: the dense side must be a vector or a matrix, got shape {value.shape}")
+        m, n = self.shape
+        contracted = n if conn_on_left else m
+        x_dim = value.shape[0] if (conn_on_left or value.ndim == 1) else value.shape[1]
+        if x_dim != contracted:
+            left, right = (self.shape, value.shape) if conn_on_left else (value.shape, self.shape)
+            raise ValueError(f"matmul: shapes {left} and {right} are not aligned ({x_dim} != {contracted})")
+        # conn @ x is table @ x (fan-out) or table.T @ x (fan-in); x @ conn = (conn.T @ x.T).T
+        transpose = (not self._fan_out) if conn_on_left else self._fan_out
+        operand = value if (conn_on_left or value.ndim == 1) else value.T
+        fn = (_EVENT if event else _FLOAT)[value.ndim]
+        kw = dict(shape=self._table_shape, transpose=transpose, backend=self.backend)
+        if event:
+            kw["weighted"] = weighted
+        y = fn(self.data, self.indices, operand, **kw)
+        return y if (conn_on_left or value.ndim == 1) else y.T
+
+    def __matmul__(self, other):
+        return self._product(other, conn_on_left=True)
+
+    def __rmatmul__(self, other):
+        return self._product(other, conn_on_left=False)
+
+    def __repr__(self) -> str:
+        kind = "homogeneous" if self.homogeneous else "per-synapse"
+        return f"{type(self).__name__}(shape={self.shape}, k={self.num_conn}, {kind} {self.dtype})"
+
+    # -- construction ----------------------------------------------------------
+    @classmethod
+    def _random(cls, key, n_rows: int, n_targets: int, k: int, weight, replace: bool, shape, backend):
+        indices = _random_table(_seed(key), int(n_rows), int(n_targets), int(k), bool(replace))
+        weight = jnp.asarray(weight, jnp.float32) if isinstance(weight, (int, float)) else jnp.asarray(weight)
+        return cls((weight, jnp.asarray(indices)), shape=shape, backend=backend)
+
+
+@_register_pytree
+class FixedPostNumConn(_FixedNumConn):
+    """Fixed fan-out: each presynaptic neuron (row) has ``k`` postsynaptic targets.
+
+    Args:
+        data: the weights (a scalar or ``(1,)``, or ``(n_pre, k)``), or ``(data, indices)``.
+        indices: ``(n_pre, k)``, the targets of each row (duplicates add up); int32/int64.
+        shape: ``(n_pre, n_post)``.
+        backend: the backend of every product (default: see :mod:`evjax.config`).
+
+    Raises:
+        ValueError: shapes that do not fit, or (concrete) a target outside ``[0, n_post)``.
+
+    Example:
+        >>> W = FixedPostNumConn((0.5, indices), shape=(n_pre, n_post))
+        >>> current = spikes @ W          # event-driven: active rows x k
+    """
+
+    _fan_out = True
+
+    @property
+    def T(self) -> "FixedPreNumConn":
+        """The transpose, a :class:`FixedPreNumConn` sharing the arrays (no copy)."""
+        return FixedPreNumConn((self.data, self.indices), shape=self.shape[::-1], backend=self.backend)
+
+    @classmethod
+    def random(cls, key, n_pre: int, n_post: int, k: int, *, weight=1.0, replace: bool = False,
+               backend: str | None = None) -> "FixedPostNumConn":
+        """Each of ``n_pre`` rows connects to ``k`` targets drawn uniformly from ``[0, n_post)``.
+
+        Args:
+            key: a JAX random key (or an integer seed).
+            n_pre, n_post, k: the shape and the fan-out.
+            weight: a scalar (homogeneous) or an ``(n_pre, k)`` array.
+            replace: allow a row to hit a target more than once (the weights add up).
+            backend: as in the constructor.
+        """
+        return cls._random(key, n_pre, n_post, k, weight, replace, (n_pre, n_post), backend)
+
+
+@_register_pytree
+class FixedPreNumConn(_FixedNumConn):
+    """Fixed fan-in: each postsynaptic neuron (column) has ``k`` presynaptic sources.
+
+    Args:
+        data: the weights (a scalar or ``(1,)``, or ``(n_post, k)``), or ``(data, indices)``.
+        indices: ``(n_post, k)``, the sources of each column (duplicates add up); int32/int64.
+        shape: ``(n_pre, n_post)``.
+        backend: the backend of every product.
+
+    Example:
+        >>> W = FixedPreNumConn((weights, indices), shape=(n_pre, n_post))
+        >>> current = spikes @ W          # the gather: one pass over each column's k sources
+    """
+
+    _fan_out = False
+
+    @property
+    def T(self) -> FixedPostNumConn:
+        """The transpose, a :class:`FixedPostNumConn` sharing the arrays (no copy)."""
+        return FixedPostNumConn((self.data, self.indices), shape=self.shape[::-1], backend=self.backend)
+
+    @classmethod
+    def random(cls, key, n_pre: int, n_post: int, k: int, *, weight=1.0, replace: bool = False,
+               backend: str | None = None) -> "FixedPreNumConn":
+        """Each of ``n_post`` columns receives ``k`` sources drawn uniformly from ``[0, n_pre)``.
+
+        Args: as :meth:`FixedPostNumConn.random` (weights ``(n_post, k)``).
+        """
+        return cls._random(key, n_post, n_pre, k, weight, replace, (n_pre, n_post), backend)

@@ -1,0 +1,307 @@
+"""FixedPostNumConn / FixedPreNumConn: construction, @ in every orientation, edge cases, malformed tables.
+
+Every result is compared with a dense NumPy matrix built from the table
+(A[i, j] = sum_{l: indices[i, l] = j} w[i, l]; FixedPreNumConn is its
+transpose), or with scipy / brainevent where those are the point.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import evjax
+from evjax.primitives.fixed import fcn_sddmm
+
+BACKENDS = ("numba", "warp", "reference")
+
+
+def dense_table(weights, indices, n_cols):
+    """NumPy A (n_rows, n_cols) of a table; out-of-range targets dropped."""
+    indices = np.asarray(indices)
+    n, k = indices.shape
+    w = np.broadcast_to(np.asarray(weights, np.float64).reshape(-1) if np.ndim(weights) <= 1 else
+                        np.asarray(weights, np.float64), (n, k))
+    a = np.zeros((n, n_cols))
+    for i in range(n):
+        for l in range(k):
+            if 0 <= indices[i, l] < n_cols:
+                a[i, indices[i, l]] += w[i, l]
+    return a
+
+
+def table(rng, n, n_cols, k, homogeneous=False):
+    indices = rng.integers(0, n_cols, (n, k)).astype(np.int32)
+    weights = np.float32(0.75) if homogeneous else rng.standard_normal((n, k)).astype(np.float32)
+    return weights, indices
+
+
+# ---------------------------------------------------------------------------
+# the two classes: @ on both sides, vectors, matrices, events, weighted events
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("cls", [evjax.FixedPostNumConn, evjax.FixedPreNumConn])
+@pytest.mark.parametrize("homogeneous", [False, True])
+def test_matmul_both_sides_against_dense(cls, homogeneous):
+    rng = np.random.default_rng(0)
+    n_pre, n_post, k = 6, 5, 3
+    rows, cols = (n_pre, n_post) if cls is evjax.FixedPostNumConn else (n_post, n_pre)
+    weights, indices = table(rng, rows, cols, k, homogeneous)
+    W = cls((weights, indices), shape=(n_pre, n_post))
+    a = dense_table(weights, indices, cols)
+    a = a if cls is evjax.FixedPostNumConn else a.T  # (n_pre, n_post)
+    np.testing.assert_allclose(W.todense(), a, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(W.tocsr().todense(), a, rtol=1e-6, atol=1e-6)
+    assert isinstance(W.tocsr(), evjax.CSR) and W.tocsr().shape == (n_pre, n_post)
+    np.testing.assert_allclose(W.T.todense(), a.T, rtol=1e-6, atol=1e-6)
+    pre, post = rng.standard_normal(n_pre).astype(np.float32), rng.standard_normal(n_post).astype(np.float32)
+    spikes_pre, spikes_post = rng.random(n_pre) < 0.5, rng.random(n_post) < 0.5
+    batch_pre, batch_post = rng.random((4, n_pre)) < 0.5, rng.random((n_post, 4)) < 0.5
+    graded = (rng.random(n_pre) < 0.5) * rng.uniform(0.5, 2, n_pre).astype(np.float32)
+    cases = [
+        (W @ post, a @ post), (pre @ W, pre @ a), (W @ post[:, None], a @ post[:, None]),
+        (pre[None] @ W, pre[None] @ a),
+        (spikes_pre @ W, spikes_pre @ a), (W @ spikes_post, a @ spikes_post),
+        (evjax.BinaryArray(batch_pre) @ W, batch_pre @ a), (W @ evjax.BinaryArray(batch_post), a @ batch_post),
+        (evjax.WeightedArray(graded) @ W, graded @ a), (W.T @ evjax.WeightedArray(graded), a.T @ graded),
+        (W.T @ spikes_pre, a.T @ spikes_pre),
+    ]
+    for got, want in cases:
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
+
+
+def test_transpose_matches_brainevent():
+    """The meaning of ``transpose`` and of both classes' shapes is brainevent's."""
+    be = pytest.importorskip("brainevent")
+    import warnings
+
+    rng = np.random.default_rng(1)
+    weights, indices = table(rng, 4, 6, 3)
+    x6, x4 = rng.standard_normal(6).astype(np.float32), rng.standard_normal(4).astype(np.float32)
+    for transpose, x in ((False, x6), (True, x4)):
+        np.testing.assert_allclose(evjax.fcnmv(weights, indices, x, shape=(4, 6), transpose=transpose),
+                                   be.fcnmv(weights, indices, x, shape=(4, 6), transpose=transpose), rtol=1e-5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        for cls in ("FixedPostNumConn", "FixedPreNumConn"):
+            shape = (4, 6) if cls == "FixedPostNumConn" else (6, 4)
+            ours, theirs = getattr(evjax, cls)((weights, indices), shape=shape), \
+                getattr(be, cls)((weights, indices), shape=shape)
+            np.testing.assert_allclose(ours.todense(), theirs.todense(), rtol=1e-6)
+
+
+def test_pytree_rewiring_does_not_retrace():
+    rng = np.random.default_rng(2)
+    traces = []
+
+    @jax.jit
+    def f(W, s):
+        traces.append(1)
+        return s @ W
+
+    s = rng.random(5) < 0.5
+    for seed in range(3):
+        weights, indices = table(np.random.default_rng(seed), 5, 7, 2)
+        W = evjax.FixedPostNumConn((weights, indices), shape=(5, 7))
+        np.testing.assert_allclose(f(W, s), s @ dense_table(weights, indices, 7), rtol=1e-5, atol=1e-6)
+    assert len(traces) == 1
+    structs = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), W)  # rebuilt unvalidated
+    assert structs.shape == W.shape and structs.indices.shape == W.indices.shape
+    assert "custom_call" in jax.jit(lambda W, s: s @ W).lower(W, s).as_text()
+    W2 = W.with_data(np.float32(2.0))
+    assert W2.homogeneous and W2.indices is W.indices
+    np.testing.assert_allclose(W2.todense(), dense_table(2.0, indices, 7))
+
+
+@pytest.mark.parametrize("cls", [evjax.FixedPostNumConn, evjax.FixedPreNumConn])
+def test_random_constructor(cls):
+    n_pre, n_post, k = 30, 12, 8
+    W = cls.random(jax.random.key(3), n_pre, n_post, k, weight=0.5)
+    rows, cols = (n_pre, n_post) if cls is evjax.FixedPostNumConn else (n_post, n_pre)
+    idx = np.asarray(W.indices)
+    assert idx.shape == (rows, k) and W.shape == (n_pre, n_post) and W.homogeneous
+    assert idx.min() >= 0 and idx.max() < cols
+    assert all(len(set(row)) == k for row in idx)  # replace=False: distinct targets per row
+    np.testing.assert_array_equal(np.asarray(cls.random(jax.random.key(3), n_pre, n_post, k).indices), idx)
+    dup = cls.random(4, n_pre, n_post, cols, replace=True)
+    assert any(len(set(row)) < cols for row in np.asarray(dup.indices))  # duplicates happen with replacement
+    full = cls.random(5, n_pre, n_post, cols)  # k = n: every target once
+    assert all(sorted(row) == list(range(cols)) for row in np.asarray(full.indices))
+    with pytest.raises(ValueError, match="replace=True"):
+        cls.random(6, n_pre, n_post, cols + 1)
+
+
+# ---------------------------------------------------------------------------
+# edge cases on every backend: k = 0, k = n, duplicates, one row, no events
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_edge_cases(backend):
+    rng = np.random.default_rng(4)
+    cases = [
+        (np.zeros((3, 0), np.int32), 4),                              # k = 0
+        (np.tile(np.arange(4, dtype=np.int32), (3, 1)), 4),           # k = n: dense rows
+        (np.array([[1, 1, 1], [0, 2, 0]], np.int32), 3),              # duplicate targets
+        (np.array([[2, 0]], np.int32), 3),                            # one row
+    ]
+    for indices, n_cols in cases:
+        n, k = indices.shape
+        weights = rng.standard_normal((n, k)).astype(np.float32)
+        a = dense_table(weights, indices, n_cols)
+        kw = dict(shape=(n, n_cols), backend=backend)
+        for spikes in (np.zeros(n, bool), np.ones(n, bool), rng.random(n) < 0.5):  # no events, all, some
+            np.testing.assert_allclose(evjax.binary_fcnmv(weights, indices, spikes, transpose=True, **kw),
+                                       spikes @ a, rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(evjax.binary_fcnmm(weights, indices, spikes[:, None], transpose=True, **kw),
+                                       (spikes @ a)[:, None], rtol=1e-5, atol=1e-6)
+        x = rng.standard_normal(n_cols).astype(np.float32)
+        np.testing.assert_allclose(evjax.fcnmv(weights, indices, x, **kw), a @ x, rtol=1e-5, atol=1e-6)
+        g = jax.grad(lambda w: jnp.sum(evjax.binary_fcnmv(w, indices, np.ones(n, bool), transpose=True, **kw)))
+        counts = (indices >= 0).astype(np.float32)
+        np.testing.assert_allclose(g(weights), counts)
+
+
+@pytest.mark.parametrize("backend", ("numba", "warp"))
+def test_duplicates_sum_on_parallel_paths(backend):
+    """Many duplicate targets and enough work for the parallel (per-thread copies) paths."""
+    rng = np.random.default_rng(5)
+    n, n_cols, k = 3000, 50, 120
+    indices = rng.integers(0, n_cols, (n, k)).astype(np.int32)  # ~2.4 hits per target per row
+    weights = rng.standard_normal((n, k)).astype(np.float32)
+    a = dense_table(weights, indices, n_cols)
+    spikes = rng.random(n) < 0.9
+    batch = rng.random((n, 6)) < 0.5
+    kw = dict(shape=(n, n_cols), backend=backend)
+    np.testing.assert_allclose(evjax.binary_fcnmv(weights, indices, spikes, transpose=True, **kw), spikes @ a,
+                               rtol=1e-4, atol=2e-3)
+    np.testing.assert_allclose(evjax.binary_fcnmm(weights, indices, batch, transpose=True, **kw), a.T @ batch,
+                               rtol=1e-4, atol=2e-3)
+    x = rng.standard_normal(n_cols).astype(np.float32)
+    np.testing.assert_allclose(evjax.fcnmv(weights, indices, x, **kw), a @ x, rtol=1e-4, atol=2e-3)
+
+
+# ---------------------------------------------------------------------------
+# gradients: weights (event-driven), indices (float0 zero), values of weighted events
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_weight_gradient_and_index_gradient(backend):
+    rng = np.random.default_rng(6)
+    n, n_cols, k = 7, 5, 3
+    weights, indices = table(rng, n, n_cols, k)
+    spikes = rng.random(n) < 0.4
+    ct = rng.standard_normal(n_cols).astype(np.float32)
+
+    def loss(w, idx):
+        return jnp.vdot(ct, evjax.binary_fcnmv(w, idx, spikes, shape=(n, n_cols), transpose=True, backend=backend))
+
+    g_w, g_idx = jax.grad(loss, argnums=(0, 1), allow_int=True)(weights, indices)
+    # w_bar[i, l] = ct[indices[i, l]] on active rows, 0 on silent ones
+    np.testing.assert_allclose(g_w, np.where(spikes[:, None], ct[indices], 0), rtol=1e-6)
+    assert g_idx.dtype == jax.dtypes.float0 and g_idx.shape == indices.shape
+    # the sddmm itself, with float operands (gather orientation, matrices)
+    r, q = rng.standard_normal((n, 2)).astype(np.float32), rng.standard_normal((n_cols, 2)).astype(np.float32)
+    np.testing.assert_allclose(fcn_sddmm(indices, r, q, shape=(n, n_cols), backend=backend),
+                               np.einsum("ic,ilc->il", r, q[indices]), rtol=1e-5, atol=1e-6)
+
+
+def test_weighted_events_select_and_have_true_gradient():
+    rng = np.random.default_rng(7)
+    n, n_cols, k = 6, 4, 3
+    weights, indices = table(rng, n, n_cols, k)
+    weights[0, 0] = np.nan  # row 0 is silent below: its NaN weight must stay out
+    weights[1, 1] = np.inf
+    values = np.array([0.0, -2.0, 0.5, 0.0, 1.5, 3.0], np.float32)
+    got = evjax.binary_fcnmv(weights, indices, values, shape=(n, n_cols), transpose=True, weighted=True)
+    terms = np.where(values[:, None] != 0, weights * values[:, None], 0)
+    want = np.zeros(n_cols)
+    np.add.at(want, indices, terms)
+    assert np.isnan(want).any() or np.isinf(want).any()  # the case tests something
+    np.testing.assert_allclose(got, want.astype(np.float32), rtol=1e-5)  # NaN and inf at the same places
+    finite = np.where(np.isfinite(weights), weights, 1.0).astype(np.float32)
+    ct = rng.standard_normal(n_cols).astype(np.float32)
+    g = jax.grad(lambda v: jnp.vdot(ct, evjax.binary_fcnmv(finite, indices, v, shape=(n, n_cols), transpose=True,
+                                                            weighted=True)))(values)
+    np.testing.assert_allclose(g, dense_table(finite, indices, n_cols) @ ct, rtol=1e-5)  # true: zeros too
+
+
+# ---------------------------------------------------------------------------
+# malformed tables: concrete -> ValueError; traced -> skipped, never out of bounds
+# ---------------------------------------------------------------------------
+def test_concrete_malformed_input_raises():
+    w = np.ones((2, 2), np.float32)
+    with pytest.raises(ValueError, match=r"indices out of range: indices\[1, 0\] = 3"):
+        evjax.fcnmv(w, np.array([[0, 1], [3, 0]]), np.ones(3, np.float32), shape=(2, 3))
+    with pytest.raises(ValueError, match="out of range"):
+        evjax.FixedPostNumConn((w, np.array([[0, -1], [1, 0]])), shape=(2, 3))
+    with pytest.raises(ValueError, match=r"must be a scalar or \(1,\)"):
+        evjax.fcnmv(np.ones((2, 3), np.float32), np.zeros((2, 2), np.int32), np.ones(3, np.float32), shape=(2, 3))
+    with pytest.raises(ValueError, match=r"\(n_rows, k\)"):
+        evjax.fcnmv(w, np.zeros((3, 2), np.int32), np.ones(3, np.float32), shape=(2, 3))
+    with pytest.raises(TypeError, match="integer"):
+        evjax.fcnmv(w, np.zeros((2, 2), np.float32), np.ones(3, np.float32), shape=(2, 3))
+    with pytest.raises(ValueError, match="not aligned"):
+        np.ones(4, np.float32) @ evjax.FixedPostNumConn((w, np.zeros((2, 2), np.int32)), shape=(2, 3))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_traced_out_of_range_indices_are_skipped(backend):
+    rng = np.random.default_rng(8)
+    n, n_cols = 5, 4
+    indices = np.array([[0, 4, 1], [-1, 2, 2], [3, 100, -7], [1, 1, 0], [2, 3, 4]], np.int32)
+    weights = rng.standard_normal((n, 3)).astype(np.float32)
+    a = dense_table(weights, indices, n_cols)  # drops the out-of-range synapses
+    spikes, x = rng.random(n) < 0.7, rng.standard_normal(n_cols).astype(np.float32)
+    kw = dict(shape=(n, n_cols), backend=backend)
+    scatter = jax.jit(lambda i: evjax.binary_fcnmv(weights, i, spikes, transpose=True, **kw))
+    gather = jax.jit(lambda i: evjax.fcnmm(weights, i, x[:, None], **kw))
+    np.testing.assert_allclose(scatter(indices), spikes @ a, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(gather(indices)[:, 0], a @ x, rtol=1e-5, atol=1e-6)
+    grad = jax.jit(jax.grad(lambda w, i: jnp.sum(evjax.binary_fcnmv(w, i, spikes, transpose=True, **kw))))
+    valid = (indices >= 0) & (indices < n_cols)
+    np.testing.assert_allclose(grad(weights, indices), spikes[:, None] & valid)
+
+
+def test_docs_page_runs():
+    from tests.doc_runner import run_markdown
+
+    run_markdown("docs/fixed_fan.md")
+
+
+@pytest.mark.parametrize("backend", ("numba", "warp"))
+def test_float64_int64_and_float16(backend):
+    rng = np.random.default_rng(10)
+    n, n_cols, k = 9, 6, 4
+    indices = rng.integers(0, n_cols, (n, k))
+    spikes = rng.random(n) < 0.5
+    with jax.enable_x64(True):
+        weights = rng.standard_normal((n, k))
+        y = evjax.binary_fcnmv(weights, indices.astype(np.int64), spikes, shape=(n, n_cols), transpose=True,
+                               backend=backend)
+        assert y.dtype == np.float64
+        np.testing.assert_allclose(y, spikes @ dense_table(weights, indices, n_cols), rtol=1e-12)
+    half = jnp.asarray(rng.uniform(0.5, 1.5, (n, k)), jnp.float16)
+    y = evjax.binary_fcnmv(half, indices, spikes, shape=(n, n_cols), transpose=True, backend=backend)
+    assert y.dtype == jnp.float16
+    np.testing.assert_allclose(np.asarray(y, np.float32), spikes @ dense_table(np.asarray(half, np.float32),
+                                                                                indices, n_cols), rtol=2e-3)
+
+
+def test_a_table_is_checked_once():
+    from evjax.primitives.fixed import ops as fixed_ops
+
+    W = evjax.FixedPostNumConn.random(11, 50, 40, 5)
+    assert fixed_ops._checked.get(id(W.indices)) == 40  # checked when built
+    s = np.ones(50, bool)
+    np.testing.assert_allclose(s @ W, np.ones(50) @ np.asarray(W.todense()), rtol=1e-5)
+
+
+def test_vmap_over_tables_is_one_call_not_a_loop():
+    rng = np.random.default_rng(12)
+    tables = rng.integers(0, 4, (3, 5, 2)).astype(np.int32)
+    weights = rng.standard_normal((3, 5, 2)).astype(np.float32)
+    spikes = rng.random((3, 5)) < 0.5
+    f = jax.vmap(lambda w, i, s: evjax.binary_fcnmv(w, i, s, shape=(5, 4), transpose=True))
+    jaxpr = jax.make_jaxpr(f)(weights, tables, spikes)
+    names = [e.primitive.name for e in jaxpr.jaxpr.eqns]
+    assert names.count("evjax_binary_fcnmv") == 1 and "while" not in names, names
+    want = np.stack([spikes[b] @ dense_table(weights[b], tables[b], 4) for b in range(3)])
+    np.testing.assert_allclose(f(weights, tables, spikes), want, rtol=1e-5, atol=1e-6)

@@ -1,0 +1,198 @@
+"""Fixed fan-out / fan-in ops under every transform, on every CPU backend, against dense references.
+
+Every op x orientation x weight kind x backend (numba, warp on Warp's CPU
+device, the reference) goes through the property harness (evjax.testing):
+eager, jit, jvp, vjp, grad, finite differences, vmap over every argument (a
+different index table per batch element included, see ``table_resampler``),
+nested vmap and jit(grad(vmap)).  The reference is the dense matrix built from
+the table, A[i, j] = sum_{l: indices[i, l] = j} w[i, l], times the operand:
+it pins down what ``transpose`` means (False: A @ x, the gather; True: A.T @ x,
+the scatter).  Tables come from small buckets (rows and columns 0, 1, 2, 5;
+k 0, 1, 4), with duplicate targets in a row.  The non-finite tests use the
+structural reference instead (sums over the stored synapses only; events
+select their weights).
+"""
+from __future__ import annotations
+
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import strategies as st
+
+import evjax
+from evjax.primitives.fixed import fcn_sddmm
+from evjax.testing import SIZES, OpSpec, property_test, redraw
+
+BACKENDS = ("numba", "warp", "reference")
+OPS = {(1, False): evjax.fcnmv, (2, False): evjax.fcnmm, (1, True): evjax.binary_fcnmv, (2, True): evjax.binary_fcnmm}
+K = (0, 1, 4)
+
+
+# ---------------------------------------------------------------------------
+# references and the table resampler
+# ---------------------------------------------------------------------------
+def dense_of(weights, indices, shape):
+    """A[i, j] = sum_{l: indices[i, l] = j} w[i, l] (duplicates summed), in jax.numpy."""
+    n, k = indices.shape
+    w = jnp.broadcast_to(weights.reshape(-1) if weights.ndim == 1 else weights, (n, k))
+    rows = jnp.repeat(jnp.arange(n), k)
+    return jnp.zeros(shape, w.dtype).at[rows, indices.reshape(-1)].add(w.reshape(-1))
+
+
+def events_01(s):
+    """Spikes as 0/1 in the forward pass, straight-through (identity) in the gradient."""
+    if s.dtype == jnp.bool_:
+        return s
+    return s + jax.lax.stop_gradient((s != 0).astype(s.dtype) - s)
+
+
+def dense_reference(transpose: bool, event: bool):
+    def reference(weights, indices, x, shape):
+        a = dense_of(weights, indices, shape)
+        x = events_01(x).astype(a.dtype) if event else x
+        return a.T @ x if transpose else a @ x
+
+    return reference
+
+
+def structural_reference(transpose: bool, event: bool):
+    """Sums over the stored synapses only; an event selects its weight (never multiplies it)."""
+    def reference(weights, indices, x, shape):
+        n, k = indices.shape
+        w = jnp.broadcast_to(weights.reshape(-1) if weights.ndim == 1 else weights, (n, k))
+        if n == 0 or k == 0:
+            return jnp.zeros(((shape[0] if not transpose else shape[1]),) + x.shape[1:], w.dtype)
+        xs = x[indices] if not transpose else jnp.broadcast_to(x[:, None], (n, k) + x.shape[1:])
+        w = w[..., None] if x.ndim == 2 else w
+        terms = jnp.where(xs, w, 0) if event else w * xs
+        if not transpose:
+            return jnp.sum(terms, axis=1)
+        return jnp.zeros((shape[1],) + x.shape[1:], w.dtype).at[indices].add(terms)
+
+    return reference
+
+
+def table_resampler(indices: int, shape: int):
+    """``resample(rng, args, argnums)`` for the harness: a new valid table (same shape, targets in
+    ``[0, n_cols)``, duplicates possible) where ``indices`` is batched; other arguments redrawn."""
+    def resample(rng, args, argnums):
+        out = list(args)
+        n_cols = args[shape][1]
+        if indices in argnums:
+            table = np.asarray(args[indices])
+            out[indices] = rng.integers(0, max(n_cols, 1), table.shape).astype(table.dtype)
+        rest = [i for i in argnums if i != indices]
+        return redraw(rng, tuple(out), rest) if rest else tuple(out)
+
+    return resample
+
+
+
+def matmul_spec(rank, event, transpose, backend, *, nonfinite=False, float_spikes=False):
+    fn = OPS[(rank, event)]
+    reference = (structural_reference if nonfinite else dense_reference)(transpose, event)
+    return OpSpec(
+        fn=lambda w, i, x, shape: fn(w, i, x, shape=shape, transpose=transpose, backend=backend),
+        reference=reference,
+        diff_argnums=(0, 2) if (not event or float_spikes) else (0,),
+        static_argnums=(3,),
+        backend=backend,
+        resample=table_resampler(indices=1, shape=3),
+        smooth=not event,
+        nonfinite=nonfinite,
+        batch_size=2,
+        name=f"{fn.__name__}(T={transpose},{backend}){' nonfinite' if nonfinite else ''}",
+    )
+
+
+@st.composite
+def fixed_args(draw, *, rank, transpose, event, float_spikes=False, dtype=np.float32):
+    """(weights, indices, x, shape): random tables (duplicates happen), homogeneous or per synapse."""
+    n_rows, n_cols, k = draw(st.sampled_from(SIZES)), draw(st.sampled_from(SIZES)), draw(st.sampled_from(K))
+    if n_cols == 0:
+        k = 0  # no target to point at
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    indices = rng.integers(0, max(n_cols, 1), (n_rows, k)).astype(np.int32)
+    homogeneous = draw(st.booleans())
+    w_shape = (1,) if homogeneous else (n_rows, k)
+    weights = (rng.uniform(0.5, 1.5, w_shape) * rng.choice([-1.0, 1.0])).astype(dtype)
+    n_in = n_cols if not transpose else n_rows
+    x_shape = (n_in,) if rank == 1 else (n_in, draw(st.sampled_from([1, 3])))
+    if event:
+        x = rng.random(x_shape) < draw(st.sampled_from([0.0, 0.4, 1.0]))  # no spikes, some, all
+        x = (x * rng.uniform(0.5, 2.0, x_shape)).astype(dtype) if float_spikes else x
+    else:
+        x = rng.standard_normal(x_shape).astype(dtype)
+    return weights, indices, x, (n_rows, n_cols)
+
+
+OP_CASES = [(rank, event, transpose) for event in (False, True) for rank in (1, 2) for transpose in (False, True)]
+OP_IDS = [f"{OPS[(r, e)].__name__}-{'scatter' if t else 'gather'}" for r, e, t in OP_CASES]
+THOROUGH = os.environ.get("HYPOTHESIS_PROFILE") == "thorough"  # see tests/conftest.py
+# CI (default profile): each op x orientation on one backend, the backends in turn (the kernels
+# themselves are the CSR family's, tested on every backend in tests/test_csr_ops.py); the thorough
+# profile runs every op x orientation on every backend.
+ROTATION = {case: BACKENDS[n % len(BACKENDS)] for n, case in enumerate(OP_CASES)}
+MATRIX = [(case, backend) for case in OP_CASES for backend in BACKENDS if THOROUGH or ROTATION[case] == backend]
+
+
+@pytest.mark.parametrize("case, backend", MATRIX, ids=[f"{OP_IDS[OP_CASES.index(c)]}-{b}" for c, b in MATRIX])
+def test_matmul_properties(case, backend):
+    rank, event, transpose = case
+    property_test(matmul_spec(rank, event, transpose, backend),
+                  fixed_args(rank=rank, transpose=transpose, event=event))()
+
+
+NONFINITE = [(case, backend) for case in OP_CASES for backend in BACKENDS
+             if THOROUGH or (case, backend) == ((1, True, True), "numba")]
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+@pytest.mark.parametrize("case, backend", NONFINITE,
+                         ids=[f"{OP_IDS[OP_CASES.index(c)]}-{b}" for c, b in NONFINITE])
+def test_matmul_nonfinite(case, backend):
+    """NaN and inf in weights and operands: IEEE on stored synapses, events select."""
+    rank, event, transpose = case
+    property_test(matmul_spec(rank, event, transpose, backend, nonfinite=True),
+                  fixed_args(rank=rank, transpose=transpose, event=event), skip=("nested_vmap",))()
+
+
+@pytest.mark.parametrize("rank, transpose", [(1, True), (2, False)] if THOROUGH else [(1, True)])
+def test_float_spikes_straight_through(rank, transpose):
+    """Float spikes: forward on 1[s != 0]; d out / d s = A (straight-through)."""
+    property_test(matmul_spec(rank, True, transpose, "numba", float_spikes=True),
+                  fixed_args(rank=rank, transpose=transpose, event=True, float_spikes=True),
+                  skip=("nested_vmap",))()
+
+
+# ---------------------------------------------------------------------------
+# the weight-gradient op itself under every transform
+# ---------------------------------------------------------------------------
+def sddmm_reference(indices, r, q, shape):
+    """g[i, l] = <r[i], q[indices[i, l]]>."""
+    products = r[:, None] * q[indices]
+    return products if r.ndim == 1 else jnp.sum(products, axis=-1)
+
+
+@st.composite
+def sddmm_args(draw):
+    n_rows, n_cols, k = draw(st.sampled_from(SIZES)), draw(st.sampled_from(SIZES[1:])), draw(st.sampled_from(K))
+    extra = () if draw(st.booleans()) else (2,)
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    indices = rng.integers(0, n_cols, (n_rows, k)).astype(np.int32)
+    r = (rng.standard_normal((n_rows, *extra)) * (rng.random((n_rows, *extra)) < 0.6)).astype(np.float32)
+    return indices, r, rng.standard_normal((n_cols, *extra)).astype(np.float32), (n_rows, n_cols)
+
+
+def sddmm_spec(backend):
+    return OpSpec(
+        fn=lambda i, r, q, shape: fcn_sddmm(i, r, q, shape=shape, backend=backend),
+        reference=sddmm_reference, diff_argnums=(1, 2), static_argnums=(3,), backend=backend,
+        resample=table_resampler(indices=0, shape=3), batch_size=2, name=f"fcn_sddmm({backend})",
+    )
+
+
+test_sddmm_properties = property_test(sddmm_spec, sddmm_args(), backends=BACKENDS if THOROUGH else ("numba",))
