@@ -229,7 +229,9 @@ class FixedPostNumConn(_FixedNumConn):
 
         Args:
             key: a JAX random key (or an integer seed).
-            n_pre, n_post, k: the shape and the fan-out.
+            n_pre: presynaptic neurons (rows).
+            n_post: postsynaptic neurons (columns).
+            k: targets per presynaptic neuron (the fan-out).
             weight: a scalar (homogeneous) or an ``(n_pre, k)`` array.
             replace: allow a row to hit a target more than once (the weights add up).
             backend: as in the constructor.

@@ -423,6 +423,10 @@ def fcnmv(weights, indices, vector, *, shape, transpose: bool = False, backend: 
 
     Raises:
         ValueError: shapes that do not fit, or a concrete index outside ``[0, n_cols)``.
+
+    Example:
+        >>> C = evjax.FixedPostNumConn.random(jax.random.PRNGKey(0), 1000, 500, 20, weight=0.1)
+        >>> y = evjax.fcnmv(C.data, C.indices, x, shape=C.shape, transpose=True)   # x @ C, x: (1000,)
     """
     return _matmul(fcnmv_p, weights, indices, vector, shape=shape, transpose=transpose, backend=backend,
                    rank=1, event=False, who="fcnmv")
@@ -432,11 +436,18 @@ def fcnmm(weights, indices, matrix, *, shape, transpose: bool = False, backend: 
     """Fixed-width connectivity times float matrix.
 
     Args:
-        weights, indices, shape, transpose, backend: as in :func:`fcnmv`.
+        weights: as in :func:`fcnmv`.
+        indices: as in :func:`fcnmv`.
+        shape: as in :func:`fcnmv`.
+        transpose: as in :func:`fcnmv`.
+        backend: as in :func:`fcnmv`.
         matrix: ``(n_cols, m)`` (transpose=False) or ``(n_rows, m)`` (transpose=True).
 
     Returns:
         ``A @ matrix`` of shape ``(n_rows, m)`` or ``A.T @ matrix`` of shape ``(n_cols, m)``.
+
+    Example:
+        >>> Y = evjax.fcnmm(C.data, C.indices, X, shape=C.shape, transpose=True)   # X: (1000, 32)
     """
     return _matmul(fcnmm_p, weights, indices, matrix, shape=shape, transpose=transpose, backend=backend,
                    rank=2, event=False, who="fcnmm")
@@ -450,7 +461,11 @@ def binary_fcnmv(weights, indices, spikes, *, shape, transpose: bool = False, ba
     the cost is ``active rows x k``.
 
     Args:
-        weights, indices, shape, transpose, backend: as in :func:`fcnmv`.
+        weights: as in :func:`fcnmv`.
+        indices: as in :func:`fcnmv`.
+        shape: as in :func:`fcnmv`.
+        transpose: as in :func:`fcnmv`.
+        backend: as in :func:`fcnmv`.
         spikes: ``(n_cols,)`` (transpose=False) or ``(n_rows,)`` (transpose=True); bool, or a
             number where nonzero is a spike (its gradient is straight-through, ``A``).
         weighted: graded events: each nonzero entry contributes ``value * weight`` (a zero
@@ -458,6 +473,10 @@ def binary_fcnmv(weights, indices, spikes, *, shape, transpose: bool = False, ba
 
     Returns:
         The result in the weight dtype (weighted: the promoted dtype).
+
+    Example:
+        >>> spikes = jax.random.bernoulli(key, 0.05, (1000,))
+        >>> current = evjax.binary_fcnmv(C.data, C.indices, spikes, shape=C.shape, transpose=True)
     """
     if weighted:
         return _weighted(1, weights, indices, spikes, shape=shape, transpose=transpose, backend=backend,
@@ -471,11 +490,20 @@ def binary_fcnmm(weights, indices, matrix, *, shape, transpose: bool = False, ba
     """Fixed-width connectivity times event matrix (a batch of spike vectors as columns).
 
     Args:
-        weights, indices, shape, transpose, backend, weighted: as in :func:`binary_fcnmv`.
+        weights: as in :func:`binary_fcnmv`.
+        indices: as in :func:`binary_fcnmv`.
+        shape: as in :func:`binary_fcnmv`.
+        transpose: as in :func:`binary_fcnmv`.
+        backend: as in :func:`binary_fcnmv`.
+        weighted: as in :func:`binary_fcnmv`.
         matrix: ``(n_cols, m)`` (transpose=False) or ``(n_rows, m)`` (transpose=True); events.
 
     Returns:
         ``(n_rows, m)`` or ``(n_cols, m)`` in the weight dtype.
+
+    Example:
+        >>> S = jax.random.bernoulli(key, 0.05, (1000, 32))       # 32 event vectors as columns
+        >>> out = evjax.binary_fcnmm(C.data, C.indices, S, shape=C.shape, transpose=True)
     """
     if weighted:
         return _weighted(2, weights, indices, matrix, shape=shape, transpose=transpose, backend=backend,
@@ -496,7 +524,8 @@ def fcn_sddmm(indices, r, q, *, shape, dtype=None, backend: str | None = None) -
     (zero-filled), which makes the scatter's weight gradient event-driven.
 
     Args:
-        indices, shape: the table and the stored matrix's shape.
+        indices: the table and the stored matrix's shape.
+        shape: the table and the stored matrix's shape.
         r: ``(n_rows,)`` or ``(n_rows, m)``; float or bool.
         q: ``(n_cols,)`` or ``(n_cols, m)``; float or bool.
         dtype: the result dtype (default: promotion of the float operands).
@@ -504,6 +533,10 @@ def fcn_sddmm(indices, r, q, *, shape, dtype=None, backend: str | None = None) -
 
     Returns:
         ``(n_rows, k)`` array.
+
+    Example:
+        >>> # d sum(g * (spikes @ C)) / d C.data, event-driven: r = spikes, q = g
+        >>> dW = evjax.fcn_sddmm(C.indices, spikes, g, shape=C.shape)
     """
     _, indices, shape = validate_table(jnp.ones((1,), jnp.float32), indices, shape, who="fcn_sddmm")
     r, q = jnp.asarray(r), jnp.asarray(q)
