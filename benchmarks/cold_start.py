@@ -71,11 +71,53 @@ def csr_case(n: int):
     return forward, grad, (W.data,)
 
 
+def dense_case(n: int):
+    """``spikes @ W`` over a dense ``evjax.Dense`` matrix, and the gradient w.r.t. ``W``."""
+    import jax.numpy as jnp
+
+    import evjax
+
+    rng = np.random.default_rng(0)
+    W = evjax.Dense(jnp.asarray(rng.standard_normal((n, n)).astype(np.float32)))
+    spikes = jnp.asarray(rng.random(n) < 0.05)
+
+    def forward(data):
+        return spikes @ evjax.Dense(data)
+
+    def grad(data):
+        return jnp.sum(forward(data) ** 2)
+
+    return forward, grad, (W.data,)
+
+
+def fixed_case(n: int):
+    """``spikes @ C`` over a fixed fan-out table (k = 80) with per-synapse weights, and the gradient."""
+    import jax
+    import jax.numpy as jnp
+
+    import evjax
+
+    rng = np.random.default_rng(0)
+    C = evjax.FixedPostNumConn.random(jax.random.PRNGKey(0), n, n, 80,
+                                      weight=jnp.asarray(rng.standard_normal((n, 80)).astype(np.float32)))
+    spikes = jnp.asarray(rng.random(n) < 0.1)
+
+    def forward(data):
+        return spikes @ C.with_data(data)
+
+    def grad(data):
+        return jnp.sum(forward(data) ** 2)
+
+    return forward, grad, (C.data,)
+
+
+NEW_FAMILY_GOALS = (2.0, 2.0)  # each new-format family's first forward and grad (issue 17)
 FAMILIES = {
     # name: (case, goal of the first forward, goal of the first jit(grad)), seconds
     "csr": (csr_case, 1.0, 2.0),
+    "dense": (dense_case, *NEW_FAMILY_GOALS),
+    "fixed": (fixed_case, *NEW_FAMILY_GOALS),
 }
-NEW_FAMILY_GOALS = (2.0, 2.0)  # each new-format family's first forward and grad (issue 17)
 
 
 # ---------------------------------------------------------------------------
