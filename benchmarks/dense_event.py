@@ -36,7 +36,7 @@ import numba  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import evjax  # noqa: E402
-from benchmarks.common import RESULTS, fmt_time, markdown_table, save_bar_plot  # noqa: E402
+from benchmarks.common import RESULTS, fmt_time, markdown_table, provenance, save_bar_plot  # noqa: E402
 from benchmarks.csr_event import measure  # noqa: E402 - the same interleaved medians
 
 try:
@@ -168,6 +168,7 @@ def main(argv=None):
         print(text, flush=True)
         lines.append(text)
 
+    emit(provenance(argv))
     emit("# evjax dense event benchmark")
     emit()
     emit(f"jax {jax.__version__}, numba {numba.__version__} ({numba.config.NUMBA_NUM_THREADS} threads), brainevent "

@@ -37,7 +37,7 @@ import numba  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import evjax  # noqa: E402
-from benchmarks.common import RESULTS, fmt_time, markdown_table, median_times, save_bar_plot  # noqa: E402
+from benchmarks.common import RESULTS, fmt_time, markdown_table, median_times, provenance, save_bar_plot  # noqa: E402
 
 try:
     import brainevent  # noqa: E402
@@ -201,6 +201,7 @@ def main(argv=None):
         print(text, flush=True)
         lines.append(text)
 
+    emit(provenance(argv))
     emit("# Fixed fan-out propagation: `spikes @ FixedPostNumConn`")
     emit()
     emit(f"numba threads: {numba.get_num_threads()}, brainevent: "
