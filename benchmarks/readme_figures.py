@@ -111,6 +111,9 @@ def example_figures() -> list[str]:
     speedup = [ln for ln in path.read_text().splitlines() if ln.startswith("- sparse vs dense training step: ")]
     if speedup:
         line += f"; the same step with dense weights: {speedup[0].split(': ', 1)[1]}"
+    whole = [ln for ln in path.read_text().splitlines() if ln.startswith("- whole command")]
+    if whole:
+        line += f"; the {whole[0][2:]}"
     return [line + "."]
 
 
