@@ -286,10 +286,10 @@ def test_float64_int64_and_float16(backend):
 
 
 def test_a_table_is_checked_once():
-    from evjax.primitives.fixed import ops as fixed_ops
+    from evjax.primitives.fixed import validation as fixed_validation
 
     W = evjax.FixedPostNumConn.random(11, 50, 40, 5)
-    assert fixed_ops._checked.get(id(W.indices)) == 40  # checked when built
+    assert fixed_validation._checked.get(id(W.indices)) == 40  # checked when built
     s = np.ones(50, bool)
     np.testing.assert_allclose(s @ W, np.ones(50) @ np.asarray(W.todense()), rtol=1e-5)
 

@@ -1,0 +1,101 @@
+"""Checks of a fixed-width connectivity table: shapes and dtypes always, index values when concrete.
+
+Split from :mod:`evjax.primitives.fixed.ops` (which re-exports ``validate_table``
+and ``row_pointers``); the CSR family's checks it builds on live in
+:mod:`evjax.primitives.csr.validation`.
+"""
+from __future__ import annotations
+
+import weakref
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ... import _compat
+from ..csr.validation import INT32_MAX, check_shape
+
+__all__ = ["validate_table", "row_pointers"]
+
+
+# ===========================================================================
+# Validation: shapes and dtypes always; index values when concrete
+# ===========================================================================
+def _is_concrete(x) -> bool:
+    return not isinstance(x, _compat.Tracer)
+
+
+def validate_table(weights, indices, shape, *, who: str):
+    """Check and normalise a fixed-width table.
+
+    Args:
+        weights: a scalar or ``(1,)`` (homogeneous), or ``(n_rows, k)``; float.
+        indices: ``(n_rows, k)`` column of each synapse, int32 or int64.
+        shape: ``(n_rows, n_cols)`` of the stored matrix.
+        who: the caller's name, for messages.
+
+    Returns:
+        ``(weights, indices, shape)``: weights ``(1,)`` or ``(n_rows, k)``,
+        indices int32 (int64 only in 64-bit mode), shape a pair of ints.
+
+    Raises:
+        TypeError: non-float weights or non-integer indices.
+        ValueError: shapes that do not fit, or (concrete indices) an index
+            outside ``[0, n_cols)``.
+    """
+    shape = check_shape(shape, who)
+    weights = jnp.asarray(weights)
+    if not jnp.issubdtype(weights.dtype, jnp.floating):
+        raise TypeError(f"{who}: weights must be floating point, got {weights.dtype}; convert them, "
+                        f"e.g. weights.astype(jnp.float32)")
+    if not isinstance(indices, (jax.Array, _compat.Tracer)):
+        indices = np.asarray(indices)
+    if not jnp.issubdtype(indices.dtype, jnp.integer):
+        raise TypeError(f"{who}: indices must be an integer array (int32 or int64), got {indices.dtype}")
+    if indices.ndim != 2 or indices.shape[0] != shape[0]:
+        raise ValueError(f"{who}: indices must have shape (n_rows, k) = ({shape[0]}, k) for shape {shape}, "
+                         f"got {indices.shape}")
+    if weights.ndim == 0 or weights.shape == (1,):
+        weights = weights.reshape(1)
+    elif weights.shape != indices.shape:
+        raise ValueError(f"{who}: weights have shape {weights.shape}, but must be a scalar or (1,) (homogeneous) "
+                         f"or {indices.shape} (one per synapse, like indices)")
+    if _is_concrete(indices) and indices.size and _checked.get(id(indices)) != shape[1]:
+        values = np.asarray(indices)
+        bad = (values < 0) | (values >= shape[1])
+        if bad.any():
+            i, l = np.unravel_index(int(np.argmax(bad)), bad.shape)
+            raise ValueError(f"{who}: indices out of range: indices[{i}, {l}] = {values[i, l]}, but columns "
+                             f"must lie in [0, {shape[1]}) for shape {shape}; fix the table (under jit such "
+                             f"an index is skipped, see docs/fixed_fan.md)")
+    wide = jax.config.jax_enable_x64 and indices.dtype.itemsize == 8
+    dtype = jnp.int64 if wide else jnp.int32
+    if indices.dtype != dtype:
+        indices = jnp.asarray(indices).astype(dtype)
+    if indices.size > INT32_MAX and not jax.config.jax_enable_x64:
+        raise ValueError(f"{who}: {indices.size} synapses need 64-bit row pointers; enable JAX's 64-bit mode "
+                         f'(jax.config.update("jax_enable_x64", True))')
+    indices = jnp.asarray(indices)
+    if _is_concrete(indices):
+        _remember_checked(indices, shape[1])
+    return weights, indices, shape
+
+
+# id(indices) -> n_cols of concrete tables whose values were checked (a FixedPostNumConn's table is
+# checked when it is built, not again at every product); an entry leaves with its array.
+_checked: dict[int, int] = {}
+
+
+def _remember_checked(indices, n_cols: int) -> None:
+    key = id(indices)
+    if key not in _checked:
+        _checked[key] = n_cols
+        weakref.finalize(indices, _checked.pop, key, None)
+
+
+def row_pointers(n_rows: int, k: int, dtype=None):
+    """The CSR row pointers of a fixed-width table: ``indptr[i] = k * i`` (made on the fly, an iota)."""
+    dtype = dtype or (jnp.int64 if n_rows * k > INT32_MAX else jnp.int32)
+    return jnp.arange(n_rows + 1, dtype=dtype) * k
+
+
