@@ -1,0 +1,535 @@
+"""Numba CPU backend of the JITC ops in :mod:`evjax.primitives.jitc.ops`.
+
+Imported by the ops the first time they lower with ``backend="numba"``; it
+registers its generators on them.  The generation scheme is
+:mod:`.generation`'s, written again here on ``uint64`` values masked to 32
+bits (Numba widens ``uint32`` products), so the structure is bitwise the
+reference's; no kernel uses ``fastmath``, so LLVM contracts nothing.
+
+Kernels (one per kind and weight law, :data:`KERNELS`; the law is a small
+inlined function, ``_w_scalar``/``_w_normal``/``_w_uniform``, passed to the
+shared row loops, so each kernel compiles only its own law):
+
+* ``gather_mv``/``gather_mm`` (``corder=True``): ``y[o] = sum_i G[o, i] x[i]``,
+  parallel over outer indices, every synapse generated;
+* ``scatter_mv``/``scatter_mm`` (``corder=False``): ``y[i] += G[o, i] x[o]``;
+  with events (``cfg[2] = 1``) a zero ``x[o]`` is skipped before its stream
+  is even keyed, so the cost follows the synapses of active inputs.  Parallel
+  runs split the outer indices into per-thread ranges of equal active count,
+  each thread scattering into a private copy of ``y``, summed at the end;
+* ``dense``: ``G`` (gather) or ``G.T`` (scatter) written into a zeroed matrix.
+
+Every kernel takes ``pool`` (the thread count, one int32), ``params`` (the two
+weight parameters, compute dtype), ``seed`` (one uint32) and ``cfg`` (uint32:
+the gap multiplier ``R``, its shift ``S``, whether zeros are skipped, the
+expected fan-out).  Events are passed as floats (1.0 for a spike, the value
+for weighted events) with ``cfg[2] = 1``: a zero entry is skipped (select),
+a nonzero one multiplies (``w * 1.0 == w`` exactly, NaN and inf included).
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numba
+import numpy as np
+from numba import prange
+
+from ...backends import numba_cpu
+from ...dtypes import compute_dtype
+from . import ops
+from .generation import COS_TABLE, LOG2_TABLE, TWO_LN2, gap_multiplier
+
+__all__ = ["KERNELS", "matmul_generator", "dense_generator", "pool_size"]
+
+_LOG2 = LOG2_TABLE.astype(np.uint64)
+_COS = COS_TABLE.astype(np.uint64)
+_M32 = np.uint64(0xFFFFFFFF)
+_U16, _U15, _U8, _U1, _U4 = np.uint64(16), np.uint64(15), np.uint64(8), np.uint64(1), np.uint64(4)
+_TWO_LN2 = np.float32(TWO_LN2)
+_SCALE24 = np.float32(2.0 ** -24)
+_SCALE22 = np.float32(2.0 ** -22)
+
+# Below this many synapses (expected) a kernel stays on the calling thread.
+PARALLEL_MIN_WORK = 65536
+_PARALLEL = {"prange": True, "comprehension": False, "reduction": False, "inplace_binop": False,
+             "setitem": False, "numpy": False, "stencil": False, "fusion": False}
+_INLINE = dict(cache=True, nogil=True, inline="always")
+_KERNEL = dict(parallel=_PARALLEL, cache=True, nogil=True)
+
+
+# ---------------------------------------------------------------------------
+# the generation scheme (generation.py), on uint64 masked to 32 bits
+# ---------------------------------------------------------------------------
+@numba.njit(**_INLINE)
+def _mix32(x):
+    x ^= x >> _U16
+    x = (x * np.uint64(0x7FEB352D)) & _M32
+    x ^= x >> _U15
+    x = (x * np.uint64(0x846CA68B)) & _M32
+    return x ^ (x >> _U16)
+
+
+@numba.njit(**_INLINE)
+def _keys(seed, o):
+    s = _mix32(seed)
+    ka = _mix32((np.uint64(o) * np.uint64(0x9E3779B9) + s) & _M32)
+    kb = _mix32(ka ^ _mix32(seed ^ np.uint64(0x85EBCA6B)))
+    return ka, kb
+
+
+@numba.njit(**_INLINE)
+def _draw(ka, kb, c):
+    return _mix32((_mix32(c ^ ka) + kb) & _M32)
+
+
+@numba.njit(**_INLINE)
+def _neg_log2_q24(h):
+    u = h if h > 0 else _U1
+    e = np.uint64(0)
+    if u < np.uint64(1 << 16):
+        u <<= np.uint64(16)
+        e += np.uint64(16)
+    if u < np.uint64(1 << 24):
+        u <<= np.uint64(8)
+        e += np.uint64(8)
+    if u < np.uint64(1 << 28):
+        u <<= np.uint64(4)
+        e += np.uint64(4)
+    if u < np.uint64(1 << 30):
+        u <<= np.uint64(2)
+        e += np.uint64(2)
+    if u < np.uint64(1 << 31):
+        u <<= _U1
+        e += _U1
+    idx = (u >> np.uint64(21)) & np.uint64(1023)
+    frac = (u >> np.uint64(5)) & np.uint64(0xFFFF)
+    lo = _LOG2[idx]
+    return ((e + _U1) << np.uint64(24)) - (lo + (((_LOG2[idx + 1] - lo) * frac) >> _U16))
+
+
+@numba.njit(**_INLINE)
+def _gap(ka, kb, k, r, s, cap):
+    """The gap before synapse ``k``: ``min((E2 * R) >> S, cap)`` (E2 < 2^29, R < 2^32: no overflow)."""
+    g = (_neg_log2_q24(_draw(ka, kb, k * _U4)) * r) >> s
+    return np.int64(g if g < cap else cap)
+
+
+@numba.njit(**_INLINE)
+def _w_scalar(ka, kb, k, p0, p1):
+    return p0  # w
+
+
+@numba.njit(**_INLINE)
+def _w_uniform(ka, kb, k, p0, p1):
+    u = np.float32(_draw(ka, kb, k * _U4 + _U1) >> _U8) * _SCALE24  # exact
+    return p0 + (p1 - p0) * u  # w = low + (high - low) u
+
+
+@numba.njit(**_INLINE)
+def _w_normal(ka, kb, k, p0, p1):
+    radius = np.sqrt(_TWO_LN2 * (np.float32(_neg_log2_q24(_draw(ka, kb, k * _U4 + _U1))) * _SCALE24))
+    h2 = _draw(ka, kb, k * _U4 + np.uint64(2))
+    idx = h2 >> np.uint64(22)
+    frac = (h2 >> np.uint64(14)) & np.uint64(255)
+    c = (_COS[idx] * (np.uint64(256) - frac) + _COS[idx + 1] * frac) >> _U8
+    cosine = np.float32(np.int64(c) - np.int64(1 << 22)) * _SCALE22
+    return p0 + p1 * (radius * cosine)  # w = loc + scale z
+
+
+# ---------------------------------------------------------------------------
+# row loops (inlined into the kernels): one outer index's synapses
+# ---------------------------------------------------------------------------
+@numba.njit(**_INLINE)
+def _gather_rows(weight, params, seed, cfg, x, out, lo, hi):
+    """``out[o] = sum_{i in row o} w_oi x[i]`` for o in [lo, hi); skip zero x when cfg[2]."""
+    n_inner = x.shape[0]
+    cap = np.uint64(n_inner)
+    r, s, skip = np.uint64(cfg[0]), np.uint64(cfg[1]), cfg[2] != 0
+    sd = np.uint64(seed[0])
+    p0, p1 = params[0], params[1]
+    for o in range(lo, hi):
+        ka, kb = _keys(sd, o)
+        acc = out.dtype.type(0)
+        pos = np.int64(-1)
+        k = np.uint64(0)
+        while True:
+            pos += 1 + _gap(ka, kb, k, r, s, cap)
+            if pos >= n_inner:
+                break
+            xi = x[pos]
+            if not (skip and xi == 0):
+                acc += weight(ka, kb, k, p0, p1) * xi
+            k += _U1
+        out[o] = acc
+
+
+@numba.njit(**_INLINE)
+def _scatter_rows(weight, params, seed, cfg, x, out, lo, hi):
+    """``out[i] += w_oi x[o]`` for o in [lo, hi); a zero x[o] generates nothing when cfg[2]."""
+    n_inner = out.shape[0]
+    cap = np.uint64(n_inner)
+    r, s, skip = np.uint64(cfg[0]), np.uint64(cfg[1]), cfg[2] != 0
+    sd = np.uint64(seed[0])
+    p0, p1 = params[0], params[1]
+    for o in range(lo, hi):
+        xo = x[o]
+        if skip and xo == 0:
+            continue
+        ka, kb = _keys(sd, o)
+        pos = np.int64(-1)
+        k = np.uint64(0)
+        while True:
+            pos += 1 + _gap(ka, kb, k, r, s, cap)
+            if pos >= n_inner:
+                break
+            out[pos] += weight(ka, kb, k, p0, p1) * xo
+            k += _U1
+
+
+@numba.njit(**_INLINE)
+def _gather_mm_rows(weight, params, seed, cfg, x, out, lo, hi):
+    """``out[o, c] = sum_{i in row o} w_oi x[i, c]`` for o in [lo, hi)."""
+    n_inner = x.shape[0]
+    cap = np.uint64(n_inner)
+    r, s, skip = np.uint64(cfg[0]), np.uint64(cfg[1]), cfg[2] != 0
+    sd = np.uint64(seed[0])
+    p0, p1 = params[0], params[1]
+    width = x.shape[1]
+    for o in range(lo, hi):
+        row = out[o]
+        for c in range(width):
+            row[c] = 0
+        ka, kb = _keys(sd, o)
+        pos = np.int64(-1)
+        k = np.uint64(0)
+        while True:
+            pos += 1 + _gap(ka, kb, k, r, s, cap)
+            if pos >= n_inner:
+                break
+            w = weight(ka, kb, k, p0, p1)
+            xi = x[pos]
+            for c in range(width):
+                if not (skip and xi[c] == 0):
+                    row[c] += w * xi[c]
+            k += _U1
+
+
+@numba.njit(**_INLINE)
+def _scatter_mm_rows(weight, params, seed, cfg, x, out, lo, hi):
+    """``out[i, c] += w_oi x[o, c]`` for o in [lo, hi); all-zero rows of x skipped when cfg[2]."""
+    n_inner = out.shape[0]
+    cap = np.uint64(n_inner)
+    r, s, skip = np.uint64(cfg[0]), np.uint64(cfg[1]), cfg[2] != 0
+    sd = np.uint64(seed[0])
+    p0, p1 = params[0], params[1]
+    width = x.shape[1]
+    for o in range(lo, hi):
+        xo = x[o]
+        if skip and _all_zero(xo):
+            continue
+        ka, kb = _keys(sd, o)
+        pos = np.int64(-1)
+        k = np.uint64(0)
+        while True:
+            pos += 1 + _gap(ka, kb, k, r, s, cap)
+            if pos >= n_inner:
+                break
+            w = weight(ka, kb, k, p0, p1)
+            target = out[pos]
+            for c in range(width):
+                if not (skip and xo[c] == 0):
+                    target[c] += w * xo[c]
+            k += _U1
+
+
+@numba.njit(**_INLINE)
+def _dense_rows(weight, params, seed, cfg, out, n_outer, n_inner, direct, lo, hi):
+    """``G[o, i] = w_oi`` (``direct``) or ``G.T`` into ``out`` (zeroed) for o in [lo, hi)."""
+    cap = np.uint64(n_inner)
+    r, s = np.uint64(cfg[0]), np.uint64(cfg[1])
+    sd = np.uint64(seed[0])
+    p0, p1 = params[0], params[1]
+    for o in range(lo, hi):
+        ka, kb = _keys(sd, o)
+        pos = np.int64(-1)
+        k = np.uint64(0)
+        while True:
+            pos += 1 + _gap(ka, kb, k, r, s, cap)
+            if pos >= n_inner:
+                break
+            if direct:
+                out[o, pos] = weight(ka, kb, k, p0, p1)
+            else:
+                out[pos, o] = weight(ka, kb, k, p0, p1)
+            k += _U1
+
+
+@numba.njit(**_INLINE)
+def _all_zero(v):
+    for c in range(v.shape[0]):
+        if v[c] != 0:
+            return False
+    return True
+
+
+@numba.njit(**_INLINE)
+def _fill_zero(flat):
+    for j in range(flat.shape[0]):
+        flat[j] = 0
+
+
+# ---------------------------------------------------------------------------
+# the kernels' bodies: serial below PARALLEL_MIN_WORK, else split over the pool
+# ---------------------------------------------------------------------------
+@numba.njit(**_INLINE)
+def _threads(pool, work):
+    threads = pool[0]
+    return 1 if threads < 2 or work < PARALLEL_MIN_WORK else threads
+
+
+@numba.njit(**_INLINE)
+def _nonzero(v):
+    return v != 0
+
+
+@numba.njit(**_INLINE)
+def _nonzero_row(v):
+    return not _all_zero(v)
+
+
+@numba.njit(**_INLINE)
+def _gather(rows, weight, pool, params, seed, cfg, x, out):
+    n_outer = out.shape[0]
+    width = x.size // max(x.shape[0], 1)
+    threads = _threads(pool, n_outer * np.int64(cfg[3]) * width)
+    if threads == 1:
+        rows(weight, params, seed, cfg, x, out, 0, n_outer)
+        return
+    chunks = 4 * threads  # outer indices have equal expected work: contiguous chunks
+    for t in prange(chunks):
+        rows(weight, params, seed, cfg, x, out, (n_outer * t) // chunks, (n_outer * (t + 1)) // chunks)
+
+
+@numba.njit(**_INLINE)
+def _active_bounds(is_active, x, skip, threads):
+    """Outer ranges with equal numbers of active (nonzero, when skipping) rows, one per thread."""
+    n = x.shape[0]
+    active = np.zeros(n + 1, np.int64)
+    for o in range(n):
+        active[o + 1] = active[o] + (1 if (not skip) or is_active(x[o]) else 0)
+    bounds = np.zeros(threads + 1, np.int64)
+    bounds[threads] = n
+    t = 1
+    for o in range(n):
+        while t < threads and active[o + 1] * threads > active[n] * t:
+            bounds[t] = o + 1
+            t += 1
+    while t < threads:
+        bounds[t] = n
+        t += 1
+    return bounds, active[n]
+
+
+@numba.njit(**_INLINE)
+def _scatter(rows, is_active, weight, pool, params, seed, cfg, x, out):
+    flat = out.reshape(-1)
+    _fill_zero(flat)
+    threads = max(pool[0], 1)
+    bounds, active = _active_bounds(is_active, x, cfg[2] != 0, threads)
+    work = active * np.int64(cfg[3]) * (x.size // max(x.shape[0], 1))
+    if _threads(pool, work) == 1 or 4 * work < flat.shape[0]:  # summing private copies would dominate
+        rows(weight, params, seed, cfg, x, out, 0, x.shape[0])
+        return
+    private = np.zeros((threads - 1,) + out.shape, out.dtype)
+    for t in prange(threads):
+        target = out if t == 0 else private[t - 1]
+        rows(weight, params, seed, cfg, x, target, bounds[t], bounds[t + 1])
+    others = private.reshape(threads - 1, -1)
+    n = flat.shape[0]
+    for t in prange(threads):  # sum the private copies, each thread a slice
+        lo, hi = (n * t) // threads, (n * (t + 1)) // threads
+        for p in range(threads - 1):
+            src = others[p]
+            for j in range(lo, hi):
+                flat[j] += src[j]
+
+
+@numba.njit(**_INLINE)
+def _dense(weight, pool, params, seed, cfg, out):
+    _fill_zero(out.reshape(-1))
+    direct = cfg[2] != 0
+    n_outer, n_inner = (out.shape[0], out.shape[1]) if direct else (out.shape[1], out.shape[0])
+    threads = _threads(pool, n_outer * np.int64(cfg[3]))
+    if threads == 1 or not direct:  # G.T: rows of out are shared between outer indices
+        _dense_rows(weight, params, seed, cfg, out, n_outer, n_inner, direct, 0, n_outer)
+        return
+    for t in prange(threads):
+        lo, hi = (n_outer * t) // threads, (n_outer * (t + 1)) // threads
+        _dense_rows(weight, params, seed, cfg, out, n_outer, n_inner, direct, lo, hi)
+
+
+# ---------------------------------------------------------------------------
+# kernels: one per (kind, law), each one line
+# ---------------------------------------------------------------------------
+@numba.njit(**_KERNEL)
+def gather_mv_scalar(pool, params, seed, cfg, x, out):
+    _gather(_gather_rows, _w_scalar, pool, params, seed, cfg, x, out)
+
+
+@numba.njit(**_KERNEL)
+def gather_mm_scalar(pool, params, seed, cfg, x, out):
+    _gather(_gather_mm_rows, _w_scalar, pool, params, seed, cfg, x, out)
+
+
+@numba.njit(**_KERNEL)
+def scatter_mv_scalar(pool, params, seed, cfg, x, out):
+    _scatter(_scatter_rows, _nonzero, _w_scalar, pool, params, seed, cfg, x, out)
+
+
+@numba.njit(**_KERNEL)
+def scatter_mm_scalar(pool, params, seed, cfg, x, out):
+    _scatter(_scatter_mm_rows, _nonzero_row, _w_scalar, pool, params, seed, cfg, x, out)
+
+
+@numba.njit(**_KERNEL)
+def dense_scalar(pool, params, seed, cfg, out):
+    _dense(_w_scalar, pool, params, seed, cfg, out)
+
+
+@numba.njit(**_KERNEL)
+def gather_mv_normal(pool, params, seed, cfg, x, out):
+    _gather(_gather_rows, _w_normal, pool, params, seed, cfg, x, out)
+
+
+@numba.njit(**_KERNEL)
+def gather_mm_normal(pool, params, seed, cfg, x, out):
+    _gather(_gather_mm_rows, _w_normal, pool, params, seed, cfg, x, out)
+
+
+@numba.njit(**_KERNEL)
+def scatter_mv_normal(pool, params, seed, cfg, x, out):
+    _scatter(_scatter_rows, _nonzero, _w_normal, pool, params, seed, cfg, x, out)
+
+
+@numba.njit(**_KERNEL)
+def scatter_mm_normal(pool, params, seed, cfg, x, out):
+    _scatter(_scatter_mm_rows, _nonzero_row, _w_normal, pool, params, seed, cfg, x, out)
+
+
+@numba.njit(**_KERNEL)
+def dense_normal(pool, params, seed, cfg, out):
+    _dense(_w_normal, pool, params, seed, cfg, out)
+
+
+@numba.njit(**_KERNEL)
+def gather_mv_uniform(pool, params, seed, cfg, x, out):
+    _gather(_gather_rows, _w_uniform, pool, params, seed, cfg, x, out)
+
+
+@numba.njit(**_KERNEL)
+def gather_mm_uniform(pool, params, seed, cfg, x, out):
+    _gather(_gather_mm_rows, _w_uniform, pool, params, seed, cfg, x, out)
+
+
+@numba.njit(**_KERNEL)
+def scatter_mv_uniform(pool, params, seed, cfg, x, out):
+    _scatter(_scatter_rows, _nonzero, _w_uniform, pool, params, seed, cfg, x, out)
+
+
+@numba.njit(**_KERNEL)
+def scatter_mm_uniform(pool, params, seed, cfg, x, out):
+    _scatter(_scatter_mm_rows, _nonzero_row, _w_uniform, pool, params, seed, cfg, x, out)
+
+
+@numba.njit(**_KERNEL)
+def dense_uniform(pool, params, seed, cfg, out):
+    _dense(_w_uniform, pool, params, seed, cfg, out)
+
+
+KERNELS = {(kind, law): globals()[f"{kind}_{law}"]
+           for kind in ("gather_mv", "gather_mm", "scatter_mv", "scatter_mm", "dense")
+           for law in ("scalar", "normal", "uniform")}
+
+
+# ---------------------------------------------------------------------------
+# generators (the ops' backend slot)
+# ---------------------------------------------------------------------------
+def pool_size() -> int:
+    """Numba's pool size, passed to the kernels as an operand (so they stay cacheable)."""
+    return max(int(numba.config.NUMBA_NUM_THREADS), 1)
+
+
+def _ffi(kernel, args, out_shape, out_dtype):
+    """Call a kernel through its compiled FFI handler (no Python per call)."""
+    args = (jnp.asarray(np.array([pool_size()], np.int32)),) + tuple(args)
+    in_types = [(np.dtype(a.dtype), a.ndim) for a in args]
+    handler = numba_cpu.get_handler(kernel, in_types, [(np.dtype(out_dtype), len(out_shape))])
+    call = jax.ffi.ffi_call(handler.target_name, [jax.ShapeDtypeStruct(tuple(out_shape), out_dtype)])
+    return call(*args)[0]
+
+
+def config(prob: float, flag: bool, n_inner: int) -> np.ndarray:
+    """``cfg``: ``[R, S, flag, expected fan-out]`` (uint32; see :func:`.generation.gap_multiplier`)."""
+    r, s = gap_multiplier(prob)
+    return np.array([r, s, int(flag), min(int(np.ceil(prob * n_inner)), 2**32 - 1)], np.uint32)
+
+
+def params_array(params, n: int, dtype):
+    """The law's parameters as one ``(2,)`` array of the compute dtype (a scalar law pads a 0)."""
+    values = [p.reshape(1).astype(dtype) for p in params[:n]]
+    return jnp.concatenate(values + [jnp.zeros((2 - n,), dtype)] if n < 2 else values)
+
+
+def operand_values(x, event: bool, weighted: bool, dtype):
+    """The operand as the kernels read it: spikes as 1.0/0.0, weighted events and floats as values."""
+    if event and not weighted:
+        return (x != 0).astype(dtype)
+    return x.astype(dtype)
+
+
+def matmul_generator(law: str, event: bool):
+    """The generator of the matmul ops of ``law``: mv and mm, float or events."""
+    n = ops.LAWS[law]
+
+    def generator(outs, ins, shape, prob, transpose, corder, weighted=False):
+        out = outs[0]
+        dtype = compute_dtype(out.dtype)
+        _, n_inner = ops.generated_shape(shape, transpose, corder)
+        rank = len(ins[n + 1].shape)
+        kernel = KERNELS[(("gather_" if corder else "scatter_") + ("mv" if rank == 1 else "mm"), law)]
+        cfg = config(prob, event, n_inner)
+
+        def run(*args):
+            x = operand_values(args[n + 1], event, weighted, dtype)
+            y = _ffi(kernel, (params_array(args[:n], n, dtype), args[n], jnp.asarray(cfg), x), out.shape, dtype)
+            return [y.astype(out.dtype)]
+
+        return run
+
+    return generator
+
+
+def dense_generator(law: str):
+    """The generator of the materialiser of ``law``."""
+    n = ops.LAWS[law]
+
+    def generator(outs, shape, prob, transpose, corder):
+        out = outs[0]
+        dtype = compute_dtype(out.dtype)
+        _, n_inner = ops.generated_shape(shape, transpose, corder)
+        cfg = config(prob, corder, n_inner)  # flag: G written directly (corder) or transposed
+
+        def run(*args):
+            y = _ffi(KERNELS[("dense", law)], (params_array(args[:n], n, dtype), args[n], jnp.asarray(cfg)),
+                     out.shape, dtype)
+            return [y.astype(out.dtype)]
+
+        return run
+
+    return generator
+
+
+for (_law, _rank, _event), _op in ops.MATMUL_OPS.items():
+    _op.def_numba_kernel(matmul_generator(_law, _event))
+for _law, _op in ops.DENSE_OPS.items():
+    _op.def_numba_kernel(dense_generator(_law))
