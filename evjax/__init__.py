@@ -11,6 +11,30 @@ from .events import BinaryArray, EventArray, WeightedArray
 from .numba_cuda_kernel import numba_cuda_callable, numba_cuda_kernel
 from .numba_kernel import numba_kernel
 from .primitives.csr import CSC, CSR, binary_csrmm, binary_csrmv, csr_sddmm, csrmm, csrmv
+# just-in-time connectivity
+from .primitives.jitc import (
+    JITCNormalC,
+    JITCNormalR,
+    JITCScalarC,
+    JITCScalarR,
+    JITCUniformC,
+    JITCUniformR,
+    binary_jitnmm,
+    binary_jitnmv,
+    binary_jitsmm,
+    binary_jitsmv,
+    binary_jitumm,
+    binary_jitumv,
+    jitn,
+    jitnmm,
+    jitnmv,
+    jits,
+    jitsmm,
+    jitsmv,
+    jitu,
+    jitumm,
+    jitumv,
+)
 from .primitives.neuron import detect_spikes, exp_trace, lif_step, spike
 from .rules.ad import defjvp
 from .rules.batching import general_batching_rule
@@ -55,4 +79,26 @@ __all__ = [
     "binary_csrmv",
     "binary_csrmm",
     "csr_sddmm",
+    # just-in-time connectivity
+    "JITCScalarR",
+    "JITCScalarC",
+    "JITCNormalR",
+    "JITCNormalC",
+    "JITCUniformR",
+    "JITCUniformC",
+    "jitsmv",
+    "jitsmm",
+    "jitnmv",
+    "jitnmm",
+    "jitumv",
+    "jitumm",
+    "binary_jitsmv",
+    "binary_jitsmm",
+    "binary_jitnmv",
+    "binary_jitnmm",
+    "binary_jitumv",
+    "binary_jitumm",
+    "jits",
+    "jitn",
+    "jitu",
 ]

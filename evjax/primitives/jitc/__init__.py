@@ -24,10 +24,12 @@ from .functions import (
     jitumm,
     jitumv,
 )
+from .matrix import JITCMatrix, JITCNormalC, JITCNormalR, JITCScalarC, JITCScalarR, JITCUniformC, JITCUniformR
 from .ops import DENSE_OPS, MATMUL_OPS, OPS
 
 __all__ = [
     "jitsmv", "jitsmm", "jitnmv", "jitnmm", "jitumv", "jitumm",
     "binary_jitsmv", "binary_jitsmm", "binary_jitnmv", "binary_jitnmm", "binary_jitumv", "binary_jitumm",
-    "jits", "jitn", "jitu", "OPS", "MATMUL_OPS", "DENSE_OPS",
+    "jits", "jitn", "jitu", "JITCMatrix", "JITCScalarR", "JITCScalarC", "JITCNormalR", "JITCNormalC",
+    "JITCUniformR", "JITCUniformC", "OPS", "MATMUL_OPS", "DENSE_OPS",
 ]

@@ -39,7 +39,7 @@ from ...dtypes import compute_dtype
 from . import ops
 from .generation import COS_TABLE, LOG2_TABLE, TWO_LN2, gap_multiplier
 
-__all__ = ["KERNELS", "matmul_generator", "dense_generator", "pool_size"]
+__all__ = ["KERNELS", "matmul_generator", "dense_generator", "pool_size", "generated_structure"]
 
 _LOG2 = LOG2_TABLE.astype(np.uint64)
 _COS = COS_TABLE.astype(np.uint64)
@@ -449,6 +449,55 @@ def dense_uniform(pool, params, seed, cfg, out):
 KERNELS = {(kind, law): globals()[f"{kind}_{law}"]
            for kind in ("gather_mv", "gather_mm", "scatter_mv", "scatter_mm", "dense")
            for law in ("scalar", "normal", "uniform")}
+
+
+# ---------------------------------------------------------------------------
+# the structure on the host (``tocsr``): the same row loop, called from Python
+# ---------------------------------------------------------------------------
+@numba.njit(cache=True, nogil=True)
+def _structure(law, params, seed, cfg, n_outer, n_inner, data):
+    """Count (``data`` empty) or fill: returns ``(counts per outer index, indices)`` and fills ``data``."""
+    cap = np.uint64(n_inner)
+    r, s = np.uint64(cfg[0]), np.uint64(cfg[1])
+    sd = np.uint64(seed)
+    p0, p1 = params[0], params[1]
+    counts = np.zeros(n_outer, np.int64)
+    fill = data.shape[0] > 0
+    indices = np.zeros(data.shape[0], np.int32)
+    at = 0
+    for o in range(n_outer):
+        ka, kb = _keys(sd, o)
+        pos = np.int64(-1)
+        k = np.uint64(0)
+        while True:
+            pos += 1 + _gap(ka, kb, k, r, s, cap)
+            if pos >= n_inner:
+                break
+            if fill:
+                w = _w_scalar(ka, kb, k, p0, p1) if law == 0 else (
+                    _w_normal(ka, kb, k, p0, p1) if law == 1 else _w_uniform(ka, kb, k, p0, p1))
+                data[at] = w
+                indices[at] = pos
+            at += 1
+            counts[o] += 1
+            k += _U1
+    return counts, indices
+
+
+def generated_structure(law: str, params, seed: int, prob: float, n_outer: int, n_inner: int, dtype):
+    """``(data, indices, indptr)`` of the generated matrix ``G`` (NumPy, for ``tocsr``)."""
+    dtype = compute_dtype(dtype)
+    values = np.array([float(p) for p in params] + [0.0] * (2 - len(params)), dtype)
+    cfg = config(prob, False, n_inner)
+    code = {"scalar": 0, "normal": 1, "uniform": 2}[law]
+    if prob == 0.0 or n_inner == 0:
+        return np.zeros(0, dtype), np.zeros(0, np.int32), np.zeros(n_outer + 1, np.int32)
+    counts, _ = _structure(code, values, seed, cfg, n_outer, n_inner, np.zeros(0, dtype))
+    data = np.empty(int(counts.sum()), dtype)
+    _, indices = _structure(code, values, seed, cfg, n_outer, n_inner, data)
+    indptr = np.zeros(n_outer + 1, np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    return data, indices, indptr.astype(np.int32 if indptr[-1] < 2**31 else np.int64)
 
 
 # ---------------------------------------------------------------------------
