@@ -107,7 +107,7 @@ def _matmul(law, values, prob, x, seed, *, shape, transpose, corder, backend, ra
             dtype = jnp.dtype(jnp.float32)
         params, x = [p.astype(dtype) for p in params], x.astype(dtype)
     n_out = shape[1] if transpose else shape[0]
-    if prob == 0.0 or 0 in shape:  # no synapse: nothing to generate
+    if prob == 0.0:  # no synapse: nothing to generate
         return jnp.zeros((n_out,) + x.shape[1:], dtype)
     return bind_matmul(law, event, params, seed, x, shape=shape, prob=prob, transpose=transpose, corder=corder,
                        dtype=dtype, backend=backend, weighted=weighted)
@@ -118,7 +118,7 @@ def _dense(law, values, prob, seed, *, shape, transpose, corder, backend, who):
     prob = check_prob(prob, who)
     params, dtype = _params(law, values, who)
     seed = as_seed(seed, who)
-    if prob == 0.0 or 0 in shape:
+    if prob == 0.0:
         out_shape = shape[::-1] if transpose else shape
         return jnp.zeros(out_shape, dtype)
     return bind_dense(law, params, seed, shape=shape, prob=prob, transpose=transpose, corder=corder,

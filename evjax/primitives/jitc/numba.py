@@ -83,24 +83,22 @@ def _draw(ka, kb, c):
 
 
 @numba.njit(**_INLINE)
+def _shift_if_below(u, e, bits, limit):
+    """``(u << bits, e + bits)`` if ``u < limit`` else ``(u, e)``; a select, not a branch (the
+    draws are random: a branch here would be mispredicted every other time)."""
+    t = bits if u < limit else np.uint64(0)
+    return u << t, e + t
+
+
+@numba.njit(**_INLINE)
 def _neg_log2_q24(h):
     u = h if h > 0 else _U1
     e = np.uint64(0)
-    if u < np.uint64(1 << 16):
-        u <<= np.uint64(16)
-        e += np.uint64(16)
-    if u < np.uint64(1 << 24):
-        u <<= np.uint64(8)
-        e += np.uint64(8)
-    if u < np.uint64(1 << 28):
-        u <<= np.uint64(4)
-        e += np.uint64(4)
-    if u < np.uint64(1 << 30):
-        u <<= np.uint64(2)
-        e += np.uint64(2)
-    if u < np.uint64(1 << 31):
-        u <<= _U1
-        e += _U1
+    u, e = _shift_if_below(u, e, np.uint64(16), np.uint64(1 << 16))  # leading zeros, by halving
+    u, e = _shift_if_below(u, e, np.uint64(8), np.uint64(1 << 24))
+    u, e = _shift_if_below(u, e, np.uint64(4), np.uint64(1 << 28))
+    u, e = _shift_if_below(u, e, np.uint64(2), np.uint64(1 << 30))
+    u, e = _shift_if_below(u, e, _U1, np.uint64(1 << 31))
     idx = (u >> np.uint64(21)) & np.uint64(1023)
     frac = (u >> np.uint64(5)) & np.uint64(0xFFFF)
     lo = _LOG2[idx]

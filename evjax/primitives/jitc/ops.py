@@ -36,6 +36,7 @@ w.r.t. a float spike array is straight-through (``M``).
 from __future__ import annotations
 
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -206,7 +207,7 @@ def _matmul_batching(law: str, rank: int, event: bool):
                                                    transpose=transpose, corder=corder, backend=backend, **extra)
         x = jnp.moveaxis(args[n + 1], axes[n + 1], 1)  # (n_in, batch[, k])
         size = x.shape[1]
-        flat = x.reshape(x.shape[0], -1)
+        flat = x.reshape(x.shape[0], math.prod(x.shape[1:]))
         y = bind_matmul(law, event, args[:n], args[n], flat, shape=shape, prob=prob, transpose=transpose,
                         corder=corder, dtype=outs[0].dtype, backend=backend, weighted=weighted)
         return [y.reshape((y.shape[0], size) + x.shape[2:])], [1]
