@@ -37,7 +37,8 @@ from numba import prange
 from ...backends import numba_cpu
 from ...dtypes import compute_dtype
 from . import ops
-from .generation import COS_TABLE, LOG2_TABLE, TWO_LN2, gap_multiplier
+from .generation import COS_TABLE, LOG2_TABLE, TWO_LN2
+from .kernel_args import config, operand_values, params_array
 
 __all__ = ["KERNELS", "matmul_generator", "dense_generator", "pool_size", "generated_structure"]
 
@@ -513,25 +514,6 @@ def _ffi(kernel, args, out_shape, out_dtype):
     handler = numba_cpu.get_handler(kernel, in_types, [(np.dtype(out_dtype), len(out_shape))])
     call = jax.ffi.ffi_call(handler.target_name, [jax.ShapeDtypeStruct(tuple(out_shape), out_dtype)])
     return call(*args)[0]
-
-
-def config(prob: float, flag: bool, n_inner: int) -> np.ndarray:
-    """``cfg``: ``[R, S, flag, expected fan-out]`` (uint32; see :func:`.generation.gap_multiplier`)."""
-    r, s = gap_multiplier(prob)
-    return np.array([r, s, int(flag), min(int(np.ceil(prob * n_inner)), 2**32 - 1)], np.uint32)
-
-
-def params_array(params, n: int, dtype):
-    """The law's parameters as one ``(2,)`` array of the compute dtype (a scalar law pads a 0)."""
-    values = [p.reshape(1).astype(dtype) for p in params[:n]]
-    return jnp.concatenate(values + [jnp.zeros((2 - n,), dtype)] if n < 2 else values)
-
-
-def operand_values(x, event: bool, weighted: bool, dtype):
-    """The operand as the kernels read it: spikes as 1.0/0.0, weighted events and floats as values."""
-    if event and not weighted:
-        return (x != 0).astype(dtype)
-    return x.astype(dtype)
 
 
 def matmul_generator(law: str, event: bool):
