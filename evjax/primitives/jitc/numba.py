@@ -30,9 +30,12 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import llvmlite.ir as ir
 import numba
 import numpy as np
 from numba import prange
+from numba import types
+from numba.extending import intrinsic
 
 from ...backends import numba_cpu
 from ...dtypes import compute_dtype
@@ -83,23 +86,21 @@ def _draw(ka, kb, c):
     return _mix32((_mix32(c ^ ka) + kb) & _M32)
 
 
-@numba.njit(**_INLINE)
-def _shift_if_below(u, e, bits, limit):
-    """``(u << bits, e + bits)`` if ``u < limit`` else ``(u, e)``; a select, not a branch (the
-    draws are random: a branch here would be mispredicted every other time)."""
-    t = bits if u < limit else np.uint64(0)
-    return u << t, e + t
+@intrinsic
+def _leading_zeros64(typingctx, x):
+    """LLVM's ``ctlz`` of a uint64 (one instruction; a zero input is never passed)."""
+    def codegen(context, builder, signature, args):
+        return builder.ctlz(args[0], ir.Constant(ir.IntType(1), 1))
+
+    return types.uint64(types.uint64), codegen
 
 
 @numba.njit(**_INLINE)
 def _neg_log2_q24(h):
+    """``-log2(h / 2^32)`` in Q24: ``e`` leading zeros, then the table on the normalised mantissa."""
     u = h if h > 0 else _U1
-    e = np.uint64(0)
-    u, e = _shift_if_below(u, e, np.uint64(16), np.uint64(1 << 16))  # leading zeros, by halving
-    u, e = _shift_if_below(u, e, np.uint64(8), np.uint64(1 << 24))
-    u, e = _shift_if_below(u, e, np.uint64(4), np.uint64(1 << 28))
-    u, e = _shift_if_below(u, e, np.uint64(2), np.uint64(1 << 30))
-    u, e = _shift_if_below(u, e, _U1, np.uint64(1 << 31))
+    e = _leading_zeros64(u) - np.uint64(32)
+    u = u << e
     idx = (u >> np.uint64(21)) & np.uint64(1023)
     frac = (u >> np.uint64(5)) & np.uint64(0xFFFF)
     lo = _LOG2[idx]
