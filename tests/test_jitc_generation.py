@@ -201,3 +201,23 @@ def test_statistics():
     a = evjax.jits(1.0, 0.1, 1, shape=(200, 300)) != 0
     b = evjax.jits(1.0, 0.1, 2, shape=(200, 300)) != 0
     assert abs(float(jnp.mean(a & b)) - 0.01) < 0.004
+
+
+@pytest.mark.parametrize("backend", [b for b in _backends() if b != "reference"])
+def test_kernel_products_agree_with_todense(backend):
+    """Every kernel kind of a backend (gather/scatter, mv/mm, float/spikes/weighted) against its own todense."""
+    rng = np.random.default_rng(5)
+    shape, prob, seed = (23, 31), 0.25, 9
+    for transpose, corder in ((False, True), (False, False), (True, True), (True, False)):
+        d = np.asarray(evjax.jitu(-0.5, 1.0, prob, seed, shape=shape, transpose=transpose, corder=corder,
+                                  backend=backend), np.float64)
+        n_in = d.shape[1]
+        x = rng.standard_normal((n_in, 3)).astype(np.float32) * (rng.random((n_in, 3)) < 0.5)
+        kw = dict(shape=shape, transpose=transpose, corder=corder, backend=backend)
+        np.testing.assert_allclose(evjax.jitumv(-0.5, 1.0, prob, x[:, 0], seed, **kw), d @ x[:, 0], rtol=1e-5,
+                                   atol=1e-5)
+        np.testing.assert_allclose(evjax.jitumm(-0.5, 1.0, prob, x, seed, **kw), d @ x, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(evjax.binary_jitumv(-0.5, 1.0, prob, x[:, 0] != 0, seed, **kw),
+                                   d @ (x[:, 0] != 0), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(evjax.binary_jitumm(-0.5, 1.0, prob, evjax.WeightedArray(x), seed, **kw),
+                                   d @ x, rtol=1e-5, atol=1e-5)

