@@ -48,7 +48,7 @@ def neg_log2_q24(h):
     h = max(h, 1)
     e = 32 - h.bit_length()  # leading zeros
     u = h << e
-    table = generation.LOG2_TABLE
+    table = generation.log2_table()
     idx, frac = (u >> 21) & 1023, (u >> 5) & 0xFFFF
     lo, hi = int(table[idx]), int(table[idx + 1])
     return ((e + 1) << 24) - (lo + (((hi - lo) * frac) >> 16))
@@ -86,7 +86,7 @@ def python_dense(law, params, seed, prob, n_outer, n_inner):
                                  * (np.float32(neg_log2_q24(draw(ka, kb, 4 * k + 1))) * np.float32(2.0 ** -24)))
                 h2 = draw(ka, kb, 4 * k + 2)
                 idx, frac = h2 >> 22, (h2 >> 14) & 255
-                table = generation.COS_TABLE
+                table = generation.cos_table()
                 c = (int(table[idx]) * (256 - frac) + int(table[idx + 1]) * frac) >> 8
                 z = radius * (np.float32(c - (1 << 22)) * np.float32(2.0 ** -22))
                 w = np.float32(params[0]) + np.float32(params[1]) * z
@@ -99,9 +99,9 @@ def python_dense(law, params, seed, prob, n_outer, n_inner):
 # ---------------------------------------------------------------------------
 def test_tables_and_multiplier_are_exact():
     k = np.arange(1025)
-    assert np.max(np.abs(generation.LOG2_TABLE.astype(np.int64) - np.round(np.log2(1 + k / 1024) * 2**24))) <= 1
+    assert np.max(np.abs(generation.log2_table().astype(np.int64) - np.round(np.log2(1 + k / 1024) * 2**24))) <= 1
     cos = np.round((np.cos(2 * np.pi * k / 1024) + 1) * 2**22)
-    assert np.max(np.abs(generation.COS_TABLE.astype(np.int64) - cos)) <= 1
+    assert np.max(np.abs(generation.cos_table().astype(np.int64) - cos)) <= 1
     for p in (1e-6, 1e-3, 0.1, 0.5, 0.99):
         r, s = generation.gap_multiplier(p)
         assert 2**31 <= r < 2**32 or s == 63

@@ -48,6 +48,7 @@ is bitwise identical everywhere: no float, no libm, no FMA contraction.
 from __future__ import annotations
 
 import decimal
+import functools
 import math
 
 import jax
@@ -55,7 +56,7 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = [
-    "LOG2_TABLE", "COS_TABLE", "TWO_LN2", "gap_multiplier", "keys", "draw", "neg_log2_q24", "gap",
+    "log2_table", "cos_table", "TWO_LN2", "gap_multiplier", "keys", "draw", "neg_log2_q24", "gap",
     "unit_uniform", "standard_normal", "dense_generated",
 ]
 
@@ -64,7 +65,9 @@ COS_BITS = 10  # the cosine table has 2^10 + 1 entries on [0, 2 pi]
 TWO_LN2 = float(np.float32(2.0 * math.log(2.0)))  # the float32 constant of Box-Muller's radius
 
 
-def _log2_table() -> np.ndarray:
+@functools.lru_cache(maxsize=None)
+def log2_table() -> np.ndarray:
+    """``T[k] = round(2^24 log2(1 + k / 1024))``, k = 0..1024 (uint32; made on first use, not at import)."""
     # T[k] = round(2^24 log2(1 + k / 1024)), computed in 40-digit decimals: the same integers on any host
     ctx = decimal.Context(prec=40)
     ln2 = ctx.ln(decimal.Decimal(2))
@@ -73,15 +76,13 @@ def _log2_table() -> np.ndarray:
     return np.array([int(v.to_integral_value(decimal.ROUND_HALF_EVEN)) for v in values], np.uint32)
 
 
-def _cos_table() -> np.ndarray:
+@functools.lru_cache(maxsize=None)
+def cos_table() -> np.ndarray:
+    """``C[k] = round(2^22 (cos(2 pi k / 1024) + 1))``, k = 0..1024 (uint32)."""
     # C[k] = round(2^22 (cos(2 pi k / 1024) + 1)) in [0, 2^23]; integers, so a libm ulp cannot change them
     size = 1 << COS_BITS
     return np.array([round((math.cos(2.0 * math.pi * k / size) + 1.0) * (1 << 22)) for k in range(size + 1)],
                     np.uint32)
-
-
-LOG2_TABLE = _log2_table()
-COS_TABLE = _cos_table()
 
 
 def gap_multiplier(prob: float) -> tuple[int, int]:
@@ -137,7 +138,7 @@ def neg_log2_q24(h):
         small = u < _u32(1 << (32 - bits))
         u = jnp.where(small, u << bits, u)
         e = jnp.where(small, e + _u32(bits), e)
-    table = jnp.asarray(LOG2_TABLE)
+    table = jnp.asarray(log2_table())
     idx = (u >> 21) & _u32(1023)
     frac = (u >> 5) & _u32(0xFFFF)
     lo = table[idx]
@@ -174,7 +175,7 @@ def standard_normal(h1, h2):
     """Box-Muller ``z`` (float32) from two draws: radius from the integer ``-log2``, cosine from a table."""
     radius2 = neg_log2_q24(h1).astype(jnp.float32) * jnp.float32(2.0 ** -24)
     radius = jnp.sqrt(jnp.float32(TWO_LN2) * radius2)
-    table = jnp.asarray(COS_TABLE)
+    table = jnp.asarray(cos_table())
     idx = h2 >> 22
     frac = (h2 >> 14) & _u32(255)
     c = (table[idx] * (_u32(256) - frac) + table[idx + 1] * frac) >> 8

@@ -40,13 +40,13 @@ from numba.extending import intrinsic
 from ...backends import numba_cpu
 from ...dtypes import compute_dtype
 from . import ops
-from .generation import COS_TABLE, LOG2_TABLE, TWO_LN2
+from .generation import TWO_LN2, cos_table, log2_table
 from .kernel_args import config, operand_values, params_array
 
 __all__ = ["KERNELS", "matmul_generator", "dense_generator", "pool_size", "generated_structure"]
 
-_LOG2 = LOG2_TABLE.astype(np.uint64)
-_COS = COS_TABLE.astype(np.uint64)
+_LOG2 = log2_table().astype(np.uint64)
+_COS = cos_table().astype(np.uint64)
 _M32 = np.uint64(0xFFFFFFFF)
 _U16, _U15, _U8, _U1, _U4 = np.uint64(16), np.uint64(15), np.uint64(8), np.uint64(1), np.uint64(4)
 _TWO_LN2 = np.float32(TWO_LN2)

@@ -28,14 +28,14 @@ from numba import cuda
 from ...dtypes import compute_dtype
 from ...numba_cuda_kernel import numba_cuda_kernel
 from . import ops
-from .generation import COS_TABLE, LOG2_TABLE, TWO_LN2
+from .generation import TWO_LN2, cos_table, log2_table
 from .kernel_args import config, operand_values, params_array
 
 __all__ = ["THREADS", "kernels", "matmul_generator", "dense_generator"]
 
 THREADS = 128
-_LOG2 = LOG2_TABLE.astype(np.uint64)
-_COS = COS_TABLE.astype(np.uint64)
+_LOG2 = log2_table().astype(np.uint64)
+_COS = cos_table().astype(np.uint64)
 _M32 = np.uint64(0xFFFFFFFF)
 _TWO_LN2 = np.float32(TWO_LN2)
 _S24 = np.float32(2.0 ** -24)

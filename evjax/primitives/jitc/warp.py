@@ -32,7 +32,7 @@ from ...backends import warp as bridge
 from ...dtypes import compute_dtype
 from ...warp_kernel import jaxtype_to_warptype, warp_kernel
 from . import ops
-from .generation import COS_TABLE, LOG2_TABLE, TWO_LN2
+from .generation import TWO_LN2, cos_table, log2_table
 from .kernel_args import config, operand_values, params_array
 
 __all__ = ["jitc_kernels", "matmul_generator", "dense_generator"]
@@ -249,7 +249,7 @@ def jitc_kernels(law: str, compute_dt: str) -> dict:
 
 
 def _tables():
-    return jnp.asarray(LOG2_TABLE), jnp.asarray(COS_TABLE)
+    return jnp.asarray(log2_table()), jnp.asarray(cos_table())
 
 
 def matmul_generator(law: str, event: bool):
