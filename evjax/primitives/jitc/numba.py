@@ -312,22 +312,23 @@ def _gather(rows, weight, pool, params, seed, cfg, x, out):
 
 @numba.njit(**_INLINE)
 def _active_bounds(is_active, x, skip, threads):
-    """Outer ranges with equal numbers of active (nonzero, when skipping) rows, one per thread."""
+    """Outer ranges with equal numbers of active (nonzero, when skipping) rows, one per thread: two passes
+    over ``x``, no array of ``n`` counts."""
     n = x.shape[0]
-    active = np.zeros(n + 1, np.int64)
+    total = 0
     for o in range(n):
-        active[o + 1] = active[o] + (1 if (not skip) or is_active(x[o]) else 0)
-    bounds = np.zeros(threads + 1, np.int64)
-    bounds[threads] = n
-    t = 1
+        total += 1 if (not skip) or is_active(x[o]) else 0
+    bounds = np.full(threads + 1, n, np.int64)
+    bounds[0] = 0
+    t, seen = 1, 0
     for o in range(n):
-        while t < threads and active[o + 1] * threads > active[n] * t:
+        if t >= threads:
+            break
+        seen += 1 if (not skip) or is_active(x[o]) else 0
+        while t < threads and seen * threads > total * t:
             bounds[t] = o + 1
             t += 1
-    while t < threads:
-        bounds[t] = n
-        t += 1
-    return bounds, active[n]
+    return bounds, total
 
 
 @numba.njit(**_INLINE)
