@@ -17,6 +17,30 @@ from .primitives.dense import Dense, binary_densemm, binary_densemv
 from .primitives.fixed import (
     FixedPostNumConn, FixedPreNumConn, binary_fcnmm, binary_fcnmv, fcn_sddmm, fcnmm, fcnmv,
 )
+# just-in-time connectivity
+from .primitives.jitc import (
+    JITCNormalC,
+    JITCNormalR,
+    JITCScalarC,
+    JITCScalarR,
+    JITCUniformC,
+    JITCUniformR,
+    binary_jitnmm,
+    binary_jitnmv,
+    binary_jitsmm,
+    binary_jitsmv,
+    binary_jitumm,
+    binary_jitumv,
+    jitn,
+    jitnmm,
+    jitnmv,
+    jits,
+    jitsmm,
+    jitsmv,
+    jitu,
+    jitumm,
+    jitumv,
+)
 from .primitives.neuron import detect_spikes, exp_trace, lif_step, spike
 from .rules.ad import defjvp
 from .rules.batching import general_batching_rule
@@ -79,4 +103,26 @@ __all__ = [
     "binary_fcnmv",
     "binary_fcnmm",
     "fcn_sddmm",
+    # just-in-time connectivity
+    "JITCScalarR",
+    "JITCScalarC",
+    "JITCNormalR",
+    "JITCNormalC",
+    "JITCUniformR",
+    "JITCUniformC",
+    "jitsmv",
+    "jitsmm",
+    "jitnmv",
+    "jitnmm",
+    "jitumv",
+    "jitumm",
+    "binary_jitsmv",
+    "binary_jitsmm",
+    "binary_jitnmv",
+    "binary_jitnmm",
+    "binary_jitumv",
+    "binary_jitumm",
+    "jits",
+    "jitn",
+    "jitu",
 ]

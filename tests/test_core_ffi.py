@@ -226,7 +226,7 @@ def test_no_two_modules_import_each_other_and_ops_never_import_backends():
     # modules: the ops, data types and helpers never do (a registry loads backends lazily).
     backend_prefixes = ("numba", "warp")
     families = {m.split(".")[2] for m in graph if m.startswith("evjax.primitives.") and m.count(".") == 3}
-    assert {"csr", "neuron", "dense", "fixed"} <= families, families
+    assert {"csr", "neuron", "dense", "fixed", "jitc"} <= families, families
     for module, imports in graph.items():
         parts = module.split(".")
         if len(parts) != 4 or parts[1] != "primitives" or parts[3].startswith(backend_prefixes):

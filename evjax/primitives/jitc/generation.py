@@ -1,0 +1,228 @@
+"""The just-in-time connectivity generation scheme, and its pure-JAX form.
+
+A JITC matrix is generated one *outer* index at a time (a row, or a column,
+see :mod:`.ops` for which); outer index ``o`` owns a counter-based random
+stream keyed by ``(seed, o)``, so any thread can start any outer index, and
+the same ``(shape, prob, seed)`` gives the same matrix on every backend, for
+every thread count and both orientations of the op.
+
+Every step that decides the *structure* is integer arithmetic on ``uint32``
+(``uint64`` products on the kernels, the same 64-bit product emulated with
+16-bit halves in JAX, which has no ``uint64`` without x64), so the structure
+is bitwise identical everywhere: no float, no libm, no FMA contraction.
+
+* Hash: ``mix32`` is a 32-bit integer finaliser (xorshift-multiply, two
+  rounds).  Keys of outer index ``o``::
+
+      s  = mix32(seed)
+      ka = mix32(o * 0x9E3779B9 + s)        # distinct for distinct o (a bijection)
+      kb = mix32(ka ^ mix32(seed ^ 0x85EBCA6B))
+      draw(c) = mix32(mix32(c ^ ka) + kb)   # the c-th draw of o's stream
+
+  Synapse ``k`` of ``o`` uses counters ``4k`` (its gap), ``4k + 1`` and
+  ``4k + 2`` (its weight).
+
+* Gap (geometric skipping): the inner index of synapse ``k`` is
+  ``pos_k = pos_{k-1} + 1 + gap_k`` (``pos_{-1} = -1``), and the stream ends
+  at the first ``pos_k >= n_inner``; the cost is proportional to the synapses
+  generated, not to ``n_inner``.  ``gap = floor(E / lambda)`` with
+  ``E = -ln u`` exponential and ``lambda = -ln(1 - prob)``, so
+  ``P(gap >= g) = (1 - prob)^g``: every inner index is a synapse with
+  probability ``prob`` independently, and the expected fan-out is
+  ``prob * n_inner``.  In integers: ``E2 = -log2 u`` in Q24 fixed point from
+  the leading-zero count of the draw and a 1025-entry table of ``log2`` on
+  ``[1, 2]`` with linear interpolation (error below ``2e-7``), then
+  ``gap = min((E2 * R) >> S, n_inner)`` with ``R / 2^S = 1 / (2^24 log2(1 / (1 - prob)))``
+  computed once on the host in exact decimal arithmetic (:func:`gap_multiplier`).
+
+* Weights (floats, within one ulp across backends): uniform
+  ``u = (draw(4k + 1) >> 8) * 2^-24`` (exact in float32), ``w = low + (high - low) u``;
+  normal by Box-Muller, ``z = sqrt(2 ln 2 * E2) * cos(2 pi v)`` with ``E2`` the
+  integer ``-log2`` above of ``draw(4k + 1)`` and the cosine from a 1025-entry
+  integer table of ``draw(4k + 2)`` (Q22, interpolated in integers), so ``z``
+  takes one int->float conversion, one product, one ``sqrt`` and one product,
+  each correctly rounded by IEEE 754 everywhere, and nothing a compiler can
+  contract into an FMA.  Only ``loc + scale * z`` (and ``low + (high - low) u``)
+  may be contracted on one backend and not another: one rounding, one ulp.
+"""
+from __future__ import annotations
+
+import decimal
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = [
+    "log2_table", "cos_table", "TWO_LN2", "gap_multiplier", "keys", "draw", "neg_log2_q24", "gap",
+    "unit_uniform", "standard_normal", "dense_generated",
+]
+
+LOG2_BITS = 10  # the log2 table has 2^10 + 1 entries on [1, 2]
+COS_BITS = 10  # the cosine table has 2^10 + 1 entries on [0, 2 pi]
+TWO_LN2 = float(np.float32(2.0 * math.log(2.0)))  # the float32 constant of Box-Muller's radius
+
+
+@functools.lru_cache(maxsize=None)
+def log2_table() -> np.ndarray:
+    """``T[k] = round(2^24 log2(1 + k / 1024))``, k = 0..1024 (uint32; made on first use, not at import)."""
+    # T[k] = round(2^24 log2(1 + k / 1024)), computed in 40-digit decimals: the same integers on any host
+    ctx = decimal.Context(prec=40)
+    ln2 = ctx.ln(decimal.Decimal(2))
+    size = 1 << LOG2_BITS
+    values = [ctx.ln(decimal.Decimal(size + k) / size) / ln2 * (1 << 24) for k in range(size + 1)]
+    return np.array([int(v.to_integral_value(decimal.ROUND_HALF_EVEN)) for v in values], np.uint32)
+
+
+@functools.lru_cache(maxsize=None)
+def cos_table() -> np.ndarray:
+    """``C[k] = round(2^22 (cos(2 pi k / 1024) + 1))``, k = 0..1024 (uint32)."""
+    # C[k] = round(2^22 (cos(2 pi k / 1024) + 1)) in [0, 2^23]; integers, so a libm ulp cannot change them
+    size = 1 << COS_BITS
+    return np.array([round((math.cos(2.0 * math.pi * k / size) + 1.0) * (1 << 22)) for k in range(size + 1)],
+                    np.uint32)
+
+
+def gap_multiplier(prob: float) -> tuple[int, int]:
+    """``(R, S)`` with ``R / 2^S = 1 / (2^24 * log2(1 / (1 - prob)))``, ``R < 2^32`` (exact decimal maths).
+
+    ``prob = 1`` gives ``(0, 32)`` (every gap 0: a dense matrix).  ``prob`` must be in ``(0, 1]``.
+    """
+    if prob >= 1.0:
+        return 0, 32
+    ctx = decimal.Context(prec=50)
+    lam2 = -ctx.ln(1 - decimal.Decimal(prob)) / ctx.ln(decimal.Decimal(2))  # log2(1 / (1 - p)) > 0
+    inv = 1 / (lam2 * (1 << 24))
+    shift = 63
+    while shift > 1 and int(inv * (1 << shift)) >= (1 << 32):
+        shift -= 1
+    return int((inv * (1 << shift)).to_integral_value(decimal.ROUND_HALF_EVEN)) & 0xFFFFFFFF, shift
+
+
+# ---------------------------------------------------------------------------
+# pure JAX (uint32 only): the reference backend's generation
+# ---------------------------------------------------------------------------
+def _u32(x):
+    return jnp.asarray(x, jnp.uint32)
+
+
+def mix32(x):
+    """The 32-bit finaliser: two xorshift-multiply rounds (a bijection of uint32)."""
+    x = x ^ (x >> 16)
+    x = x * _u32(0x7FEB352D)
+    x = x ^ (x >> 15)
+    x = x * _u32(0x846CA68B)
+    return x ^ (x >> 16)
+
+
+def keys(seed, outer):
+    """``(ka, kb)`` of outer indices ``outer`` (uint32 arrays) for ``seed`` (uint32 scalar)."""
+    s = mix32(_u32(seed))
+    ka = mix32(_u32(outer) * _u32(0x9E3779B9) + s)
+    kb = mix32(ka ^ mix32(_u32(seed) ^ _u32(0x85EBCA6B)))
+    return ka, kb
+
+
+def draw(ka, kb, counter):
+    """The ``counter``-th uint32 of the stream keyed by ``(ka, kb)``."""
+    return mix32(mix32(_u32(counter) ^ ka) + kb)
+
+
+def neg_log2_q24(h):
+    """``-log2(h / 2^32)`` in Q24 fixed point (``h = 0`` read as 1), integers only."""
+    u = jnp.maximum(h, _u32(1))
+    e = jnp.zeros_like(u)
+    for bits in (16, 8, 4, 2, 1):  # leading zeros, by halving
+        small = u < _u32(1 << (32 - bits))
+        u = jnp.where(small, u << bits, u)
+        e = jnp.where(small, e + _u32(bits), e)
+    table = jnp.asarray(log2_table())
+    idx = (u >> 21) & _u32(1023)
+    frac = (u >> 5) & _u32(0xFFFF)
+    lo = table[idx]
+    log2_m = lo + (((table[idx + 1] - lo) * frac) >> 16)  # log2(u / 2^31) in [0, 1), Q24
+    return ((e + _u32(1)) << 24) - log2_m
+
+
+def _mul_shift(a, r: int, s: int):
+    """``(floor(a * r / 2^s), overflow)`` for uint32 ``a < 2^29``, ``r < 2^32``: the 64-bit product in halves."""
+    r0, r1 = _u32(r & 0xFFFF), _u32(r >> 16)
+    a0, a1 = a & _u32(0xFFFF), a >> 16
+    p00, p01, p10, p11 = a0 * r0, a0 * r1, a1 * r0, a1 * r1
+    mid = (p00 >> 16) + (p01 & _u32(0xFFFF)) + (p10 & _u32(0xFFFF))
+    lo = (p00 & _u32(0xFFFF)) | (mid << 16)
+    hi = p11 + (p01 >> 16) + (p10 >> 16) + (mid >> 16)
+    if s >= 32:
+        return hi >> (s - 32), jnp.zeros(a.shape, bool)
+    return (hi << (32 - s)) | (lo >> s), (hi >> s) != 0
+
+
+def gap(h, r: int, s: int, cap):
+    """The geometric gap of draw ``h``: ``min(floor(E2 * r / 2^s), cap)``."""
+    q, over = _mul_shift(neg_log2_q24(h), r, s)
+    cap = _u32(cap)
+    return jnp.where(over, cap, jnp.minimum(q, cap))
+
+
+def unit_uniform(h, dtype):
+    """``(h >> 8) * 2^-24`` in [0, 1): exact in float32 and float64."""
+    return (h >> 8).astype(jnp.float32).astype(dtype) * jnp.asarray(2.0 ** -24, dtype)
+
+
+def standard_normal(h1, h2):
+    """Box-Muller ``z`` (float32) from two draws: radius from the integer ``-log2``, cosine from a table."""
+    radius2 = neg_log2_q24(h1).astype(jnp.float32) * jnp.float32(2.0 ** -24)
+    radius = jnp.sqrt(jnp.float32(TWO_LN2) * radius2)
+    table = jnp.asarray(cos_table())
+    idx = h2 >> 22
+    frac = (h2 >> 14) & _u32(255)
+    c = (table[idx] * (_u32(256) - frac) + table[idx + 1] * frac) >> 8
+    cosine = (c.astype(jnp.int32) - jnp.int32(1 << 22)).astype(jnp.float32) * jnp.float32(2.0 ** -22)
+    return radius * cosine
+
+
+def _saturating_cumsum(steps, cap):
+    def add(a, b):  # associative: min(min(a + b, cap) + c, cap) = min(a + b + c, cap) for a, b, c >= 0
+        return jnp.minimum(a + b, cap)
+
+    return jax.lax.associative_scan(add, steps, axis=1)
+
+
+def dense_generated(law: str, params, seed, prob: float, n_outer: int, n_inner: int, dtype):
+    """The generated matrix ``G`` (``n_outer x n_inner``) as ``(weights, mask)``, dense.
+
+    Row ``o`` of ``G`` is outer index ``o``'s stream; ``mask`` marks the synapses
+    and ``weights`` holds their values (0 elsewhere).  O(n_outer * n_inner): the
+    reference backend and the tests' oracle.
+    """
+    zeros = jnp.zeros((n_outer, n_inner), dtype)
+    if n_outer == 0 or n_inner == 0:
+        return zeros, jnp.zeros((n_outer, n_inner), bool)
+    r, s = gap_multiplier(prob)
+    ka, kb = keys(seed, jnp.arange(n_outer, dtype=jnp.uint32))
+    ka, kb = ka[:, None], kb[:, None]
+    k = jnp.arange(n_inner, dtype=jnp.uint32)[None, :]  # at most n_inner synapses per outer index
+    steps = gap(draw(ka, kb, k * 4), r, s, n_inner) + jnp.uint32(1)
+    # inner index of synapse k, saturated at n_inner (past the end: no synapse)
+    pos = _saturating_cumsum(steps, jnp.uint32(n_inner + 1)) - jnp.uint32(1)
+    valid = pos < jnp.uint32(n_inner)
+    w = _weights(law, params, ka, kb, k, dtype)
+    rows = jnp.broadcast_to(jnp.arange(n_outer)[:, None], pos.shape)
+    cols = jnp.where(valid, pos, 0).astype(jnp.int32)
+    weights = zeros.at[rows, cols].add(jnp.where(valid, w, jnp.zeros((), dtype)))
+    mask = jnp.zeros((n_outer, n_inner), bool).at[rows, cols].max(valid)
+    return weights, mask
+
+
+def _weights(law: str, params, ka, kb, k, dtype):
+    """Synapse ``k``'s weight: the law's formula on counters ``4k + 1`` and ``4k + 2``."""
+    if law == "scalar":  # w
+        return jnp.broadcast_to(params[0].astype(dtype), k.shape)
+    h1 = draw(ka, kb, k * 4 + jnp.uint32(1))
+    if law == "uniform":  # w = low + (high - low) u
+        low, high = params[0].astype(dtype), params[1].astype(dtype)
+        return low + (high - low) * unit_uniform(h1, dtype)
+    z = standard_normal(h1, draw(ka, kb, k * 4 + jnp.uint32(2)))  # w = loc + scale z
+    return params[0].astype(dtype) + params[1].astype(dtype) * z.astype(dtype)

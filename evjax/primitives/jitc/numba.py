@@ -1,0 +1,566 @@
+"""Numba CPU backend of the JITC ops in :mod:`evjax.primitives.jitc.ops`.
+
+Imported by the ops the first time they lower with ``backend="numba"``; it
+registers its generators on them.  The generation scheme is
+:mod:`.generation`'s, written again here on ``uint64`` values masked to 32
+bits (Numba widens ``uint32`` products), so the structure is bitwise the
+reference's; no kernel uses ``fastmath``, so LLVM contracts nothing.
+
+Kernels (one per kind and weight law, :data:`KERNELS`; the law is a small
+inlined function, ``_w_scalar``/``_w_normal``/``_w_uniform``, passed to the
+shared row loops, so each kernel compiles only its own law):
+
+* ``gather_mv``/``gather_mm`` (``corder=True``): ``y[o] = sum_i G[o, i] x[i]``,
+  parallel over outer indices, every synapse generated;
+* ``scatter_mv``/``scatter_mm`` (``corder=False``): ``y[i] += G[o, i] x[o]``;
+  with events (``cfg[2] = 1``) a zero ``x[o]`` is skipped before its stream
+  is even keyed, so the cost follows the synapses of active inputs.  Parallel
+  runs split the outer indices into per-thread ranges of equal active count,
+  each thread scattering into a private copy of ``y``, summed at the end;
+* ``dense``: ``G`` (gather) or ``G.T`` (scatter) written into a zeroed matrix.
+
+Every kernel takes ``pool`` (the thread count, one int32), ``params`` (the two
+weight parameters, compute dtype), ``seed`` (one uint32) and ``cfg`` (uint32:
+the gap multiplier ``R``, its shift ``S``, whether zeros are skipped, the
+expected fan-out).  Events are passed as floats (1.0 for a spike, the value
+for weighted events) with ``cfg[2] = 1``: a zero entry is skipped (select),
+a nonzero one multiplies (``w * 1.0 == w`` exactly, NaN and inf included).
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import llvmlite.ir as ir
+import numba
+import numpy as np
+from numba import prange
+from numba import types
+from numba.extending import intrinsic
+
+from ..._kernel_compat import prange_only
+from ...backends import numba_cpu
+from ...dtypes import compute_dtype
+from . import ops
+from .generation import TWO_LN2, cos_table, log2_table
+from .kernel_args import config, operand_values, params_array
+
+__all__ = ["KERNELS", "matmul_generator", "dense_generator", "pool_size", "generated_structure"]
+
+_LOG2 = log2_table().astype(np.uint64)
+_COS = cos_table().astype(np.uint64)
+_M32 = np.uint64(0xFFFFFFFF)
+_U16, _U15, _U8, _U1, _U4 = np.uint64(16), np.uint64(15), np.uint64(8), np.uint64(1), np.uint64(4)
+_TWO_LN2 = np.float32(TWO_LN2)
+_SCALE24 = np.float32(2.0 ** -24)
+_SCALE22 = np.float32(2.0 ** -22)
+
+# Below this many synapses (expected) a kernel stays on the calling thread.
+PARALLEL_MIN_WORK = 65536
+_PARALLEL = prange_only()  # a ParallelOptions: Numba would empty a shared dict on the first compile
+_INLINE = dict(cache=True, nogil=True, inline="always")
+_KERNEL = dict(parallel=_PARALLEL, cache=True, nogil=True)
+
+
+# ---------------------------------------------------------------------------
+# the generation scheme (generation.py), on uint64 masked to 32 bits
+# ---------------------------------------------------------------------------
+@numba.njit(**_INLINE)
+def _mix32(x):
+    x ^= x >> _U16
+    x = (x * np.uint64(0x7FEB352D)) & _M32
+    x ^= x >> _U15
+    x = (x * np.uint64(0x846CA68B)) & _M32
+    return x ^ (x >> _U16)
+
+
+@numba.njit(**_INLINE)
+def _keys(seed, o):
+    s = _mix32(seed)
+    ka = _mix32((np.uint64(o) * np.uint64(0x9E3779B9) + s) & _M32)
+    kb = _mix32(ka ^ _mix32(seed ^ np.uint64(0x85EBCA6B)))
+    return ka, kb
+
+
+@numba.njit(**_INLINE)
+def _draw(ka, kb, c):
+    return _mix32((_mix32(c ^ ka) + kb) & _M32)
+
+
+@intrinsic
+def _leading_zeros64(typingctx, x):
+    """LLVM's ``ctlz`` of a uint64 (one instruction; a zero input is never passed)."""
+    def codegen(context, builder, signature, args):
+        return builder.ctlz(args[0], ir.Constant(ir.IntType(1), 1))
+
+    return types.uint64(types.uint64), codegen
+
+
+@numba.njit(**_INLINE)
+def _neg_log2_q24(h):
+    """``-log2(h / 2^32)`` in Q24: ``e`` leading zeros, then the table on the normalised mantissa."""
+    u = h if h > 0 else _U1
+    e = _leading_zeros64(u) - np.uint64(32)
+    u = u << e
+    idx = (u >> np.uint64(21)) & np.uint64(1023)
+    frac = (u >> np.uint64(5)) & np.uint64(0xFFFF)
+    lo = _LOG2[idx]
+    return ((e + _U1) << np.uint64(24)) - (lo + (((_LOG2[idx + 1] - lo) * frac) >> _U16))
+
+
+@numba.njit(**_INLINE)
+def _gap(ka, kb, k, r, s, cap):
+    """The gap before synapse ``k``: ``min((E2 * R) >> S, cap)`` (E2 < 2^29, R < 2^32: no overflow)."""
+    g = (_neg_log2_q24(_draw(ka, kb, k * _U4)) * r) >> s
+    return np.int64(g if g < cap else cap)
+
+
+@numba.njit(**_INLINE)
+def _w_scalar(ka, kb, k, p0, p1):
+    return p0  # w
+
+
+@numba.njit(**_INLINE)
+def _w_uniform(ka, kb, k, p0, p1):
+    u = np.float32(_draw(ka, kb, k * _U4 + _U1) >> _U8) * _SCALE24  # exact
+    return p0 + (p1 - p0) * u  # w = low + (high - low) u
+
+
+@numba.njit(**_INLINE)
+def _w_normal(ka, kb, k, p0, p1):
+    radius = np.sqrt(_TWO_LN2 * (np.float32(_neg_log2_q24(_draw(ka, kb, k * _U4 + _U1))) * _SCALE24))
+    h2 = _draw(ka, kb, k * _U4 + np.uint64(2))
+    idx = h2 >> np.uint64(22)
+    frac = (h2 >> np.uint64(14)) & np.uint64(255)
+    c = (_COS[idx] * (np.uint64(256) - frac) + _COS[idx + 1] * frac) >> _U8
+    cosine = np.float32(np.int64(c) - np.int64(1 << 22)) * _SCALE22
+    return p0 + p1 * (radius * cosine)  # w = loc + scale z
+
+
+# ---------------------------------------------------------------------------
+# row loops (inlined into the kernels): one outer index's synapses
+# ---------------------------------------------------------------------------
+@numba.njit(**_INLINE)
+def _gather_rows(weight, params, seed, cfg, x, out, lo, hi):
+    """``out[o] = sum_{i in row o} w_oi x[i]`` for o in [lo, hi); skip zero x when cfg[2]."""
+    n_inner = x.shape[0]
+    cap = np.uint64(n_inner)
+    r, s, skip = np.uint64(cfg[0]), np.uint64(cfg[1]), cfg[2] != 0
+    sd = np.uint64(seed[0])
+    p0, p1 = params[0], params[1]
+    for o in range(lo, hi):
+        ka, kb = _keys(sd, o)
+        acc = out.dtype.type(0)
+        pos = np.int64(-1)
+        k = np.uint64(0)
+        while True:
+            pos += 1 + _gap(ka, kb, k, r, s, cap)
+            if pos >= n_inner:
+                break
+            xi = x[pos]
+            if not (skip and xi == 0):
+                acc += weight(ka, kb, k, p0, p1) * xi
+            k += _U1
+        out[o] = acc
+
+
+@numba.njit(**_INLINE)
+def _scatter_rows(weight, params, seed, cfg, x, out, lo, hi):
+    """``out[i] += w_oi x[o]`` for o in [lo, hi); a zero x[o] generates nothing when cfg[2]."""
+    n_inner = out.shape[0]
+    cap = np.uint64(n_inner)
+    r, s, skip = np.uint64(cfg[0]), np.uint64(cfg[1]), cfg[2] != 0
+    sd = np.uint64(seed[0])
+    p0, p1 = params[0], params[1]
+    for o in range(lo, hi):
+        xo = x[o]
+        if skip and xo == 0:
+            continue
+        ka, kb = _keys(sd, o)
+        pos = np.int64(-1)
+        k = np.uint64(0)
+        while True:
+            pos += 1 + _gap(ka, kb, k, r, s, cap)
+            if pos >= n_inner:
+                break
+            out[pos] += weight(ka, kb, k, p0, p1) * xo
+            k += _U1
+
+
+@numba.njit(**_INLINE)
+def _gather_mm_rows(weight, params, seed, cfg, x, out, lo, hi):
+    """``out[o, c] = sum_{i in row o} w_oi x[i, c]`` for o in [lo, hi)."""
+    n_inner = x.shape[0]
+    cap = np.uint64(n_inner)
+    r, s, skip = np.uint64(cfg[0]), np.uint64(cfg[1]), cfg[2] != 0
+    sd = np.uint64(seed[0])
+    p0, p1 = params[0], params[1]
+    width = x.shape[1]
+    for o in range(lo, hi):
+        row = out[o]
+        for c in range(width):
+            row[c] = 0
+        ka, kb = _keys(sd, o)
+        pos = np.int64(-1)
+        k = np.uint64(0)
+        while True:
+            pos += 1 + _gap(ka, kb, k, r, s, cap)
+            if pos >= n_inner:
+                break
+            w = weight(ka, kb, k, p0, p1)
+            xi = x[pos]
+            for c in range(width):
+                if not (skip and xi[c] == 0):
+                    row[c] += w * xi[c]
+            k += _U1
+
+
+@numba.njit(**_INLINE)
+def _scatter_mm_rows(weight, params, seed, cfg, x, out, lo, hi):
+    """``out[i, c] += w_oi x[o, c]`` for o in [lo, hi); all-zero rows of x skipped when cfg[2]."""
+    n_inner = out.shape[0]
+    cap = np.uint64(n_inner)
+    r, s, skip = np.uint64(cfg[0]), np.uint64(cfg[1]), cfg[2] != 0
+    sd = np.uint64(seed[0])
+    p0, p1 = params[0], params[1]
+    width = x.shape[1]
+    for o in range(lo, hi):
+        xo = x[o]
+        if skip and _all_zero(xo):
+            continue
+        ka, kb = _keys(sd, o)
+        pos = np.int64(-1)
+        k = np.uint64(0)
+        while True:
+            pos += 1 + _gap(ka, kb, k, r, s, cap)
+            if pos >= n_inner:
+                break
+            w = weight(ka, kb, k, p0, p1)
+            target = out[pos]
+            for c in range(width):
+                if not (skip and xo[c] == 0):
+                    target[c] += w * xo[c]
+            k += _U1
+
+
+@numba.njit(**_INLINE)
+def _dense_rows(weight, params, seed, cfg, out, n_outer, n_inner, direct, lo, hi):
+    """``G[o, i] = w_oi`` (``direct``) or ``G.T`` into ``out`` (zeroed) for o in [lo, hi)."""
+    cap = np.uint64(n_inner)
+    r, s = np.uint64(cfg[0]), np.uint64(cfg[1])
+    sd = np.uint64(seed[0])
+    p0, p1 = params[0], params[1]
+    for o in range(lo, hi):
+        ka, kb = _keys(sd, o)
+        pos = np.int64(-1)
+        k = np.uint64(0)
+        while True:
+            pos += 1 + _gap(ka, kb, k, r, s, cap)
+            if pos >= n_inner:
+                break
+            if direct:
+                out[o, pos] = weight(ka, kb, k, p0, p1)
+            else:
+                out[pos, o] = weight(ka, kb, k, p0, p1)
+            k += _U1
+
+
+@numba.njit(**_INLINE)
+def _all_zero(v):
+    for c in range(v.shape[0]):
+        if v[c] != 0:
+            return False
+    return True
+
+
+@numba.njit(**_INLINE)
+def _fill_zero(flat):
+    for j in range(flat.shape[0]):
+        flat[j] = 0
+
+
+# ---------------------------------------------------------------------------
+# the kernels' bodies: serial below PARALLEL_MIN_WORK, else split over the pool
+# ---------------------------------------------------------------------------
+@numba.njit(**_INLINE)
+def _threads(pool, work):
+    threads = pool[0]
+    return 1 if threads < 2 or work < PARALLEL_MIN_WORK else threads
+
+
+@numba.njit(**_INLINE)
+def _nonzero(v):
+    return v != 0
+
+
+@numba.njit(**_INLINE)
+def _nonzero_row(v):
+    return not _all_zero(v)
+
+
+@numba.njit(**_INLINE)
+def _gather(rows, weight, pool, params, seed, cfg, x, out):
+    n_outer = out.shape[0]
+    width = x.size // max(x.shape[0], 1)
+    threads = _threads(pool, n_outer * np.int64(cfg[3]) * width)
+    if threads == 1:
+        rows(weight, params, seed, cfg, x, out, 0, n_outer)
+        return
+    chunks = 4 * threads  # outer indices have equal expected work: contiguous chunks
+    for t in prange(chunks):
+        rows(weight, params, seed, cfg, x, out, (n_outer * t) // chunks, (n_outer * (t + 1)) // chunks)
+
+
+@numba.njit(**_INLINE)
+def _active_bounds(is_active, x, skip, threads):
+    """Outer ranges with equal numbers of active (nonzero, when skipping) rows, one per thread: two passes
+    over ``x``, no array of ``n`` counts."""
+    n = x.shape[0]
+    total = 0
+    for o in range(n):
+        total += 1 if (not skip) or is_active(x[o]) else 0
+    bounds = np.full(threads + 1, n, np.int64)
+    bounds[0] = 0
+    t, seen = 1, 0
+    for o in range(n):
+        if t >= threads:
+            break
+        seen += 1 if (not skip) or is_active(x[o]) else 0
+        while t < threads and seen * threads > total * t:
+            bounds[t] = o + 1
+            t += 1
+    return bounds, total
+
+
+@numba.njit(**_INLINE)
+def _scatter(rows, is_active, weight, pool, params, seed, cfg, x, out):
+    flat = out.reshape(-1)
+    _fill_zero(flat)
+    threads = max(pool[0], 1)
+    bounds, active = _active_bounds(is_active, x, cfg[2] != 0, threads)
+    work = active * np.int64(cfg[3]) * (x.size // max(x.shape[0], 1))
+    if _threads(pool, work) == 1 or 4 * work < flat.shape[0]:  # summing private copies would dominate
+        rows(weight, params, seed, cfg, x, out, 0, x.shape[0])
+        return
+    private = np.zeros((threads - 1,) + out.shape, out.dtype)
+    for t in prange(threads):
+        target = out if t == 0 else private[t - 1]
+        rows(weight, params, seed, cfg, x, target, bounds[t], bounds[t + 1])
+    others = private.reshape(threads - 1, -1)
+    n = flat.shape[0]
+    for t in prange(threads):  # sum the private copies, each thread a slice
+        lo, hi = (n * t) // threads, (n * (t + 1)) // threads
+        for p in range(threads - 1):
+            src = others[p]
+            for j in range(lo, hi):
+                flat[j] += src[j]
+
+
+@numba.njit(**_INLINE)
+def _dense(weight, pool, params, seed, cfg, out):
+    _fill_zero(out.reshape(-1))
+    direct = cfg[2] != 0
+    n_outer, n_inner = (out.shape[0], out.shape[1]) if direct else (out.shape[1], out.shape[0])
+    threads = _threads(pool, n_outer * np.int64(cfg[3]))
+    if threads == 1 or not direct:  # G.T: rows of out are shared between outer indices
+        _dense_rows(weight, params, seed, cfg, out, n_outer, n_inner, direct, 0, n_outer)
+        return
+    for t in prange(threads):
+        lo, hi = (n_outer * t) // threads, (n_outer * (t + 1)) // threads
+        _dense_rows(weight, params, seed, cfg, out, n_outer, n_inner, direct, lo, hi)
+
+
+# ---------------------------------------------------------------------------
+# kernels: one per (kind, law), each one line
+# ---------------------------------------------------------------------------
+@numba.njit(**_KERNEL)
+def gather_mv_scalar(pool, params, seed, cfg, x, out):
+    _gather(_gather_rows, _w_scalar, pool, params, seed, cfg, x, out)
+
+
+@numba.njit(**_KERNEL)
+def gather_mm_scalar(pool, params, seed, cfg, x, out):
+    _gather(_gather_mm_rows, _w_scalar, pool, params, seed, cfg, x, out)
+
+
+@numba.njit(**_KERNEL)
+def scatter_mv_scalar(pool, params, seed, cfg, x, out):
+    _scatter(_scatter_rows, _nonzero, _w_scalar, pool, params, seed, cfg, x, out)
+
+
+@numba.njit(**_KERNEL)
+def scatter_mm_scalar(pool, params, seed, cfg, x, out):
+    _scatter(_scatter_mm_rows, _nonzero_row, _w_scalar, pool, params, seed, cfg, x, out)
+
+
+@numba.njit(**_KERNEL)
+def dense_scalar(pool, params, seed, cfg, out):
+    _dense(_w_scalar, pool, params, seed, cfg, out)
+
+
+@numba.njit(**_KERNEL)
+def gather_mv_normal(pool, params, seed, cfg, x, out):
+    _gather(_gather_rows, _w_normal, pool, params, seed, cfg, x, out)
+
+
+@numba.njit(**_KERNEL)
+def gather_mm_normal(pool, params, seed, cfg, x, out):
+    _gather(_gather_mm_rows, _w_normal, pool, params, seed, cfg, x, out)
+
+
+@numba.njit(**_KERNEL)
+def scatter_mv_normal(pool, params, seed, cfg, x, out):
+    _scatter(_scatter_rows, _nonzero, _w_normal, pool, params, seed, cfg, x, out)
+
+
+@numba.njit(**_KERNEL)
+def scatter_mm_normal(pool, params, seed, cfg, x, out):
+    _scatter(_scatter_mm_rows, _nonzero_row, _w_normal, pool, params, seed, cfg, x, out)
+
+
+@numba.njit(**_KERNEL)
+def dense_normal(pool, params, seed, cfg, out):
+    _dense(_w_normal, pool, params, seed, cfg, out)
+
+
+@numba.njit(**_KERNEL)
+def gather_mv_uniform(pool, params, seed, cfg, x, out):
+    _gather(_gather_rows, _w_uniform, pool, params, seed, cfg, x, out)
+
+
+@numba.njit(**_KERNEL)
+def gather_mm_uniform(pool, params, seed, cfg, x, out):
+    _gather(_gather_mm_rows, _w_uniform, pool, params, seed, cfg, x, out)
+
+
+@numba.njit(**_KERNEL)
+def scatter_mv_uniform(pool, params, seed, cfg, x, out):
+    _scatter(_scatter_rows, _nonzero, _w_uniform, pool, params, seed, cfg, x, out)
+
+
+@numba.njit(**_KERNEL)
+def scatter_mm_uniform(pool, params, seed, cfg, x, out):
+    _scatter(_scatter_mm_rows, _nonzero_row, _w_uniform, pool, params, seed, cfg, x, out)
+
+
+@numba.njit(**_KERNEL)
+def dense_uniform(pool, params, seed, cfg, out):
+    _dense(_w_uniform, pool, params, seed, cfg, out)
+
+
+KERNELS = {(kind, law): globals()[f"{kind}_{law}"]
+           for kind in ("gather_mv", "gather_mm", "scatter_mv", "scatter_mm", "dense")
+           for law in ("scalar", "normal", "uniform")}
+
+
+# ---------------------------------------------------------------------------
+# the structure on the host (``tocsr``): the same row loop, called from Python
+# ---------------------------------------------------------------------------
+@numba.njit(cache=True, nogil=True)
+def _structure(law, params, seed, cfg, n_outer, n_inner, data):
+    """Count (``data`` empty) or fill: returns ``(counts per outer index, indices)`` and fills ``data``."""
+    cap = np.uint64(n_inner)
+    r, s = np.uint64(cfg[0]), np.uint64(cfg[1])
+    sd = np.uint64(seed)
+    p0, p1 = params[0], params[1]
+    counts = np.zeros(n_outer, np.int64)
+    fill = data.shape[0] > 0
+    indices = np.zeros(data.shape[0], np.int32)
+    at = 0
+    for o in range(n_outer):
+        ka, kb = _keys(sd, o)
+        pos = np.int64(-1)
+        k = np.uint64(0)
+        while True:
+            pos += 1 + _gap(ka, kb, k, r, s, cap)
+            if pos >= n_inner:
+                break
+            if fill:
+                w = _w_scalar(ka, kb, k, p0, p1) if law == 0 else (
+                    _w_normal(ka, kb, k, p0, p1) if law == 1 else _w_uniform(ka, kb, k, p0, p1))
+                data[at] = w
+                indices[at] = pos
+            at += 1
+            counts[o] += 1
+            k += _U1
+    return counts, indices
+
+
+def generated_structure(law: str, params, seed: int, prob: float, n_outer: int, n_inner: int, dtype):
+    """``(data, indices, indptr)`` of the generated matrix ``G`` (NumPy, for ``tocsr``)."""
+    dtype = compute_dtype(dtype)
+    values = np.array([float(p) for p in params] + [0.0] * (2 - len(params)), dtype)
+    cfg = config(prob, False, n_inner)
+    code = {"scalar": 0, "normal": 1, "uniform": 2}[law]
+    if prob == 0.0 or n_inner == 0:
+        return np.zeros(0, dtype), np.zeros(0, np.int32), np.zeros(n_outer + 1, np.int32)
+    counts, _ = _structure(code, values, seed, cfg, n_outer, n_inner, np.zeros(0, dtype))
+    data = np.empty(int(counts.sum()), dtype)
+    _, indices = _structure(code, values, seed, cfg, n_outer, n_inner, data)
+    indptr = np.zeros(n_outer + 1, np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    return data, indices, indptr.astype(np.int32 if indptr[-1] < 2**31 else np.int64)
+
+
+# ---------------------------------------------------------------------------
+# generators (the ops' backend slot)
+# ---------------------------------------------------------------------------
+def pool_size() -> int:
+    """Numba's pool size, passed to the kernels as an operand (so they stay cacheable)."""
+    return max(int(numba.config.NUMBA_NUM_THREADS), 1)
+
+
+def _ffi(kernel, args, out_shape, out_dtype):
+    """Call a kernel through its compiled FFI handler (no Python per call)."""
+    args = (jnp.asarray(np.array([pool_size()], np.int32)),) + tuple(args)
+    in_types = [(np.dtype(a.dtype), a.ndim) for a in args]
+    handler = numba_cpu.get_handler(kernel, in_types, [(np.dtype(out_dtype), len(out_shape))])
+    call = jax.ffi.ffi_call(handler.target_name, [jax.ShapeDtypeStruct(tuple(out_shape), out_dtype)])
+    return call(*args)[0]
+
+
+def matmul_generator(law: str, event: bool):
+    """The generator of the matmul ops of ``law``: mv and mm, float or events."""
+    n = ops.LAWS[law]
+
+    def generator(outs, ins, shape, prob, transpose, corder, weighted=False):
+        out = outs[0]
+        dtype = compute_dtype(out.dtype)
+        _, n_inner = ops.generated_shape(shape, transpose, corder)
+        rank = len(ins[n + 1].shape)
+        kernel = KERNELS[(("gather_" if corder else "scatter_") + ("mv" if rank == 1 else "mm"), law)]
+        cfg = config(prob, event, n_inner)
+
+        def run(*args):
+            x = operand_values(args[n + 1], event, weighted, dtype)
+            y = _ffi(kernel, (params_array(args[:n], n, dtype), args[n], jnp.asarray(cfg), x), out.shape, dtype)
+            return [y.astype(out.dtype)]
+
+        return run
+
+    return generator
+
+
+def dense_generator(law: str):
+    """The generator of the materialiser of ``law``."""
+    n = ops.LAWS[law]
+
+    def generator(outs, shape, prob, transpose, corder):
+        out = outs[0]
+        dtype = compute_dtype(out.dtype)
+        _, n_inner = ops.generated_shape(shape, transpose, corder)
+        cfg = config(prob, corder, n_inner)  # flag: G written directly (corder) or transposed
+
+        def run(*args):
+            y = _ffi(KERNELS[("dense", law)], (params_array(args[:n], n, dtype), args[n], jnp.asarray(cfg)),
+                     out.shape, dtype)
+            return [y.astype(out.dtype)]
+
+        return run
+
+    return generator
+
+
+for (_law, _rank, _event), _op in ops.MATMUL_OPS.items():
+    _op.def_numba_kernel(matmul_generator(_law, _event))
+for _law, _op in ops.DENSE_OPS.items():
+    _op.def_numba_kernel(dense_generator(_law))

@@ -1,0 +1,285 @@
+"""Just-in-time connectivity (JITC) ops: a random matrix regenerated in every kernel, never stored.
+
+A JITC matrix ``M`` of shape ``(n_rows, n_cols)`` is defined by ``(prob, seed)``
+and a weight law; the kernels regenerate the synapses of the indices they visit
+(:mod:`.generation`: a counter-based stream per outer index, geometric skipping).
+
+Laws and their weight parameters (operands, each of shape ``(1,)``, differentiable):
+
+* ``scalar``: ``(weight,)``, ``w = weight``;
+* ``normal``: ``(loc, scale)``, ``w = loc + scale * z``, ``z ~ N(0, 1)``;
+* ``uniform``: ``(low, high)``, ``w = low + (high - low) * u``, ``u ~ U[0, 1)``.
+
+Operands, in order: the law's parameters, ``seed`` (``(1,)`` uint32, traced:
+a new seed does not recompile), then the dense operand (``x``, contracted
+dimension first).  Static params: ``shape``, ``prob``, ``transpose``,
+``corder`` (and ``weighted`` for event ops).
+
+Orientation.  An op computes ``M @ x`` (``transpose=False``) or ``M.T @ x``.
+``corder`` states which index is generated outer, as brainevent has it:
+``corder=True`` generates the op's *output* index outer (each output
+regenerates its stream and gathers: parallel without atomics, but every
+synapse is generated whatever the operand holds); ``corder=False`` generates
+the *input* index outer (each input scatters its synapses: event-driven, a
+silent event generates nothing).  Hence ``M`` is generated row-outer iff
+``corder != transpose``, and ``(transpose, corder)`` and
+``(not transpose, not corder)`` are the same matrix transposed, which is what
+the transpose rule and ``.T`` use.  The kernels see only the generated matrix
+``G`` (``n_outer x n_inner``): ``y = G @ x`` (gather) or ``y = G.T @ x`` (scatter).
+
+Event operands: ``binary_*`` ops take bool spikes or numbers, nonzero meaning
+a spike; an inactive entry contributes nothing, whatever the weights hold
+(select, never multiply).  ``weighted=True`` scales each active entry's
+weights by its value (graded events, true gradient); otherwise the gradient
+w.r.t. a float spike array is straight-through (``M``).
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+
+from ...dtypes import compute_dtype
+from ...events import as_bool_events
+from ...rules import ad as ad_rules
+from ...rules import batching as batching_rules
+from ...xla_custom_kernel import XLACustomKernel
+from .generation import dense_generated
+
+__all__ = ["LAWS", "MATMUL_OPS", "DENSE_OPS", "OPS", "generated_shape", "row_outer", "bind_matmul",
+           "bind_dense"]
+
+BACKENDS = {"numba": {"cpu": True}, "warp": {"cpu": False, "gpu": True}, "numba_cuda": {"gpu": True}}
+LAWS = {"scalar": 1, "normal": 2, "uniform": 2}  # law -> number of weight parameters
+_LETTER = {"scalar": "s", "normal": "n", "uniform": "u"}
+
+
+def row_outer(transpose: bool, corder: bool) -> bool:
+    """Whether ``M`` is generated row by row: the output index is outer iff ``corder``."""
+    return bool(corder) != bool(transpose)
+
+
+def generated_shape(shape, transpose: bool, corder: bool) -> tuple[int, int]:
+    """``(n_outer, n_inner)`` of the generated matrix ``G`` (``M`` or ``M.T``)."""
+    n_rows, n_cols = shape
+    return (n_rows, n_cols) if row_outer(transpose, corder) else (n_cols, n_rows)
+
+
+# ===========================================================================
+# Reference (pure JAX, dense; the fallback backend and the tests' oracle)
+# ===========================================================================
+def _op_matrix(law, params, seed, *, shape, prob, transpose, corder, dtype):
+    """``(D, mask)`` with ``D = M`` or ``M.T`` as the op applies it (``n_out x n_in``)."""
+    n_outer, n_inner = generated_shape(shape, transpose, corder)
+    w, mask = dense_generated(law, params, seed.reshape(()), prob, n_outer, n_inner, dtype)
+    return (w, mask) if corder else (w.T, mask.T)  # corder: the output index is outer
+
+
+def _terms(w, mask, x, mode: str, dtype):
+    """Per-synapse terms of ``y_o = sum_i term(w_oi, x_i)`` over the structure only:
+    ``float`` w x (IEEE); ``binary`` w where x != 0 (select); ``weighted`` w x where x != 0."""
+    if x.ndim == 2:
+        w, mask = w[:, :, None], mask[:, :, None]
+    zero = jnp.zeros((), dtype)
+    if mode == "float":
+        return jnp.where(mask, w * x.astype(dtype), zero)
+    active = mask & as_bool_events(x)
+    if mode == "binary":
+        return jnp.where(active, w, zero)
+    return jnp.where(active, w * x.astype(dtype), zero)
+
+
+def _reference_matmul(*args, outs, law, mode, shape, prob, transpose, corder, **_):
+    out = outs[0]
+    dtype = compute_dtype(out.dtype)
+    params, seed, x = args[:-2], args[-2], args[-1]
+    w, mask = _op_matrix(law, params, seed, shape=shape, prob=prob, transpose=transpose, corder=corder,
+                         dtype=dtype)
+    y = jnp.sum(_terms(w, mask, x, mode, dtype), axis=1)
+    return [y.astype(out.dtype)]
+
+
+def _reference_dense(*args, outs, law, shape, prob, transpose, corder, **_):
+    out = outs[0]
+    params, seed = args[:-1], args[-1]
+    w, _ = _op_matrix(law, params, seed, shape=shape, prob=prob, transpose=transpose, corder=corder,
+                      dtype=compute_dtype(out.dtype))
+    return [w.astype(out.dtype)]
+
+
+# ===========================================================================
+# Binding
+# ===========================================================================
+def _mode(event: bool, weighted: bool) -> str:
+    return "float" if not event else ("weighted" if weighted else "binary")
+
+
+def bind_matmul(law: str, event: bool, params, seed, x, *, shape, prob, transpose, corder, dtype,
+                backend, weighted=False):
+    """Bind the matmul op of ``law`` (mv or mm by ``x.ndim``) and return its result."""
+    op = MATMUL_OPS[(law, x.ndim, event)]
+    n_out = shape[1] if transpose else shape[0]
+    outs = [jax.ShapeDtypeStruct((n_out,) + tuple(x.shape[1:]), dtype)]
+    extra = {"weighted": bool(weighted)} if event else {}
+    return op.bind(*params, seed, x, outs=outs, shape=tuple(shape), prob=float(prob), transpose=bool(transpose),
+                   corder=bool(corder), backend=backend, **extra)[0]
+
+
+def bind_dense(law: str, params, seed, *, shape, prob, transpose, corder, dtype, backend):
+    """Bind the materialiser of ``law``: ``M`` (or ``M.T``) as a dense array."""
+    out_shape = tuple(shape[::-1]) if transpose else tuple(shape)
+    outs = [jax.ShapeDtypeStruct(out_shape, dtype)]
+    return DENSE_OPS[law].bind(*params, seed, outs=outs, shape=tuple(shape), prob=float(prob),
+                               transpose=bool(transpose), corder=bool(corder), backend=backend)[0]
+
+
+def _basis(params, i: int):
+    """The parameters with ``params[i] = 1`` and the others 0 (the law is linear in them jointly)."""
+    return [jnp.ones(p.shape, p.dtype) if j == i else jnp.zeros(p.shape, p.dtype)
+            for j, p in enumerate(ad_rules.aval_of(q) for q in params)]
+
+
+def _with_tangent(params, i: int, tangent):
+    """The parameters with ``params[i] = tangent`` and the others 0."""
+    avals = [ad_rules.aval_of(q) for q in params]
+    return [tangent if j == i else jnp.zeros(a.shape, a.dtype) for j, a in enumerate(avals)]
+
+
+# ===========================================================================
+# Rules of the matmul ops
+# ===========================================================================
+def _matmul_rules(op, law: str, rank: int, event: bool):
+    n = LAWS[law]
+
+    def param_jvp(i):
+        # y = sum_p theta_p A_p x is linear in the parameters jointly (A_p: the matrix of basis p):
+        # dy = A(dtheta) x, i.e. the op with the tangent at parameter i and 0 at the others.
+        def rule(tangent, *args, outs, **params):
+            return op.primitive.bind(*_with_tangent(args[:n], i, tangent), *args[n:], outs=outs, **params)
+
+        return rule
+
+    def operand_jvp(tangent, *args, outs, weighted=False, **params):
+        # float: y = A x is linear in x, dy = A dx.  events: straight-through (binary) or the true
+        # derivative of sum_{x != 0} w x (weighted), both dy = A dx: the float op on the tangent.
+        float_op = MATMUL_OPS[(law, rank, False)]
+        return float_op.primitive.bind(*args[:n], args[n], tangent.astype(outs[0].dtype), outs=outs, **params)
+
+    def param_cotangent(i):
+        # y = A(theta) x  =>  theta_bar_i = <y_bar, A(e_i) x>: the op itself with the basis e_i,
+        # so for events only the synapses of active inputs are generated (event-driven).
+        def rule(cts, *args, outs, shape, prob, transpose, corder, backend, weighted=False):
+            params, seed, x = args[:n], args[n], args[n + 1]
+            aval = ad_rules.aval_of(params[i])
+            y1 = bind_matmul(law, event, _basis(params, i), seed, x, shape=shape, prob=prob, transpose=transpose,
+                             corder=corder, dtype=cts[0].dtype, backend=backend, weighted=weighted)
+            acc = compute_dtype(aval.dtype)
+            return jnp.sum(cts[0].astype(acc) * y1.astype(acc)).astype(aval.dtype).reshape(aval.shape)
+
+        return rule
+
+    def operand_cotangent(cts, *args, outs, shape, prob, transpose, corder, backend):
+        # y = A x  =>  x_bar = A.T y_bar: the same generated matrix transposed, i.e. the op with
+        # transpose and corder both flipped (row_outer is unchanged: same seed, same draws).
+        aval = ad_rules.aval_of(args[n + 1])
+        return bind_matmul(law, False, args[:n], args[n], cts[0], shape=shape, prob=prob, transpose=not transpose,
+                           corder=not corder, dtype=aval.dtype, backend=backend)
+
+    jvps = [param_jvp(i) for i in range(n)] + [None, operand_jvp]
+    cotangents = {i: param_cotangent(i) for i in range(n)}
+    if not event:
+        cotangents[n + 1] = operand_cotangent
+    return jvps, ad_rules.linear_transpose_rule(cotangents, name=op.name)
+
+
+def _matmul_batching(law: str, rank: int, event: bool):
+    """vmap of the operand alone: one call of the mm op (the batch folded into columns, no loop);
+    a batch of weight parameters or seeds: a sequential loop (``lax.map``) over the batch."""
+    n = LAWS[law]
+
+    def rule(args, axes, *, outs, shape, prob, transpose, corder, backend, weighted=False):
+        extra = {"weighted": weighted} if event else {}
+        if any(a is not None for a in axes[:n + 1]):
+            self_op = MATMUL_OPS[(law, rank, event)]
+            return batching_rules.sequential_batch(self_op.primitive, args, axes, outs=outs, shape=shape, prob=prob,
+                                                   transpose=transpose, corder=corder, backend=backend, **extra)
+        x = jnp.moveaxis(args[n + 1], axes[n + 1], 1)  # (n_in, batch[, k])
+        size = x.shape[1]
+        flat = x.reshape(x.shape[0], math.prod(x.shape[1:]))
+        y = bind_matmul(law, event, args[:n], args[n], flat, shape=shape, prob=prob, transpose=transpose,
+                        corder=corder, dtype=outs[0].dtype, backend=backend, weighted=weighted)
+        return [y.reshape((y.shape[0], size) + x.shape[2:])], [1]
+
+    return rule
+
+
+def _define_matmul(law: str, rank: int, event: bool) -> XLACustomKernel:
+    """One matmul op: reference, JVPs, transpose and batching rules, declared backends."""
+    kind = "mv" if rank == 1 else "mm"
+    op = XLACustomKernel(f"evjax_{'binary_' if event else ''}jit{_LETTER[law]}{kind}")
+
+    def reference(*args, weighted=False, **params):
+        return _reference_matmul(*args, law=law, mode=_mode(event, weighted), **params)
+
+    op.def_reference(reference)
+    jvps, transpose = _matmul_rules(op, law, rank, event)
+    op.def_jvp_rule2(*jvps)
+    op.def_transpose_rule(transpose)
+    op.def_batching_rule(_matmul_batching(law, rank, event))
+    op.declare_backends(__package__, BACKENDS)
+    return op
+
+
+MATMUL_OPS: dict = {}  # (law, rank, event) -> op
+for _law in LAWS:
+    for _rank in (1, 2):
+        for _event in (False, True):
+            MATMUL_OPS[(_law, _rank, _event)] = _define_matmul(_law, _rank, _event)
+
+
+# ===========================================================================
+# Materialisers: jits / jitn / jitu
+# ===========================================================================
+def _dense_rules(op, law: str):
+    n = LAWS[law]
+
+    def param_jvp(i):
+        # D(theta) is linear in theta jointly: dD = D(dtheta)
+        def rule(tangent, *args, outs, **params):
+            return op.primitive.bind(*_with_tangent(args[:n], i, tangent), args[n], outs=outs, **params)
+
+        return rule
+
+    def param_cotangent(i):
+        # theta_bar_i = sum_{o,i in structure} D_bar_oi * D(e_i)_oi
+        def rule(cts, *args, outs, shape, prob, transpose, corder, backend):
+            aval = ad_rules.aval_of(args[i])
+            d1 = bind_dense(law, _basis(args[:n], i), args[n], shape=shape, prob=prob, transpose=transpose,
+                            corder=corder, dtype=cts[0].dtype, backend=backend)
+            acc = compute_dtype(aval.dtype)
+            return jnp.sum(cts[0].astype(acc) * d1.astype(acc)).astype(aval.dtype).reshape(aval.shape)
+
+        return rule
+
+    return [param_jvp(i) for i in range(n)] + [None], ad_rules.linear_transpose_rule(
+        {i: param_cotangent(i) for i in range(n)}, name=op.name)
+
+
+DENSE_OPS: dict = {}
+for _law in LAWS:
+    _op = XLACustomKernel(f"evjax_jit{_LETTER[_law]}")
+    _op.def_reference(functools.partial(_reference_dense, law=_law))
+    _jvps, _transpose = _dense_rules(_op, _law)
+    _op.def_jvp_rule2(*_jvps)
+    _op.def_transpose_rule(_transpose)
+
+    def _dense_batching(args, axes, _op=_op, **params):  # parameters or seeds batched: a loop
+        return batching_rules.sequential_batch(_op.primitive, args, axes, **params)
+
+    _op.def_batching_rule(_dense_batching)
+    _op.declare_backends(__package__, BACKENDS)
+    DENSE_OPS[_law] = _op
+
+OPS = tuple(MATMUL_OPS.values()) + tuple(DENSE_OPS.values())

@@ -1,0 +1,26 @@
+"""Run tests/cudasim/test_sim_jitc.py in a subprocess with Numba's CUDA simulator on.
+
+NUMBA_ENABLE_CUDASIM must be set before numba is imported, which this pytest
+process has already done, hence the separate process.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.mark.cudasim
+def test_jitc_under_the_cuda_simulator():
+    path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONPATH": path, "JAX_PLATFORMS": "cpu"}
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/cudasim/test_sim_jitc.py"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
+    assert " passed" in result.stdout and " failed" not in result.stdout

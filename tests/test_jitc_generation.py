@@ -1,0 +1,223 @@
+"""The JITC generation scheme: bit-exact against a pure-Python implementation, identical on every
+backend, the same matrix in both orientations and through ``.T``, and the promised statistics.
+
+The pure-Python implementation below is written from the scheme's description
+(evjax/primitives/jitc/generation.py and docs/jit_connectivity.md) with
+arbitrary-precision integers, so the JAX uint32 emulation of the 64-bit
+product and the kernels' uint64 arithmetic are both checked against exact maths.
+"""
+from __future__ import annotations
+
+import decimal
+import math
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats
+
+import evjax
+from evjax import registry
+from evjax.primitives.jitc import generation
+
+M32 = 0xFFFFFFFF
+
+
+# ---------------------------------------------------------------------------
+# the scheme in pure Python (exact integers)
+# ---------------------------------------------------------------------------
+def mix32(x):
+    x ^= x >> 16
+    x = (x * 0x7FEB352D) & M32
+    x ^= x >> 15
+    x = (x * 0x846CA68B) & M32
+    return x ^ (x >> 16)
+
+
+def stream_keys(seed, o):
+    s = mix32(seed)
+    ka = mix32((o * 0x9E3779B9 + s) & M32)
+    return ka, mix32(ka ^ mix32(seed ^ 0x85EBCA6B))
+
+
+def draw(ka, kb, c):
+    return mix32((mix32(c ^ ka) + kb) & M32)
+
+
+def neg_log2_q24(h):
+    h = max(h, 1)
+    e = 32 - h.bit_length()  # leading zeros
+    u = h << e
+    table = generation.log2_table()
+    idx, frac = (u >> 21) & 1023, (u >> 5) & 0xFFFF
+    lo, hi = int(table[idx]), int(table[idx + 1])
+    return ((e + 1) << 24) - (lo + (((hi - lo) * frac) >> 16))
+
+
+def python_rows(seed, prob, n_outer, n_inner):
+    """{outer index: [(inner index, synapse number k)]} by the scheme, exactly."""
+    r, s = generation.gap_multiplier(prob)
+    rows = {}
+    for o in range(n_outer):
+        ka, kb = stream_keys(seed, o)
+        pos, k, row = -1, 0, []
+        while True:
+            pos += 1 + min((neg_log2_q24(draw(ka, kb, 4 * k)) * r) >> s, n_inner)
+            if pos >= n_inner:
+                break
+            row.append((pos, k))
+            k += 1
+        rows[o] = row
+    return rows
+
+
+def python_dense(law, params, seed, prob, n_outer, n_inner):
+    g = np.zeros((n_outer, n_inner), np.float32)
+    for o, row in python_rows(seed, prob, n_outer, n_inner).items():
+        ka, kb = stream_keys(seed, o)
+        for pos, k in row:
+            if law == "scalar":
+                w = np.float32(params[0])
+            elif law == "uniform":
+                u = np.float32(draw(ka, kb, 4 * k + 1) >> 8) * np.float32(2.0 ** -24)
+                w = np.float32(params[0]) + (np.float32(params[1]) - np.float32(params[0])) * u
+            else:
+                radius = np.sqrt(np.float32(generation.TWO_LN2)
+                                 * (np.float32(neg_log2_q24(draw(ka, kb, 4 * k + 1))) * np.float32(2.0 ** -24)))
+                h2 = draw(ka, kb, 4 * k + 2)
+                idx, frac = h2 >> 22, (h2 >> 14) & 255
+                table = generation.cos_table()
+                c = (int(table[idx]) * (256 - frac) + int(table[idx + 1]) * frac) >> 8
+                z = radius * (np.float32(c - (1 << 22)) * np.float32(2.0 ** -22))
+                w = np.float32(params[0]) + np.float32(params[1]) * z
+            g[o, pos] = w
+    return g
+
+
+# ---------------------------------------------------------------------------
+# tests
+# ---------------------------------------------------------------------------
+def test_tables_and_multiplier_are_exact():
+    k = np.arange(1025)
+    assert np.max(np.abs(generation.log2_table().astype(np.int64) - np.round(np.log2(1 + k / 1024) * 2**24))) <= 1
+    cos = np.round((np.cos(2 * np.pi * k / 1024) + 1) * 2**22)
+    assert np.max(np.abs(generation.cos_table().astype(np.int64) - cos)) <= 1
+    for p in (1e-6, 1e-3, 0.1, 0.5, 0.99):
+        r, s = generation.gap_multiplier(p)
+        assert 2**31 <= r < 2**32 or s == 63
+        exact = 1 / (2**24 * -math.log2(1 - p))
+        assert abs(r / 2**s - exact) <= 1e-9 * exact
+    assert generation.gap_multiplier(1.0) == (0, 32)
+
+
+@pytest.mark.parametrize("prob", [1e-4, 0.05, 0.5, 0.97])
+def test_jax_gap_matches_exact_integers(prob):
+    """The uint32-only JAX gap (64-bit product in 16-bit halves) equals floor(E2 * R / 2^S) exactly."""
+    h = np.random.default_rng(0).integers(0, 2**32, 4000, dtype=np.uint64).astype(np.uint32)
+    h[:3] = [0, 1, 2**32 - 1]
+    r, s = generation.gap_multiplier(prob)
+    cap = 10**6
+    got = np.asarray(generation.gap(jnp.asarray(h), r, s, cap))
+    want = [min((neg_log2_q24(int(x)) * r) >> s, cap) for x in h]
+    np.testing.assert_array_equal(got, np.array(want, np.uint32))
+
+
+@pytest.mark.parametrize("law,params", [("scalar", (0.7,)), ("normal", (0.3, 1.2)), ("uniform", (-1.0, 2.0))])
+def test_reference_matches_pure_python(law, params):
+    """The JAX reference's generated matrix equals the pure-Python scheme: structure bitwise, weights 1 ulp."""
+    seed, prob, n_outer, n_inner = 123456789, 0.3, 9, 13
+    want = python_dense(law, params, seed, prob, n_outer, n_inner)
+    fn = {"scalar": evjax.jits, "normal": evjax.jitn, "uniform": evjax.jitu}[law]
+    got = np.asarray(fn(*params, prob, seed, shape=(n_outer, n_inner), corder=True, backend="reference"))
+    np.testing.assert_array_equal(got != 0, want != 0)
+    np.testing.assert_array_max_ulp(got, want, maxulp=1)
+
+
+def _backends():
+    names = ["numba", "reference"]
+    if registry.missing_library("warp") is None:
+        names.append("warp")
+    return names
+
+
+@pytest.mark.parametrize("law,params", [("scalar", (1.5,)), ("normal", (0.5, 0.25)), ("uniform", (0.1, 0.9))])
+def test_todense_identical_across_backends_and_orientations(law, params):
+    """Same (shape, prob, seed): the same structure bitwise and weights within 1 ulp on every CPU backend,
+    for both ways of computing each orientation, and M.T is the same matrix transposed."""
+    fn = {"scalar": evjax.jits, "normal": evjax.jitn, "uniform": evjax.jitu}[law]
+    shape, prob, seed = (37, 23), 0.2, 2024
+    dense = {}
+    for backend in _backends():
+        for corder in (True, False):
+            m = np.asarray(fn(*params, prob, seed, shape=shape, transpose=False, corder=corder, backend=backend))
+            mt = np.asarray(fn(*params, prob, seed, shape=shape, transpose=True, corder=not corder, backend=backend))
+            np.testing.assert_array_equal(m, mt.T)  # (transpose, corder) ~ (not transpose, not corder)
+            dense[(backend, corder)] = m
+    for corder in (True, False):
+        want = dense[("reference", corder)]
+        for backend in _backends():
+            got = dense[(backend, corder)]
+            np.testing.assert_array_equal(got != 0, want != 0, err_msg=f"{backend} corder={corder}")
+            np.testing.assert_array_max_ulp(got, want, maxulp=1)
+    cls = {"scalar": evjax.JITCScalarR, "normal": evjax.JITCNormalR, "uniform": evjax.JITCUniformR}[law]
+    for corder in (True, False):
+        m = cls(*params, prob=prob, seed=seed, shape=shape, corder=corder)
+        np.testing.assert_array_equal(np.asarray(m.T.todense()), np.asarray(m.todense()).T)
+        np.testing.assert_array_max_ulp(np.asarray(m.tocsr().todense()), np.asarray(m.todense()), maxulp=1)
+
+
+def test_products_agree_with_todense_on_every_orientation():
+    rng = np.random.default_rng(3)
+    for cls in (evjax.JITCNormalR, evjax.JITCNormalC):
+        for corder in (True, False):
+            m = cls(0.2, 1.0, prob=0.3, seed=11, shape=(17, 29), corder=corder)
+            d = np.asarray(m.todense(), np.float64)
+            v, u = rng.standard_normal(29).astype(np.float32), rng.standard_normal(17).astype(np.float32)
+            spikes = rng.random(17) < 0.3
+            np.testing.assert_allclose(m @ v, d @ v, rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(u @ m, u @ d, rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(spikes @ m, spikes @ d, rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(evjax.BinaryArray(spikes) @ m, spikes @ d, rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(m.T @ u, d.T @ u, rtol=1e-5, atol=1e-5)
+            B = rng.standard_normal((29, 3)).astype(np.float32)
+            np.testing.assert_allclose(m @ B, d @ B, rtol=1e-5, atol=1e-5)
+
+
+def test_statistics():
+    """Fan-out is Binomial(n_inner, prob) (mean and variance); weights follow their laws (KS tests)."""
+    n_outer, n_inner, prob = 2000, 1000, 0.05
+    m = evjax.JITCNormalR(0.0, 1.0, prob=prob, seed=99, shape=(n_outer, n_inner), corder=True).tocsr()
+    counts = np.diff(np.asarray(m.indptr))
+    mean, var = n_inner * prob, n_inner * prob * (1 - prob)
+    assert abs(counts.mean() - mean) < 5 * math.sqrt(var / n_outer)
+    assert abs(counts.var() / var - 1) < 0.1
+    cols = np.bincount(np.asarray(m.indices), minlength=n_inner)  # every inner index equally likely
+    assert stats.chisquare(cols).pvalue > 1e-4
+    z = np.asarray(m.data, np.float64)
+    assert stats.kstest(z, "norm").pvalue > 1e-4
+    u = np.asarray(evjax.JITCUniformR(2.0, 5.0, prob=prob, seed=7, shape=(400, 1000), corder=True).tocsr().data)
+    assert u.min() >= 2.0 and u.max() < 5.0 and stats.kstest(u, "uniform", args=(2.0, 3.0)).pvalue > 1e-4
+    # a new seed is a new draw: overlap of two structures is chance level (prob^2 of the entries)
+    a = evjax.jits(1.0, 0.1, 1, shape=(200, 300)) != 0
+    b = evjax.jits(1.0, 0.1, 2, shape=(200, 300)) != 0
+    assert abs(float(jnp.mean(a & b)) - 0.01) < 0.004
+
+
+@pytest.mark.parametrize("backend", [b for b in _backends() if b != "reference"])
+def test_kernel_products_agree_with_todense(backend):
+    """Every kernel kind of a backend (gather/scatter, mv/mm, float/spikes/weighted) against its own todense."""
+    rng = np.random.default_rng(5)
+    shape, prob, seed = (23, 31), 0.25, 9
+    for transpose, corder in ((False, True), (False, False), (True, True), (True, False)):
+        d = np.asarray(evjax.jitu(-0.5, 1.0, prob, seed, shape=shape, transpose=transpose, corder=corder,
+                                  backend=backend), np.float64)
+        n_in = d.shape[1]
+        x = rng.standard_normal((n_in, 3)).astype(np.float32) * (rng.random((n_in, 3)) < 0.5)
+        kw = dict(shape=shape, transpose=transpose, corder=corder, backend=backend)
+        np.testing.assert_allclose(evjax.jitumv(-0.5, 1.0, prob, x[:, 0], seed, **kw), d @ x[:, 0], rtol=1e-5,
+                                   atol=1e-5)
+        np.testing.assert_allclose(evjax.jitumm(-0.5, 1.0, prob, x, seed, **kw), d @ x, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(evjax.binary_jitumv(-0.5, 1.0, prob, x[:, 0] != 0, seed, **kw),
+                                   d @ (x[:, 0] != 0), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(evjax.binary_jitumm(-0.5, 1.0, prob, evjax.WeightedArray(x), seed, **kw),
+                                   d @ x, rtol=1e-5, atol=1e-5)

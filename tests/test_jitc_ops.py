@@ -1,0 +1,244 @@
+"""JITC ops under every transform (evjax.testing harness), on the CPU backends, against dense references.
+
+The references build the generated matrix densely with the pure-JAX form of
+the generation scheme (itself checked bit by bit against a pure-Python
+implementation in tests/test_jitc_generation.py), then sum the structural
+terms: ``y_o = sum_{i in structure} term(w_oi, x_i)``, where a float operand
+multiplies (IEEE), a spike selects its weight (a silent one contributes
+nothing, NaN weights included) with a straight-through gradient, and a
+weighted event scales its weights by its value with the true gradient.
+Sizes come from the harness's small buckets; the seed is a traced operand,
+redrawn per vmap batch element (a sequential batch), and vmap over the
+operand alone runs the mm op.
+"""
+from __future__ import annotations
+
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import strategies as st
+
+import evjax
+from evjax.primitives.jitc import MATMUL_OPS
+from evjax.primitives.jitc.generation import dense_generated
+from evjax.primitives.jitc.ops import generated_shape
+from evjax.testing import SIZES, OpSpec, check_all, property_test, redraw
+
+BACKENDS = ("numba", "reference")
+# CI (default profile): a few shapes, so examples reuse compiled programs; thorough: every size bucket
+THOROUGH = os.environ.get("HYPOTHESIS_PROFILE") == "thorough"
+SHAPES = [(a, b) for a in SIZES for b in SIZES] if THOROUGH else [(3, 4), (5, 2), (0, 3)]
+PROBS = (0.15, 0.4, 0.7, 1.0) if THOROUGH else (0.5,)
+LAWS = {"scalar": 1, "normal": 2, "uniform": 2}
+FUNCTIONS = {
+    (law, rank, event): getattr(evjax, f"{'binary_' if event else ''}jit{law[0]}m{'v' if rank == 1 else 'm'}")
+    for law in LAWS for rank in (1, 2) for event in (False, True)
+}
+
+
+# ---------------------------------------------------------------------------
+# dense references (jax.numpy: differentiable)
+# ---------------------------------------------------------------------------
+def op_matrix(law, params, seed, shape, prob, transpose, corder):
+    """``(D, mask)``: the matrix the op applies (``M`` or ``M.T``), dense."""
+    n_outer, n_inner = generated_shape(shape, transpose, corder)
+    w, mask = dense_generated(law, [p.astype(jnp.float32) for p in params], jnp.asarray(seed).reshape(()),
+                              prob, n_outer, n_inner, jnp.float32)
+    return (w, mask) if corder else (w.T, mask.T)
+
+
+@jax.custom_jvp
+def spike_terms(w, s):
+    return jnp.where(s != 0, w, jnp.zeros_like(w))  # select: a silent spike never meets w
+
+
+@spike_terms.defjvp
+def _spike_terms_jvp(primals, tangents):
+    w, s = primals
+    dw, ds = tangents  # d/ds straight-through, as if the term were w * s
+    return spike_terms(w, s), jnp.where(s != 0, dw, jnp.zeros_like(dw)) + w * ds
+
+
+@jax.custom_jvp
+def weighted_terms(w, s):
+    return jnp.where(s != 0, w * s, jnp.zeros_like(w))  # graded: zero entries select 0
+
+
+@weighted_terms.defjvp
+def _weighted_terms_jvp(primals, tangents):
+    w, s = primals
+    dw, ds = tangents  # the true derivative of w * s
+    return weighted_terms(w, s), jnp.where(s != 0, dw * s, jnp.zeros_like(dw)) + w * ds
+
+
+def structural(law, params, seed, x, shape, prob, transpose, corder, mode):
+    w, mask = op_matrix(law, params, seed, shape, prob, transpose, corder)
+    if x.ndim == 2:
+        w, mask = w[:, :, None], mask[:, :, None]
+    xs = jnp.broadcast_to(x[None], jnp.broadcast_shapes(w.shape, x[None].shape))
+    w = jnp.broadcast_to(w, xs.shape)
+    if mode == "float":
+        terms = w * xs.astype(jnp.float32)
+    elif x.dtype == jnp.bool_:
+        terms = jnp.where(xs, w, jnp.zeros_like(w))
+    else:
+        terms = (weighted_terms if mode == "weighted" else spike_terms)(w, xs.astype(jnp.float32))
+    return jnp.sum(jnp.where(mask, terms, 0.0), axis=1)
+
+
+# ---------------------------------------------------------------------------
+# specs and arguments: (params..., seed, x, shape, prob, transpose, corder)
+# ---------------------------------------------------------------------------
+def spec_for(law: str, rank: int, event: bool, weighted: bool = False, x_float: bool = True, nonfinite=False):
+    n = LAWS[law]
+    fn_public = FUNCTIONS[(law, rank, event)]
+    mode = "float" if not event else ("weighted" if weighted else "binary")
+
+    def make(backend):
+        def fn(*a):
+            kw = {"weighted": True} if weighted else {}
+            return fn_public(*a[:n], a[n + 3], a[n + 1], a[n], shape=a[n + 2], transpose=a[n + 4], corder=a[n + 5],
+                             backend=backend, **kw)
+
+        def reference(*a):
+            return structural(law, a[:n], a[n], a[n + 1], a[n + 2], a[n + 3], a[n + 4], a[n + 5], mode)
+
+        def resample(rng, args, argnums):
+            out = list(redraw(rng, args, [i for i in argnums if i != n]))
+            if n in argnums:
+                out[n] = rng.integers(0, 2**32, size=(1,), dtype=np.uint64).astype(np.uint32)
+            return tuple(out)
+
+        diff = tuple(range(n)) + ((n + 1,) if x_float else ())
+        return OpSpec(fn=fn, reference=reference, diff_argnums=diff, static_argnums=(n + 2, n + 3, n + 4, n + 5),
+                      backend=backend, resample=resample, nonfinite=nonfinite,
+                      smooth=not (event and x_float and not weighted),  # straight-through: not finite differences
+                      nonfinite_argnums=tuple(range(n)) if nonfinite else None,
+                      name=f"{fn_public.__name__}[{backend}{', weighted' if weighted else ''}]")
+
+    return make
+
+
+@st.composite
+def jitc_args(draw, law: str, rank: int, event: bool, x_float: bool = True):
+    n_rows, n_cols = draw(st.sampled_from(SHAPES))
+    transpose, corder = draw(st.booleans()), draw(st.booleans())
+    prob = draw(st.sampled_from(PROBS))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    params = [rng.standard_normal(1).astype(np.float32) for _ in range(LAWS[law])]
+    seed = rng.integers(0, 2**32, size=(1,), dtype=np.uint64).astype(np.uint32)
+    n_in = n_rows if transpose else n_cols
+    shape_x = (n_in,) if rank == 1 else (n_in, 2)
+    if not event:
+        x = rng.standard_normal(shape_x).astype(np.float32)
+    elif x_float:
+        x = (rng.standard_normal(shape_x) * (rng.random(shape_x) < 0.5)).astype(np.float32)
+    else:
+        x = rng.random(shape_x) < 0.5
+    return (*params, seed, x, (n_rows, n_cols), prob, transpose, corder)
+
+
+# Each law and kind on Numba, the reference (the GPU fallback) on one op; every op on both backends
+# under the thorough profile (the CI budget keeps the default run to the cases below).
+# float operand: every law, mv and mm
+test_jitsmv = property_test(spec_for("scalar", 1, False), jitc_args("scalar", 1, False), backends=BACKENDS)
+test_jitnmm = property_test(spec_for("normal", 2, False), jitc_args("normal", 2, False), backends=("numba",))
+# events: bool spikes, float spikes (straight-through), weighted events (true gradient)
+test_binary_jitsmv_bool = property_test(spec_for("scalar", 1, True, x_float=False),
+                                        jitc_args("scalar", 1, True, x_float=False), backends=("numba",))
+test_binary_jitnmv = property_test(spec_for("normal", 1, True), jitc_args("normal", 1, True), backends=("numba",))
+test_binary_jitumm_weighted = property_test(spec_for("uniform", 2, True, weighted=True),
+                                            jitc_args("uniform", 2, True), backends=("numba",))
+if THOROUGH:
+    test_jitumv = property_test(spec_for("uniform", 1, False), jitc_args("uniform", 1, False), backends=BACKENDS)
+    test_binary_jitnmv_reference = property_test(spec_for("normal", 1, True), jitc_args("normal", 1, True),
+                                                 backends=("reference",))
+    test_jitnmv = property_test(spec_for("normal", 1, False), jitc_args("normal", 1, False), backends=BACKENDS)
+    test_jitumm = property_test(spec_for("uniform", 2, False), jitc_args("uniform", 2, False), backends=BACKENDS)
+    test_binary_jitsmm_bool = property_test(spec_for("scalar", 2, True, x_float=False),
+                                            jitc_args("scalar", 2, True, x_float=False), backends=BACKENDS)
+    test_binary_jitnmm_weighted = property_test(spec_for("normal", 2, True, weighted=True),
+                                                jitc_args("normal", 2, True), backends=BACKENDS)
+
+
+@pytest.mark.parametrize("backend", ["numba"] + (["reference"] if THOROUGH else []))
+def test_events_select_nan_weights(backend):
+    """A silent spike contributes nothing whatever the weights hold (NaN, inf): forward and gradients."""
+    rng = np.random.default_rng(1)
+    for law in ("scalar", "normal"):
+        n = LAWS[law]
+        make = spec_for(law, 1, True, x_float=False, nonfinite=True)
+        params = [np.array([np.nan], np.float32)] + [np.array([np.inf], np.float32)] * (n - 1)
+        x = np.array([True, False, False, True, False])
+        for transpose, corder in ((True, False), (False, True)):  # a scatter and a gather
+            args = (*params, np.array([7], np.uint32), x if transpose else x[:4], (5, 4), 0.6, transpose, corder)
+            check_all(make(backend), args, seed=int(rng.integers(1 << 30)), skip=("vmap", "nested_vmap",
+                                                                                  "jit_grad_vmap"))
+
+
+def test_vmap_over_operand_is_one_mm_call():
+    """vmap of an mv op over its operand binds the mm op (no loop); over the seed, a sequential loop."""
+    v = jnp.ones((3, 6), jnp.float32)
+    f = lambda x: evjax.jitsmv(1.0, 0.5, x, 3, shape=(4, 6), backend="reference")  # noqa: E731
+    jaxpr = jax.make_jaxpr(jax.vmap(f))(v)
+    names = [e.primitive.name for e in jaxpr.jaxpr.eqns]
+    assert MATMUL_OPS[("scalar", 2, False)].name in names and MATMUL_OPS[("scalar", 1, False)].name not in names
+    g = lambda s: evjax.jitsmv(1.0, 0.5, v[0], s, shape=(4, 6), backend="reference")  # noqa: E731
+    seeds = jnp.arange(3, dtype=jnp.uint32)
+    batched = jax.vmap(g)(seeds)
+    for k in range(3):
+        np.testing.assert_array_equal(batched[k], g(seeds[k]))
+
+
+def test_seed_is_traced_no_recompile():
+    """A new seed (or weight) reuses the compiled program: one trace for many seeds."""
+    traces = []
+
+    @jax.jit
+    def f(w, seed):
+        traces.append(1)
+        return evjax.binary_jitsmv(w, 0.3, jnp.ones(20, bool), seed, shape=(20, 20), transpose=True, corder=False)
+
+    outs = [np.asarray(f(0.5, jnp.uint32(s))) for s in range(4)]
+    assert len(traces) == 1
+    assert not all(np.array_equal(outs[0], o) for o in outs[1:])  # different seeds, different matrices
+
+
+@pytest.mark.parametrize("law", list(LAWS))
+def test_gradient_of_weights_is_event_driven(law):
+    """The weight cotangent of an event op is computed by the event op itself (silent inputs skipped)."""
+    n = LAWS[law]
+    fn = FUNCTIONS[(law, 1, True)]
+    spikes = jnp.asarray(np.random.default_rng(0).random(30) < 0.2)
+
+    def loss(*params):
+        return jnp.sum(fn(*params, 0.2, spikes, 5, shape=(30, 40), transpose=True, corder=False) ** 2)
+
+    jaxpr = jax.make_jaxpr(jax.grad(loss, argnums=tuple(range(n))))(*([0.5] * n))
+    bound = [e.primitive.name for e in jaxpr.jaxpr.eqns if "outs" in e.params]
+    event_op = MATMUL_OPS[(law, 1, True)].name
+    assert bound and all(b == event_op for b in bound), bound
+
+
+def test_errors_name_the_problem():
+    v = jnp.ones(6)
+    with pytest.raises(ValueError, match="prob must be in"):
+        evjax.jitsmv(1.0, 1.5, v, 0, shape=(4, 6))
+    with pytest.raises(TypeError, match="static"):
+        jax.jit(lambda p: evjax.jitsmv(1.0, p, v, 0, shape=(4, 6)))(0.5)
+    with pytest.raises(ValueError, match=r"must have shape \(6,\)"):
+        evjax.jitsmv(1.0, 0.5, jnp.ones(5), 0, shape=(4, 6))
+    with pytest.raises(TypeError, match="binary_jitsmv"):
+        evjax.jitsmv(1.0, 0.5, jnp.ones(6, bool), 0, shape=(4, 6))
+    with pytest.raises(ValueError, match="scalar"):
+        evjax.jitnmv(jnp.ones(2), 1.0, 0.5, v, 0, shape=(4, 6))
+    with pytest.raises(TypeError, match="seed"):
+        evjax.jitsmv(1.0, 0.5, v, 0.5, shape=(4, 6))
+
+
+def test_prob_zero_is_an_empty_matrix():
+    y = evjax.binary_jitnmv(np.nan, 1.0, 0.0, jnp.ones(6, bool), 1, shape=(4, 6))
+    np.testing.assert_array_equal(y, np.zeros(4, np.float32))
