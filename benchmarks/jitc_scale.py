@@ -36,7 +36,7 @@ import numpy as np
 
 warnings.filterwarnings("ignore")
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from benchmarks.common import RESULTS, fmt_time, markdown_table, save_bar_plot  # noqa: E402
+from benchmarks.common import RESULTS, fmt_time, markdown_table, provenance, save_bar_plot  # noqa: E402
 
 RATE = 0.01
 FANOUT = 1000
@@ -216,6 +216,7 @@ def main(argv=None):
 
     import numba
 
+    emit(provenance(argv))
     emit("# evjax just-in-time connectivity at scale" + (" (--quick)" if args.quick else ""))
     emit()
     emit(f"jax {jax.__version__}, numba {numba.__version__} ({numba.config.NUMBA_NUM_THREADS} threads), "

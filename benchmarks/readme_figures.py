@@ -47,7 +47,7 @@ def table(path: pathlib.Path, heading: str) -> list[dict[str, str]]:
 def span(rows: list[dict[str, str]], column: str) -> str:
     """``lo-hi`` of a numeric column, each end as printed in the file."""
     cells = [r[column] for r in rows if r[column] not in ("-", "")]
-    values = sorted(cells, key=lambda c: float(c.replace(",", "")))
+    values = sorted(cells, key=lambda c: float(c.replace(",", "").rstrip("x")))
     return values[0] if values[0] == values[-1] else f"{values[0]}-{values[-1]}"
 
 
@@ -127,7 +127,39 @@ def cold_start_figures() -> list[str]:
             + "; ".join(parts) + "."]
 
 
-SECTIONS = (ci_figures, example_figures, cold_start_figures, csr_event_figures, import_time_figures)
+def dense_figures() -> list[str]:
+    path = RESULTS / "dense_event.md"
+    if not path.exists():
+        return []
+    rows = table(path, "## Forward: spikes @ W (scatter orientation)")
+    one = [r for r in rows if r["n"] == "4000" and r["batch"] == "1"]
+    goals = next(ln for ln in path.read_text().splitlines() if re.match(r"\d+ of \d+ goals met", ln)).split(".")[0]
+    return [f"- Dense events, `spikes @ W`, n = 4000, one vector (`{path.relative_to(ROOT)}`, {run_line(path)}): "
+            f"{span(one, 'ratio vs XLA dot')}x XLA's dense dot, {span(one, 'ratio vs brainevent')}x brainevent, "
+            f"{span(one, 'ratio vs hand-written')}x a hand-written Numba loop; {goals}."]
+
+
+def fixed_figures() -> list[str]:
+    path = RESULTS / "fixed_fan.md"
+    if not path.exists():
+        return []
+    rows = table(path, "## Forward")
+    return [f"- Fixed fan-out, `spikes @ FixedPostNumConn` (`{path.relative_to(ROOT)}`, {run_line(path)}): "
+            f"{span(rows, '/brainevent')} brainevent's time, {span(rows, '/CSR')} evjax CSR of the same matrix."]
+
+
+def jitc_figures() -> list[str]:
+    path = RESULTS / "jitc_scale_quick.md"
+    if not path.exists():
+        return []
+    rows = table(path, "## One step at scale")
+    parts = [f"`{r['op']}` {r['compiled call']} per step, peak RSS {r['peak RSS']}" for r in rows]
+    return [f"- Just-in-time connectivity, 10^6 neurons x 1000 synapses, 1% spiking (`{path.relative_to(ROOT)}`, "
+            f"{run_line(path)}): " + "; ".join(parts) + "."]
+
+
+SECTIONS = (ci_figures, example_figures, cold_start_figures, csr_event_figures, dense_figures, fixed_figures,
+            jitc_figures, import_time_figures)
 
 
 def block() -> str:
