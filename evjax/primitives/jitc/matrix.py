@@ -25,7 +25,7 @@ import numpy as np
 
 from ...events import BinaryArray
 from .functions import as_seed, check_prob
-from .ops import LAWS, generated_shape
+from .ops import LAWS, generated_shape, host_structure
 
 __all__ = ["JITCMatrix", "JITCScalarR", "JITCScalarC", "JITCNormalR", "JITCNormalC", "JITCUniformR", "JITCUniformC"]
 
@@ -135,13 +135,12 @@ class JITCMatrix:
         """The same synapses as an :class:`evjax.CSR` (concrete parameters and seed; generated on the host
         with the Numba kernels' code, so identical to what the kernels use)."""
         from ..csr import CSR  # noqa: PLC0415
-        from .numba import generated_structure  # noqa: PLC0415  (imports Numba: only when asked)
 
         row_outer = self.corder  # M is generated row-outer iff corder (see ops.row_outer)
         n_outer, n_inner = self.shape if row_outer else self.shape[::-1]
         params = [np.asarray(p, np.float64).reshape(()) for p in self.params]
         dtype = np.dtype(self.dtype) if jnp.issubdtype(self.dtype, jnp.floating) else np.dtype(np.float32)
-        data, indices, indptr = generated_structure(self.law, params, int(np.asarray(self.seed)[0]), self.prob,
+        data, indices, indptr = host_structure("numba")(self.law, params, int(np.asarray(self.seed)[0]), self.prob,
                                                     n_outer, n_inner, dtype)
         g = CSR(data, indices, indptr, shape=(n_outer, n_inner))
         return g if row_outer else g.T.tocsr()

@@ -564,3 +564,6 @@ for (_law, _rank, _event), _op in ops.MATMUL_OPS.items():
     _op.def_numba_kernel(matmul_generator(_law, _event))
 for _law, _op in ops.DENSE_OPS.items():
     _op.def_numba_kernel(dense_generator(_law))
+
+
+ops.HOST_STRUCTURE["numba"] = generated_structure  # tocsr's host generator (see ops.host_structure)

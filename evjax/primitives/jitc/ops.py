@@ -45,6 +45,7 @@ from ...dtypes import compute_dtype
 from ...events import as_bool_events
 from ...rules import ad as ad_rules
 from ...rules import batching as batching_rules
+from ... import registry
 from ...xla_custom_kernel import XLACustomKernel
 from .generation import dense_generated
 
@@ -52,6 +53,18 @@ __all__ = ["LAWS", "MATMUL_OPS", "DENSE_OPS", "OPS", "generated_shape", "row_out
            "bind_dense"]
 
 BACKENDS = {"numba": {"cpu": True}, "warp": {"cpu": False, "gpu": True}, "numba_cuda": {"gpu": True}}
+
+# Host-side generators of the structure, ``fn(law, params, seed, prob, n_outer, n_inner, dtype) ->
+# (data, indices, indptr)`` (NumPy), by backend: the backend module fills its slot when it is loaded
+# (``host_structure`` loads it), so that this module and the data types never import a backend.
+HOST_STRUCTURE: dict = {}
+
+
+def host_structure(backend: str = "numba"):
+    """The host generator of the synapses, identical to the kernels' (loads its backend module)."""
+    if backend not in HOST_STRUCTURE:
+        registry.load_backend_module(f"{__package__}.{backend}")
+    return HOST_STRUCTURE[backend]
 LAWS = {"scalar": 1, "normal": 2, "uniform": 2}  # law -> number of weight parameters
 _LETTER = {"scalar": "s", "normal": "n", "uniform": "u"}
 
