@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ...events import BinaryArray
+from ...events import BinaryArray, event_operand
 from .functions import as_seed, check_prob
 from .ops import LAWS, generated_shape, host_structure
 
@@ -148,10 +148,9 @@ class JITCMatrix:
     # ----------------------------------------------------------------- products
     def _product(self, x, left: bool):
         ops, _ = _ops(self.law)
-        weighted = False
-        if isinstance(x, BinaryArray):
-            event, weighted, x = True, type(x).weighted, x.value
-        else:
+        event = isinstance(x, BinaryArray)
+        x, weighted = event_operand(x)
+        if not event:
             x = x if isinstance(x, jax.Array) else jnp.asarray(x)
             event = x.dtype == jnp.bool_
         if x.ndim not in (1, 2):
