@@ -1,7 +1,7 @@
 """A/B: the CSR kernels' steady-state speed in this tree against an earlier commit, in one run.
 
     python benchmarks/ab_kernels.py                 # against 740351d (before issue 17's changes)
-    python benchmarks/ab_kernels.py --base <commit> --rounds 5
+    python benchmarks/ab_kernels.py --base <commit> --rounds 9
 
 The earlier commit is checked out into a temporary folder (``git worktree``).
 Each round runs one fresh process per tree, alternately (base, new, new,
@@ -9,8 +9,11 @@ base, ...), each with its own warm Numba/evjax cache and background compiling
 off, and each process times the forward ``spikes @ W`` and ``jit(grad)`` of
 ``sum((spikes @ W)**2)`` w.r.t. the weights at the cases of
 ``benchmarks/csr_event.py --quick`` (medians of many calls). The table gives,
-per case, the median over rounds of each tree and the ratio new / base; the
-goal of issue 17 is at most 1.05 (kernel speed must not fall by more than 5%).
+per case, the median over rounds of each tree, the ratio new / base, and the
+same ratio between the new tree's own rounds (an A/A: this machine's noise;
+±20% per case at the n=20000 parallel paths on 2 shared cores). Goal of
+issue 17 (kernel speed must not fall by more than 5%): the geometric mean of
+the ratios at most 1.05, and no case more than 5% slower in every round.
 Writes ``benchmarks/results/ab_kernels.{md,png}``.
 """
 from __future__ import annotations
@@ -81,10 +84,17 @@ def run_tree(tree: str, cache: str) -> dict[str, float]:
     return json.loads(line[-1][len("RESULT"):])
 
 
+def same_tree_ratio(times: list[float]) -> float:
+    """Median of the even rounds over the median of the odd ones: an A/A ratio of one tree."""
+    if len(times) < 2:
+        return float("nan")
+    return float(np.median(times[0::2]) / np.median(times[1::2]))
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", default="740351d", help="the earlier commit (default: before issue 17)")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args(argv)
     work = tempfile.mkdtemp(prefix="evjax_ab_")
     base_tree = os.path.join(work, "base")
@@ -104,20 +114,32 @@ def main(argv=None) -> None:
         subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", base_tree], capture_output=True)
     cases = list(runs["new"][0])
     med = {name: {c: float(np.median([run[c] for run in runs[name]])) for c in cases} for name in runs}
-    rows, ratios = [], []
+    rows, ratios, failing = [], [], []
     for c in cases:
         ratio = med["new"][c] / med["base"][c]
         ratios.append(ratio)
-        rows.append([c, f"{med['base'][c]:.1f}", f"{med['new'][c]:.1f}", f"{ratio:.2f}"])
+        noise = same_tree_ratio([run[c] for run in runs["new"]])
+        # the fastest new round slower than the slowest base round (by chance, with r rounds
+        # each: 1 time in C(2r, r), 1 in 3432 at r = 7)
+        separated = min(run[c] for run in runs["new"]) > max(run[c] for run in runs["base"])
+        if ratio > 1.05 and separated:
+            failing.append(c)
+        rows.append([c, f"{med['base'][c]:.1f}", f"{med['new'][c]:.1f}", f"{ratio:.2f}", f"{noise:.2f}",
+                     "yes" if separated else "no"])
     worst = max(ratios)
     geo = float(np.exp(np.mean(np.log(ratios))))
+    met = geo <= 1.05 and not failing
     lines = [provenance(argv), "# A/B: CSR kernel speed, this tree against " + args.base, "",
              f"{args.rounds} rounds of one fresh process per tree, alternating; medians in microseconds "
-             f"(sync dispatch, background compiling off, warm caches). Ratio = new / base.", "",
-             markdown_table(["case", f"base {args.base}", "new", "ratio"], rows), "",
+             f"(sync dispatch, background compiling off, warm caches). Ratio = new / base. "
+             f"'A/A' is the same ratio between the new tree's own even and odd rounds: the noise of "
+             f"this machine for that case. 'Separated': every new round slower than every base round.", "",
+             markdown_table(["case", f"base {args.base}", "new", "ratio", "A/A", "separated"], rows), "",
              f"- geometric mean of the ratios: {geo:.3f}",
              f"- worst case: {worst:.2f} ({cases[ratios.index(worst)]})",
-             f"- goal (issue 17: at most 5% slower, geometric mean <= 1.05): {'met' if geo <= 1.05 else 'NOT met'}"]
+             f"- cases more than 5% slower in every round: {', '.join(failing) if failing else 'none'}",
+             f"- goal (issue 17: at most 5% slower: geometric mean <= 1.05, and no case more than 5% "
+             f"slower in every round): {'met' if met else 'NOT met'}"]
     text = "\n".join(lines)
     print(text)
     os.makedirs(RESULTS, exist_ok=True)
