@@ -144,6 +144,7 @@ class XLACustomKernel:
         self._chosen: dict[str, str] = {}  # defaults chosen lazily from the candidates
         self._lock = threading.RLock()
         self._reference: Callable | None = None
+        self._stand_in: Callable[..., bool] | None = None  # may the reference run while the kernel compiles
         self._jvp_whole: Callable | None = None
         self._jvp_per_input: tuple[Callable | None, ...] | None = None
         self._transpose: Callable | None = None
@@ -227,16 +228,28 @@ class XLACustomKernel:
         self.def_kernel("warp", "cpu", generator, default=default)
         return self.def_kernel("warp", "gpu", generator, default=default)
 
-    def def_reference(self, fn: Callable):
+    def def_reference(self, fn: Callable, *, stand_in: Callable[..., bool] | None = None):
         """Register the pure-JAX reference: ``fn(*args, outs=..., **params)``.
 
         It runs on every platform, is the fallback when no backend is
         available, is selectable as ``backend="reference"`` and is the tests'
         oracle.
+
+        Args:
+            fn: the reference.
+            stand_in: ``stand_in(**params) -> bool``, whether the reference may
+                run in place of the default kernel while that kernel compiles in
+                the background (see :mod:`evjax.backends.compile_queue`).  By
+                default it always may; give a predicate where the reference
+                costs far more than the kernel at some sizes (JITC's builds the
+                whole matrix), so that those calls wait for the kernel instead.
         """
         if not callable(fn):
             raise TypeError(f"op '{self.name}': the reference must be callable, got {type(fn).__name__}")
+        if stand_in is not None and not callable(stand_in):
+            raise TypeError(f"op '{self.name}': stand_in must be callable, got {type(stand_in).__name__}")
         self._reference = fn
+        self._stand_in = stand_in
         return fn
 
     def declare_backends(self, package: str, table: Mapping[str, Mapping[str, bool]]) -> None:
@@ -530,7 +543,8 @@ class XLACustomKernel:
         # while this program runs the reference, where the backend is the op's default (a backend the
         # user chose is never second-guessed); see evjax.backends.compile_queue.
         name, by_default = self._resolve(platform, backend)
-        deferrable = by_default and name != REFERENCE and self._reference is not None
+        deferrable = (by_default and name != REFERENCE and self._reference is not None
+                      and (self._stand_in is None or bool(self._stand_in(**params))))
         try:
             with compile_queue.lowering(self.name, deferrable):
                 return self._lower_with(name, platform, ctx, *args, outs=outs, params=params)

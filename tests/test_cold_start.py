@@ -151,6 +151,37 @@ def test_a_backend_the_user_chose_compiles_on_the_spot(tmp_path):
     assert result["named_runs_kernel"] and result["block_runs_kernel"] and result["switched_off_runs_kernel"]
 
 
+def test_a_reference_that_may_not_stand_in_leaves_the_first_call_to_the_kernel(tmp_path):
+    # JITC's reference builds the whole matrix: at large shapes its first call must wait for the kernel
+    body = '''
+    big = evjax.XLACustomKernel("cold_affine_sized")
+    seen = []
+    def stand_in(**params):
+        seen.append(sorted(params))
+        return params["small"]
+    big.def_reference(lambda x, outs, small: [2 * x + 1], stand_in=stand_in)
+    big.def_numba_kernel(lambda outs, small: (lambda x: [evjax.numba_kernel(affine_kernel, outs[0])(x)]))
+    def call(x, small):
+        return big(x, outs=[jax.ShapeDtypeStruct(x.shape, x.dtype)], small=small)[0]
+    hold_worker()
+    small, large = jax.jit(lambda x: call(x, True)), jax.jit(lambda x: call(x, False))
+    result["small_runs_kernel"] = runs_kernel(small, x)
+    result["large_runs_kernel"] = runs_kernel(large, x)
+    result["large"] = np.asarray(large(x)).tolist()
+    result["seen"] = seen[0]
+    gate.set()
+    '''
+    result = run_script(body, str(tmp_path))
+    assert not result["small_runs_kernel"] and result["large_runs_kernel"]
+    assert result["large"] == [1.0, 3.0, 5.0, 7.0, 9.0] and result["seen"] == ["small"]
+
+
+def test_stand_in_must_be_callable():
+    op = evjax.XLACustomKernel("stand_in_check")
+    with pytest.raises(TypeError, match="stand_in must be callable"):
+        op.def_reference(lambda x, outs: [x], stand_in=True)
+
+
 def test_concurrent_first_calls_from_threads_compile_once(tmp_path):
     body = '''
     f = jax.jit(affine)

@@ -6,9 +6,11 @@ registers its generators on them.  The generation scheme is
 bits (Numba widens ``uint32`` products), so the structure is bitwise the
 reference's; no kernel uses ``fastmath``, so LLVM contracts nothing.
 
-Kernels (one per kind and weight law, :data:`KERNELS`; the law is a small
-inlined function, ``_w_scalar``/``_w_normal``/``_w_uniform``, passed to the
-shared row loops, so each kernel compiles only its own law):
+Kernels (one per kind and weight law, :data:`KERNELS`): each walks a
+stream in blocks of :data:`BLOCK` synapses, whose gaps (one vectorised loop)
+and weights (the law's block function, ``_wb_scalar``/``_wb_normal``/
+``_wb_uniform``, passed to the shared row loops, so each kernel compiles only
+its own law) are drawn together, then visits the synapses of the block in order:
 
 * ``gather_mv``/``gather_mm`` (``corder=True``): ``y[o] = sum_i G[o, i] x[i]``,
   parallel over outer indices, every synapse generated;
@@ -114,6 +116,18 @@ def _gap(ka, kb, k, r, s, cap):
     return np.int64(g if g < cap else cap)
 
 
+@intrinsic
+def _sqrt32(typingctx, x):
+    """LLVM's ``sqrt`` of a float32 (correctly rounded; ``np.sqrt`` calls libm's ``sqrtf``, whose errno
+    keeps LLVM from vectorising the loop around it)."""
+    def codegen(context, builder, signature, args):
+        return builder.call(builder.module.declare_intrinsic("llvm.sqrt", [args[0].type]), [args[0]])
+
+    return types.float32(types.float32), codegen
+
+
+# Float conversions go through int64 (every value is below 2^29, so the result is the same):
+# AVX-512 converts signed 64-bit lanes in one instruction.
 @numba.njit(**_INLINE)
 def _w_scalar(ka, kb, k, p0, p1):
     return p0  # w
@@ -121,13 +135,13 @@ def _w_scalar(ka, kb, k, p0, p1):
 
 @numba.njit(**_INLINE)
 def _w_uniform(ka, kb, k, p0, p1):
-    u = np.float32(_draw(ka, kb, k * _U4 + _U1) >> _U8) * _SCALE24  # exact
+    u = np.float32(np.int64(_draw(ka, kb, k * _U4 + _U1) >> _U8)) * _SCALE24  # exact
     return p0 + (p1 - p0) * u  # w = low + (high - low) u
 
 
 @numba.njit(**_INLINE)
 def _w_normal(ka, kb, k, p0, p1):
-    radius = np.sqrt(_TWO_LN2 * (np.float32(_neg_log2_q24(_draw(ka, kb, k * _U4 + _U1))) * _SCALE24))
+    radius = _sqrt32(_TWO_LN2 * (np.float32(np.int64(_neg_log2_q24(_draw(ka, kb, k * _U4 + _U1)))) * _SCALE24))
     h2 = _draw(ka, kb, k * _U4 + np.uint64(2))
     idx = h2 >> np.uint64(22)
     frac = (h2 >> np.uint64(14)) & np.uint64(255)
@@ -137,131 +151,173 @@ def _w_normal(ka, kb, k, p0, p1):
 
 
 # ---------------------------------------------------------------------------
+# the stream in blocks of BLOCK synapses: every draw of a block is independent
+# (counter-based), so the gaps and weights of a block are computed in one
+# vectorised loop each (AVX-512: 8 or 16 lanes), then the positions summed.
+# Past the end of a stream at most BLOCK - 1 synapses are drawn for nothing.
+# ---------------------------------------------------------------------------
+BLOCK = 16
+
+
+# One block-weight function per law, called (not inlined: it is an argument) once per block; its loop
+# calls its law by name, so LLVM vectorises it.
+@numba.njit(cache=True, nogil=True)
+def _wb_scalar(ka, kb, k, p0, p1, w):
+    for j in range(BLOCK):
+        w[j] = p0
+
+
+@numba.njit(cache=True, nogil=True)
+def _wb_uniform(ka, kb, k, p0, p1, w):
+    for j in range(BLOCK):
+        w[j] = _w_uniform(ka, kb, k + np.uint64(j), p0, p1)
+
+
+@numba.njit(cache=True, nogil=True)
+def _wb_normal(ka, kb, k, p0, p1, w):
+    for j in range(BLOCK):
+        w[j] = _w_normal(ka, kb, k + np.uint64(j), p0, p1)
+
+
+@numba.njit(**_INLINE)
+def _scratch(dtype_like):
+    """A block's positions and weights (one pair per row loop call, i.e. per thread)."""
+    return np.empty(BLOCK, np.int64), np.empty(BLOCK, dtype_like.dtype)
+
+
+@numba.njit(**_INLINE)
+def _next_block(block_weights, ka, kb, k, pos, r, s, n_inner, p0, p1, at, w):
+    """Synapses ``k .. k + BLOCK - 1`` of the stream after position ``pos``: their inner indices
+    into ``at`` and weights into ``w``; returns ``(count, last position)``, ``count < BLOCK`` when the
+    stream ends inside the block."""
+    cap = np.uint64(n_inner)
+    for j in range(BLOCK):  # vectorised: independent draws
+        at[j] = _gap(ka, kb, k + np.uint64(j), r, s, cap)
+    block_weights(ka, kb, k, p0, p1, w)
+    count = 0
+    for j in range(BLOCK):  # pos_k = pos_{k-1} + 1 + gap_k, until pos_k >= n_inner
+        pos += 1 + at[j]
+        if pos >= n_inner:
+            break
+        at[j] = pos
+        count += 1
+    return count, pos
+
+
+# ---------------------------------------------------------------------------
 # row loops (inlined into the kernels): one outer index's synapses
 # ---------------------------------------------------------------------------
 @numba.njit(**_INLINE)
-def _gather_rows(weight, params, seed, cfg, x, out, lo, hi):
+def _gather_rows(weights, params, seed, cfg, x, out, lo, hi):
     """``out[o] = sum_{i in row o} w_oi x[i]`` for o in [lo, hi); skip zero x when cfg[2]."""
     n_inner = x.shape[0]
-    cap = np.uint64(n_inner)
     r, s, skip = np.uint64(cfg[0]), np.uint64(cfg[1]), cfg[2] != 0
     sd = np.uint64(seed[0])
     p0, p1 = params[0], params[1]
+    at, w = _scratch(out)
     for o in range(lo, hi):
         ka, kb = _keys(sd, o)
         acc = out.dtype.type(0)
-        pos = np.int64(-1)
-        k = np.uint64(0)
-        while True:
-            pos += 1 + _gap(ka, kb, k, r, s, cap)
-            if pos >= n_inner:
-                break
-            xi = x[pos]
-            if not (skip and xi == 0):
-                acc += weight(ka, kb, k, p0, p1) * xi
-            k += _U1
+        pos, k, count = np.int64(-1), np.uint64(0), BLOCK
+        while count == BLOCK:
+            count, pos = _next_block(weights, ka, kb, k, pos, r, s, n_inner, p0, p1, at, w)
+            for j in range(count):
+                xi = x[at[j]]
+                if not (skip and xi == 0):
+                    acc += w[j] * xi
+            k += np.uint64(BLOCK)
         out[o] = acc
 
 
 @numba.njit(**_INLINE)
-def _scatter_rows(weight, params, seed, cfg, x, out, lo, hi):
+def _scatter_rows(weights, params, seed, cfg, x, out, lo, hi):
     """``out[i] += w_oi x[o]`` for o in [lo, hi); a zero x[o] generates nothing when cfg[2]."""
     n_inner = out.shape[0]
-    cap = np.uint64(n_inner)
     r, s, skip = np.uint64(cfg[0]), np.uint64(cfg[1]), cfg[2] != 0
     sd = np.uint64(seed[0])
     p0, p1 = params[0], params[1]
+    at, w = _scratch(out)
     for o in range(lo, hi):
         xo = x[o]
         if skip and xo == 0:
             continue
         ka, kb = _keys(sd, o)
-        pos = np.int64(-1)
-        k = np.uint64(0)
-        while True:
-            pos += 1 + _gap(ka, kb, k, r, s, cap)
-            if pos >= n_inner:
-                break
-            out[pos] += weight(ka, kb, k, p0, p1) * xo
-            k += _U1
+        pos, k, count = np.int64(-1), np.uint64(0), BLOCK
+        while count == BLOCK:
+            count, pos = _next_block(weights, ka, kb, k, pos, r, s, n_inner, p0, p1, at, w)
+            for j in range(count):
+                out[at[j]] += w[j] * xo
+            k += np.uint64(BLOCK)
 
 
 @numba.njit(**_INLINE)
-def _gather_mm_rows(weight, params, seed, cfg, x, out, lo, hi):
+def _gather_mm_rows(weights, params, seed, cfg, x, out, lo, hi):
     """``out[o, c] = sum_{i in row o} w_oi x[i, c]`` for o in [lo, hi)."""
     n_inner = x.shape[0]
-    cap = np.uint64(n_inner)
     r, s, skip = np.uint64(cfg[0]), np.uint64(cfg[1]), cfg[2] != 0
     sd = np.uint64(seed[0])
     p0, p1 = params[0], params[1]
     width = x.shape[1]
+    at, w = _scratch(out)
     for o in range(lo, hi):
         row = out[o]
         for c in range(width):
             row[c] = 0
         ka, kb = _keys(sd, o)
-        pos = np.int64(-1)
-        k = np.uint64(0)
-        while True:
-            pos += 1 + _gap(ka, kb, k, r, s, cap)
-            if pos >= n_inner:
-                break
-            w = weight(ka, kb, k, p0, p1)
-            xi = x[pos]
-            for c in range(width):
-                if not (skip and xi[c] == 0):
-                    row[c] += w * xi[c]
-            k += _U1
+        pos, k, count = np.int64(-1), np.uint64(0), BLOCK
+        while count == BLOCK:
+            count, pos = _next_block(weights, ka, kb, k, pos, r, s, n_inner, p0, p1, at, w)
+            for j in range(count):
+                xi = x[at[j]]
+                for c in range(width):
+                    if not (skip and xi[c] == 0):
+                        row[c] += w[j] * xi[c]
+            k += np.uint64(BLOCK)
 
 
 @numba.njit(**_INLINE)
-def _scatter_mm_rows(weight, params, seed, cfg, x, out, lo, hi):
+def _scatter_mm_rows(weights, params, seed, cfg, x, out, lo, hi):
     """``out[i, c] += w_oi x[o, c]`` for o in [lo, hi); all-zero rows of x skipped when cfg[2]."""
     n_inner = out.shape[0]
-    cap = np.uint64(n_inner)
     r, s, skip = np.uint64(cfg[0]), np.uint64(cfg[1]), cfg[2] != 0
     sd = np.uint64(seed[0])
     p0, p1 = params[0], params[1]
     width = x.shape[1]
+    at, w = _scratch(out)
     for o in range(lo, hi):
         xo = x[o]
         if skip and _all_zero(xo):
             continue
         ka, kb = _keys(sd, o)
-        pos = np.int64(-1)
-        k = np.uint64(0)
-        while True:
-            pos += 1 + _gap(ka, kb, k, r, s, cap)
-            if pos >= n_inner:
-                break
-            w = weight(ka, kb, k, p0, p1)
-            target = out[pos]
-            for c in range(width):
-                if not (skip and xo[c] == 0):
-                    target[c] += w * xo[c]
-            k += _U1
+        pos, k, count = np.int64(-1), np.uint64(0), BLOCK
+        while count == BLOCK:
+            count, pos = _next_block(weights, ka, kb, k, pos, r, s, n_inner, p0, p1, at, w)
+            for j in range(count):
+                target = out[at[j]]
+                for c in range(width):
+                    if not (skip and xo[c] == 0):
+                        target[c] += w[j] * xo[c]
+            k += np.uint64(BLOCK)
 
 
 @numba.njit(**_INLINE)
-def _dense_rows(weight, params, seed, cfg, out, n_outer, n_inner, direct, lo, hi):
+def _dense_rows(weights, params, seed, cfg, out, n_outer, n_inner, direct, lo, hi):
     """``G[o, i] = w_oi`` (``direct``) or ``G.T`` into ``out`` (zeroed) for o in [lo, hi)."""
-    cap = np.uint64(n_inner)
     r, s = np.uint64(cfg[0]), np.uint64(cfg[1])
     sd = np.uint64(seed[0])
     p0, p1 = params[0], params[1]
+    at, w = _scratch(out)
     for o in range(lo, hi):
         ka, kb = _keys(sd, o)
-        pos = np.int64(-1)
-        k = np.uint64(0)
-        while True:
-            pos += 1 + _gap(ka, kb, k, r, s, cap)
-            if pos >= n_inner:
-                break
-            if direct:
-                out[o, pos] = weight(ka, kb, k, p0, p1)
-            else:
-                out[pos, o] = weight(ka, kb, k, p0, p1)
-            k += _U1
+        pos, k, count = np.int64(-1), np.uint64(0), BLOCK
+        while count == BLOCK:
+            count, pos = _next_block(weights, ka, kb, k, pos, r, s, n_inner, p0, p1, at, w)
+            for j in range(count):
+                if direct:
+                    out[o, at[j]] = w[j]
+                else:
+                    out[at[j], o] = w[j]
+            k += np.uint64(BLOCK)
 
 
 @numba.njit(**_INLINE)
@@ -374,77 +430,77 @@ def _dense(weight, pool, params, seed, cfg, out):
 # ---------------------------------------------------------------------------
 @numba.njit(**_KERNEL)
 def gather_mv_scalar(pool, params, seed, cfg, x, out):
-    _gather(_gather_rows, _w_scalar, pool, params, seed, cfg, x, out)
+    _gather(_gather_rows, _wb_scalar, pool, params, seed, cfg, x, out)
 
 
 @numba.njit(**_KERNEL)
 def gather_mm_scalar(pool, params, seed, cfg, x, out):
-    _gather(_gather_mm_rows, _w_scalar, pool, params, seed, cfg, x, out)
+    _gather(_gather_mm_rows, _wb_scalar, pool, params, seed, cfg, x, out)
 
 
 @numba.njit(**_KERNEL)
 def scatter_mv_scalar(pool, params, seed, cfg, x, out):
-    _scatter(_scatter_rows, _nonzero, _w_scalar, pool, params, seed, cfg, x, out)
+    _scatter(_scatter_rows, _nonzero, _wb_scalar, pool, params, seed, cfg, x, out)
 
 
 @numba.njit(**_KERNEL)
 def scatter_mm_scalar(pool, params, seed, cfg, x, out):
-    _scatter(_scatter_mm_rows, _nonzero_row, _w_scalar, pool, params, seed, cfg, x, out)
+    _scatter(_scatter_mm_rows, _nonzero_row, _wb_scalar, pool, params, seed, cfg, x, out)
 
 
 @numba.njit(**_KERNEL)
 def dense_scalar(pool, params, seed, cfg, out):
-    _dense(_w_scalar, pool, params, seed, cfg, out)
+    _dense(_wb_scalar, pool, params, seed, cfg, out)
 
 
 @numba.njit(**_KERNEL)
 def gather_mv_normal(pool, params, seed, cfg, x, out):
-    _gather(_gather_rows, _w_normal, pool, params, seed, cfg, x, out)
+    _gather(_gather_rows, _wb_normal, pool, params, seed, cfg, x, out)
 
 
 @numba.njit(**_KERNEL)
 def gather_mm_normal(pool, params, seed, cfg, x, out):
-    _gather(_gather_mm_rows, _w_normal, pool, params, seed, cfg, x, out)
+    _gather(_gather_mm_rows, _wb_normal, pool, params, seed, cfg, x, out)
 
 
 @numba.njit(**_KERNEL)
 def scatter_mv_normal(pool, params, seed, cfg, x, out):
-    _scatter(_scatter_rows, _nonzero, _w_normal, pool, params, seed, cfg, x, out)
+    _scatter(_scatter_rows, _nonzero, _wb_normal, pool, params, seed, cfg, x, out)
 
 
 @numba.njit(**_KERNEL)
 def scatter_mm_normal(pool, params, seed, cfg, x, out):
-    _scatter(_scatter_mm_rows, _nonzero_row, _w_normal, pool, params, seed, cfg, x, out)
+    _scatter(_scatter_mm_rows, _nonzero_row, _wb_normal, pool, params, seed, cfg, x, out)
 
 
 @numba.njit(**_KERNEL)
 def dense_normal(pool, params, seed, cfg, out):
-    _dense(_w_normal, pool, params, seed, cfg, out)
+    _dense(_wb_normal, pool, params, seed, cfg, out)
 
 
 @numba.njit(**_KERNEL)
 def gather_mv_uniform(pool, params, seed, cfg, x, out):
-    _gather(_gather_rows, _w_uniform, pool, params, seed, cfg, x, out)
+    _gather(_gather_rows, _wb_uniform, pool, params, seed, cfg, x, out)
 
 
 @numba.njit(**_KERNEL)
 def gather_mm_uniform(pool, params, seed, cfg, x, out):
-    _gather(_gather_mm_rows, _w_uniform, pool, params, seed, cfg, x, out)
+    _gather(_gather_mm_rows, _wb_uniform, pool, params, seed, cfg, x, out)
 
 
 @numba.njit(**_KERNEL)
 def scatter_mv_uniform(pool, params, seed, cfg, x, out):
-    _scatter(_scatter_rows, _nonzero, _w_uniform, pool, params, seed, cfg, x, out)
+    _scatter(_scatter_rows, _nonzero, _wb_uniform, pool, params, seed, cfg, x, out)
 
 
 @numba.njit(**_KERNEL)
 def scatter_mm_uniform(pool, params, seed, cfg, x, out):
-    _scatter(_scatter_mm_rows, _nonzero_row, _w_uniform, pool, params, seed, cfg, x, out)
+    _scatter(_scatter_mm_rows, _nonzero_row, _wb_uniform, pool, params, seed, cfg, x, out)
 
 
 @numba.njit(**_KERNEL)
 def dense_uniform(pool, params, seed, cfg, out):
-    _dense(_w_uniform, pool, params, seed, cfg, out)
+    _dense(_wb_uniform, pool, params, seed, cfg, out)
 
 
 KERNELS = {(kind, law): globals()[f"{kind}_{law}"]

@@ -228,6 +228,15 @@ def _matmul_batching(law: str, rank: int, event: bool):
     return rule
 
 
+# The reference builds the whole generated matrix (O(n_outer * n_inner)); above this many entries a
+# first call waits for its Numba kernel instead of running the reference meanwhile (compile_queue).
+REFERENCE_STAND_IN_MAX = 1 << 22
+
+
+def _small_enough_for_reference(*, shape, **_) -> bool:
+    return shape[0] * shape[1] <= REFERENCE_STAND_IN_MAX
+
+
 def _define_matmul(law: str, rank: int, event: bool) -> XLACustomKernel:
     """One matmul op: reference, JVPs, transpose and batching rules, declared backends."""
     kind = "mv" if rank == 1 else "mm"
@@ -236,7 +245,7 @@ def _define_matmul(law: str, rank: int, event: bool) -> XLACustomKernel:
     def reference(*args, weighted=False, **params):
         return _reference_matmul(*args, law=law, mode=_mode(event, weighted), **params)
 
-    op.def_reference(reference)
+    op.def_reference(reference, stand_in=_small_enough_for_reference)
     jvps, transpose = _matmul_rules(op, law, rank, event)
     op.def_jvp_rule2(*jvps)
     op.def_transpose_rule(transpose)
