@@ -251,6 +251,14 @@ def _scatter_rows(weights, params, seed, cfg, x, out, lo, hi):
 
 
 @numba.njit(**_INLINE)
+def _add_scaled(target, w, v, skip):
+    """``target[c] += w * v[c]``; entries with ``v[c] == 0`` skipped when ``skip`` (events select)."""
+    for c in range(v.shape[0]):
+        if not (skip and v[c] == 0):
+            target[c] += w * v[c]
+
+
+@numba.njit(**_INLINE)
 def _gather_mm_rows(weights, params, seed, cfg, x, out, lo, hi):
     """``out[o, c] = sum_{i in row o} w_oi x[i, c]`` for o in [lo, hi)."""
     n_inner = x.shape[0]
@@ -268,10 +276,7 @@ def _gather_mm_rows(weights, params, seed, cfg, x, out, lo, hi):
         while count == BLOCK:
             count, pos = _next_block(weights, ka, kb, k, pos, r, s, n_inner, p0, p1, at, w)
             for j in range(count):
-                xi = x[at[j]]
-                for c in range(width):
-                    if not (skip and xi[c] == 0):
-                        row[c] += w[j] * xi[c]
+                _add_scaled(row, w[j], x[at[j]], skip)
             k += np.uint64(BLOCK)
 
 
@@ -282,7 +287,6 @@ def _scatter_mm_rows(weights, params, seed, cfg, x, out, lo, hi):
     r, s, skip = np.uint64(cfg[0]), np.uint64(cfg[1]), cfg[2] != 0
     sd = np.uint64(seed[0])
     p0, p1 = params[0], params[1]
-    width = x.shape[1]
     at, w = _scratch(out)
     for o in range(lo, hi):
         xo = x[o]
@@ -293,10 +297,7 @@ def _scatter_mm_rows(weights, params, seed, cfg, x, out, lo, hi):
         while count == BLOCK:
             count, pos = _next_block(weights, ka, kb, k, pos, r, s, n_inner, p0, p1, at, w)
             for j in range(count):
-                target = out[at[j]]
-                for c in range(width):
-                    if not (skip and xo[c] == 0):
-                        target[c] += w[j] * xo[c]
+                _add_scaled(out[at[j]], w[j], xo, skip)
             k += np.uint64(BLOCK)
 
 
