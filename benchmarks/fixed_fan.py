@@ -18,7 +18,8 @@ and a ``prange`` version; for the gradient it includes allocating and
 zero-filling the (n, k) gradient).  Every JAX-based method runs with
 ``jax_cpu_enable_async_dispatch=False`` (see ``docs/performance.md``); the
 "floor" column is a jitted call that returns its spike operand: what any JAX
-call costs here before doing work.  Prints the tables and the issue's goals
+call costs here before doing work; the goal against the hand-written limit
+compares evjax's time less that floor (the loop, called from numpy, pays none).  Prints the tables and the issue's goals
 with measured ratios; writes ``benchmarks/results/fixed_fan.{md,png}``.
 """
 from __future__ import annotations
@@ -229,8 +230,8 @@ def main(argv=None):
                         worst["limit/brainevent"] = max(worst["limit/brainevent"], lim / be)
                         if lim / be <= 0.5:  # where even the hand-written loop is at most 0.5x brainevent
                             worst["reachable"] = max(worst["reachable"], r_be)
-                    if ev > 2 * t["floor"]:  # above the JAX call floor
-                        worst["limit"] = max(worst["limit"], r_lim)
+                    # the kernel's share against the loop: every JAX call pays the floor, the loop does not
+                    worst["limit"] = max(worst["limit"], (ev - t["floor"]) / lim)
                     rows.append([n, k, f"{rate:.0%}", batch, fmt_time(ev), fmt_time(t["floor"]),
                                  fmt_time(t["evjax CSR"]), fmt_time(be), fmt_time(t["scipy"]), fmt_time(lim),
                                  f"{r_csr:.2f}x", f"{r_be:.2f}x", f"{r_lim:.2f}x", f"{lim / be:.2f}x"])
@@ -260,7 +261,7 @@ def main(argv=None):
     goals = [
         ("at most 0.5x brainevent's time everywhere", worst["brainevent"], 0.5),
         ("at most 1.0x evjax CSR of the same matrix", worst["CSR"], 1.0),
-        ("at most 1.3x the hand-written limit (cases above 2x the JAX call floor)", worst["limit"], 1.3),
+        ("at most 1.3x the hand-written limit, the JAX call floor taken off evjax's time", worst["limit"], 1.3),
         (f"weight gradient at n = {n_g}, k = 200, 5 %: at most 0.1x brainevent", g_be, 0.1),
     ]
     for text, value, bound in goals:
