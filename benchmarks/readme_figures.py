@@ -149,7 +149,9 @@ def fixed_figures() -> list[str]:
 
 
 def jitc_figures() -> list[str]:
-    path = RESULTS / "jitc_scale_quick.md"
+    path = RESULTS / "jitc_scale.md"  # the full run, else the quick one
+    if not path.exists():
+        path = RESULTS / "jitc_scale_quick.md"
     if not path.exists():
         return []
     rows = table(path, "## One step at scale")
