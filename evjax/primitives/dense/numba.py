@@ -207,6 +207,30 @@ def _scatter_block(w, xf, idx, total, out_t, lo, hi):
             o[col] += w_j[col] * v
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _scatter_vector(w, xf, idx, total, o, lo, hi):
+    """Columns ``[lo, hi)`` of ``o = sum_j v_j W[j]`` for one sample (``n == 1``: ``idx`` are the rows j),
+    four rows a pass: ``o = (((o + a) + b) + c) + d``, the order of one row at a time, a quarter of the
+    loads and stores of ``o``."""
+    c_lo, c_hi = np.uint64(lo), np.uint64(hi)
+    for col in range(c_lo, c_hi):
+        o[col] = 0
+    p = 0
+    while p + 4 <= total:
+        j0, j1, j2, j3 = idx[p], idx[p + 1], idx[p + 2], idx[p + 3]
+        w0, w1, w2, w3 = w[j0], w[j1], w[j2], w[j3]
+        v0, v1, v2, v3 = _value(xf, j0, o), _value(xf, j1, o), _value(xf, j2, o), _value(xf, j3, o)
+        for col in range(c_lo, c_hi):
+            o[col] = (((o[col] + w0[col] * v0) + w1[col] * v1) + w2[col] * v2) + w3[col] * v3
+        p += 4
+    while p < total:
+        w0 = w[idx[p]]
+        v0 = _value(xf, idx[p], o)
+        for col in range(c_lo, c_hi):
+            o[col] += w0[col] * v0
+        p += 1
+
+
 @numba.njit(parallel=_PARALLEL, cache=True, nogil=True)
 def scatter(pool, w, x, out_t):
     """``out_t (n, m) = (e(x).T @ w)``: w (k, m), x (k, n) events; only active events visited."""
@@ -214,14 +238,20 @@ def scatter(pool, w, x, out_t):
     idx, total = _active(xf)
     m = out_t.shape[1]
     parts = numba.int64(_parts_of(pool[0], total * m))
+    vector = out_t.shape[0] == 1
     if parts == 1:
-        _scatter_block(w, xf, idx, total, out_t, 0, m)
+        if vector:
+            _scatter_vector(w, xf, idx, total, out_t[0], 0, m)
+        else:
+            _scatter_block(w, xf, idx, total, out_t, 0, m)
         return
     blocks = (m + _BLOCK - 1) // _BLOCK
     for t in prange(parts):
         lo = min(((blocks * t) // parts) * _BLOCK, m)
         hi = min(((blocks * (t + 1)) // parts) * _BLOCK, m)
-        if hi > lo:
+        if hi > lo and vector:
+            _scatter_vector(w, xf, idx, total, out_t[0], lo, hi)
+        elif hi > lo:
             _scatter_block(w, xf, idx, total, out_t, lo, hi)
 
 
