@@ -68,3 +68,18 @@ def test_parallel_sparse_gather_and_gradients():
                                atol=1e-5)
     np.testing.assert_allclose(binary_dense_outer(x, g, transpose=True, backend="numba"), x @ g.T, rtol=1e-5,
                                atol=1e-5)
+
+
+@pytest.mark.parametrize("pool", [1, 2, 4])
+@pytest.mark.parametrize("n, rate", [(1, 1.0), (3, 0.5)])
+def test_scatter_kernel_splits(pool, n, rate):
+    """The scatter kernel called directly with each pool size: serial, samples per thread (n >= pool) and
+    column blocks (fewer samples than threads; a vector adds four rows a pass)."""
+    rng = np.random.default_rng(pool * 10 + n)
+    k, m = 1600, 1400
+    x = rng.random((k, n)) < rate
+    assert int(x.sum()) * m >= dense_numba.PARALLEL_MIN_WORK
+    w = rng.standard_normal((k, m)).astype(np.float32)
+    out_t = np.full((n, m), np.nan, np.float32)  # every entry must be written
+    dense_numba.scatter(np.array([pool], np.int32), w, x, out_t)
+    np.testing.assert_allclose(out_t, x.T.astype(np.float64) @ w, rtol=1e-5, atol=1e-3)

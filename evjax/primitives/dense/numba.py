@@ -12,9 +12,10 @@ eight at a time), then visits only them:
 * ``scatter`` (``transpose=True``, ``W`` of shape ``(k, m)``): each active
   event ``(j, c)`` adds ``v * W[j, :]`` to its output row ``c``; the output is
   computed batch-major (``(n, m)``, transposed by XLA around the call) in
-  column tiles that keep the written rows in cache.  Cost ``active x m``; the
-  inner loop is a contiguous multiply-add.  Parallel over column blocks of
-  ``W`` above ``PARALLEL_MIN_WORK``.
+  event-row order (each row of ``W`` read once; one sample: four rows a pass).
+  Cost ``active x m``; the inner loop is a contiguous multiply-add.  Parallel
+  above ``PARALLEL_MIN_WORK``: over samples (each thread its output rows), or
+  over column blocks of ``W`` for fewer samples than threads.
 * ``gather`` (``transpose=False``, ``W`` of shape ``(m, k)``): the active
   events are grouped by sample; for a block of rows, each active column ``j``
   of sample ``c`` adds ``v * W[rows, j]`` to an accumulator (a constant
@@ -189,10 +190,11 @@ def _zero_rows(out, lo, hi, c_lo, c_hi):
 # forward kernels
 # ---------------------------------------------------------------------------
 @numba.njit(cache=True, nogil=True, inline="always")
-def _scatter_block(w, xf, idx, total, out_t, lo, hi):
-    """Columns ``[lo, hi)`` of ``out_t[c] = sum_j v_jc W[j]`` over the active events (j, c), in order."""
+def _scatter_block(w, xf, idx, total, out_t, s_lo, s_hi, lo, hi):
+    """Samples ``[s_lo, s_hi)``, columns ``[lo, hi)`` of ``out_t[c] = sum_j v_jc W[j]`` over the active events
+    (j, c), in order."""
     n = out_t.shape[0]
-    _zero_rows(out_t, 0, n, lo, hi)
+    _zero_rows(out_t, s_lo, s_hi, lo, hi)
     c_lo, c_hi = np.uint64(lo), np.uint64(hi)
     j = 0
     row_end = 0
@@ -201,7 +203,10 @@ def _scatter_block(w, xf, idx, total, out_t, lo, hi):
         if f >= row_end:  # a new event row (idx ascends): one division per row
             j = f // n
             row_end = (j + 1) * n
-        o = out_t[f - j * n]
+        c = f - j * n
+        if c < s_lo or c >= s_hi:  # another thread's sample
+            continue
+        o = out_t[c]
         w_j = w[j]
         v = _value(xf, f, out_t)
         for col in range(c_lo, c_hi):  # unsigned bounds: LLVM vectorises this loop
@@ -239,21 +244,25 @@ def scatter(pool, w, x, out_t):
     idx, total = _active(xf)
     m = out_t.shape[1]
     parts = numba.int64(_parts_of(pool[0], total * m))
-    vector = out_t.shape[0] == 1
+    n = out_t.shape[0]
     if parts == 1:
-        if vector:
+        if n == 1:
             _scatter_vector(w, xf, idx, total, out_t[0], 0, m)
         else:
-            _scatter_block(w, xf, idx, total, out_t, 0, m)
+            _scatter_block(w, xf, idx, total, out_t, 0, n, 0, m)
         return
-    blocks = (m + _BLOCK - 1) // _BLOCK
+    if n >= parts:  # a batch: each thread its samples (its own output rows: no shared cache line)
+        for t in prange(parts):
+            _scatter_block(w, xf, idx, total, out_t, (n * t) // parts, (n * (t + 1)) // parts, 0, m)
+        return
+    blocks = (m + _BLOCK - 1) // _BLOCK  # fewer samples than threads: column blocks
     for t in prange(parts):
         lo = min(((blocks * t) // parts) * _BLOCK, m)
         hi = min(((blocks * (t + 1)) // parts) * _BLOCK, m)
-        if hi > lo and vector:
+        if hi > lo and n == 1:
             _scatter_vector(w, xf, idx, total, out_t[0], lo, hi)
         elif hi > lo:
-            _scatter_block(w, xf, idx, total, out_t, lo, hi)
+            _scatter_block(w, xf, idx, total, out_t, 0, n, lo, hi)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
