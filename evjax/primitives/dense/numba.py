@@ -14,8 +14,8 @@ eight at a time), then visits only them:
   computed batch-major (``(n, m)``, transposed by XLA around the call) in
   event-row order (each row of ``W`` read once; one sample: four rows a pass).
   Cost ``active x m``; the inner loop is a contiguous multiply-add.  Parallel
-  above ``PARALLEL_MIN_WORK``: over samples (each thread its output rows), or
-  over column blocks of ``W`` for fewer samples than threads.
+  above ``PARALLEL_MIN_WORK``: a batch over samples (each thread its output
+  rows), one sample over column blocks of ``W``.
 * ``gather`` (``transpose=False``, ``W`` of shape ``(m, k)``): the active
   events are grouped by sample; for a block of rows, each active column ``j``
   of sample ``c`` adds ``v * W[rows, j]`` to an accumulator (a constant
@@ -251,18 +251,15 @@ def scatter(pool, w, x, out_t):
         else:
             _scatter_block(w, xf, idx, total, out_t, 0, n, 0, m)
         return
-    if n >= parts:  # a batch: each thread its samples (its own output rows: no shared cache line)
-        for t in prange(parts):
-            _scatter_block(w, xf, idx, total, out_t, (n * t) // parts, (n * (t + 1)) // parts, 0, m)
-        return
-    blocks = (m + _BLOCK - 1) // _BLOCK  # fewer samples than threads: column blocks
+    blocks = (m + _BLOCK - 1) // _BLOCK
     for t in prange(parts):
-        lo = min(((blocks * t) // parts) * _BLOCK, m)
-        hi = min(((blocks * (t + 1)) // parts) * _BLOCK, m)
-        if hi > lo and n == 1:
-            _scatter_vector(w, xf, idx, total, out_t[0], lo, hi)
-        elif hi > lo:
-            _scatter_block(w, xf, idx, total, out_t, 0, n, lo, hi)
+        if n == 1:  # one sample: column blocks
+            lo = min(((blocks * t) // parts) * _BLOCK, m)
+            hi = min(((blocks * (t + 1)) // parts) * _BLOCK, m)
+            if hi > lo:
+                _scatter_vector(w, xf, idx, total, out_t[0], lo, hi)
+        elif (n * (t + 1)) // parts > (n * t) // parts:  # a batch: each thread its samples (its own rows)
+            _scatter_block(w, xf, idx, total, out_t, (n * t) // parts, (n * (t + 1)) // parts, 0, m)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
