@@ -85,6 +85,31 @@ def _compare_floats(a, d, where: str, rtol: float, atol: float) -> None:
                                err_msg=where)
 
 
+# Every compiled XLA:CPU program keeps about 18 memory mappings until JAX's caches drop it; a long
+# run (the ``thorough`` profile draws hundreds of shapes per test, each a new compile) reached the
+# kernel's limit of 65530 mappings (``vm.max_map_count``), and XLA then crashed in LLVM ("Cannot
+# allocate memory") instead of raising.  So every CHECK_EVERY program uses the harness counts this
+# process's mappings (Linux) and clears JAX's caches above MAX_MAPPINGS (programs recompile on use).
+CHECK_EVERY = 100
+MAX_MAPPINGS = 30000
+_uses = 0
+
+
+def _mappings() -> int:
+    try:
+        with open("/proc/self/maps", "rb") as maps:
+            return sum(1 for _ in maps)
+    except OSError:  # not Linux: nothing to count
+        return 0
+
+
+def _relieve_mappings() -> None:
+    global _uses
+    _uses += 1
+    if _uses % CHECK_EVERY == 0 and _mappings() > MAX_MAPPINGS:
+        jax.clear_caches()
+
+
 @dataclasses.dataclass(eq=False)
 class OpSpec:
     """What the harness needs to know about an op.
@@ -174,6 +199,7 @@ class OpSpec:
     # ------------------------------------------------------------- programs
     def program(self, key: Any, make: Callable[[], Callable]) -> Callable:
         """``jax.jit(make(), static_argnums=0)``, built once per key (the first argument: the statics)."""
+        _relieve_mappings()
         program = self._programs.get(key)
         if program is None:
             program = self._programs[key] = jax.jit(make(), static_argnums=0)

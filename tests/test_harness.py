@@ -272,3 +272,22 @@ def test_testing_docs_run():
     from .doc_runner import run_markdown
 
     run_markdown("docs/testing.md")
+
+
+def test_the_harness_clears_jax_caches_before_the_process_runs_out_of_memory_mappings(monkeypatch):
+    # thorough runs compile thousands of programs: XLA crashed at the kernel's mapping limit
+    from evjax import _testing_core as core
+
+    cleared = []
+    monkeypatch.setattr(core.jax, "clear_caches", lambda: cleared.append(True))
+    monkeypatch.setattr(core, "_uses", 0)
+    monkeypatch.setattr(core, "MAX_MAPPINGS", 10**9)
+    for _ in range(core.CHECK_EVERY):
+        core._relieve_mappings()
+    assert cleared == []
+    if core._mappings() == 0:
+        pytest.skip("no /proc/self/maps here")
+    monkeypatch.setattr(core, "MAX_MAPPINGS", 1)
+    for _ in range(core.CHECK_EVERY):
+        core._relieve_mappings()
+    assert cleared == [True]
