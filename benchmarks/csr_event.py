@@ -53,6 +53,7 @@ from jax.experimental import sparse as jsparse  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import evjax  # noqa: E402
+from benchmarks.common import provenance  # noqa: E402
 
 try:
     import brainevent  # noqa: E402
@@ -481,7 +482,7 @@ def main(argv=None):
                         help="only the n=4000 single-vector forward and gradient cases (no plot, no first call)")
     parser.add_argument("--other-dispatch", choices=("yes", "no"), default="yes",
                         help="re-measure the small cases under the other dispatch mode in a second process")
-    parser.add_argument("--out", default=None, help="markdown output (default benchmarks/results/csr_event.md)")
+    parser.add_argument("--out", default=None, help="markdown output (default benchmarks/results/csr_event.md, csr_event_quick.md with --quick)")
     args = parser.parse_args(argv)
     asynchronous = args.dispatch == "async"
     jax.config.update("jax_cpu_enable_async_dispatch", asynchronous)  # before the CPU client exists
@@ -498,6 +499,7 @@ def main(argv=None):
         print(text, flush=True)
         lines.append(text)
 
+    emit(provenance(argv))
     emit("# evjax CSR event benchmark" + (" (small cases)" if args.small_only else ""))
     emit()
     emit(f"jax {jax.__version__}, numba {numba.__version__} ({numba.config.NUMBA_NUM_THREADS} threads), "
@@ -647,7 +649,7 @@ def main(argv=None):
         emit()
         for line in other_dispatch_report(other, args.quick):
             emit(line)
-    out = args.out or os.path.join(RESULTS, "csr_event.md")
+    out = args.out or os.path.join(RESULTS, "csr_event_quick.md" if args.quick else "csr_event.md")
     with open(out, "w") as f:
         f.write("\n".join(lines) + "\n")
     if not args.small_only:
