@@ -62,7 +62,7 @@ def hand_written(law: str):
     import numba
     from numba import prange
 
-    from evjax.primitives.jitc import numba as kernels  # the same stream's helpers
+    from evjax.primitives.jitc import numba_stream as kernels  # the same stream's helpers
 
     weight = kernels._w_scalar if law == "scalar" else kernels._w_normal
 

@@ -237,12 +237,9 @@ class XLACustomKernel:
 
         Args:
             fn: the reference.
-            stand_in: ``stand_in(**params) -> bool``, whether the reference may
-                run in place of the default kernel while that kernel compiles in
-                the background (see :mod:`evjax.backends.compile_queue`).  By
-                default it always may; give a predicate where the reference
-                costs far more than the kernel at some sizes (JITC's builds the
-                whole matrix), so that those calls wait for the kernel instead.
+            stand_in: ``stand_in(**params) -> bool``, whether the reference may run while
+                the default kernel compiles in the background (:mod:`evjax.backends.compile_queue`;
+                default: always). For references far costlier than the kernel at some sizes.
         """
         if not callable(fn):
             raise TypeError(f"op '{self.name}': the reference must be callable, got {type(fn).__name__}")
