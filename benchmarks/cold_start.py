@@ -111,12 +111,37 @@ def fixed_case(n: int):
     return forward, grad, (C.data,)
 
 
+def jitc_case(n: int, prob: float = 0.02):
+    """``spikes @ M`` over a JITC matrix with normal weights (never stored), and the gradient of
+    ``sum((spikes @ M) ** 2)`` w.r.t. the weights' mean."""
+    import jax.numpy as jnp
+
+    import evjax
+
+    spikes = jnp.asarray(np.random.default_rng(0).random(n) < 0.1)
+
+    def forward(loc):
+        return spikes @ evjax.JITCNormalR(loc, 0.1, prob=prob, seed=7, shape=(n, n))
+
+    def grad(loc):
+        return jnp.sum(forward(loc) ** 2)
+
+    return forward, grad, (jnp.float32(0.01),)
+
+
+def jitc_large_case(n: int):
+    """:func:`jitc_case` at JITC's own scale, whatever ``--n``: 10^5 neurons, 100 synapses each (10^7)."""
+    return jitc_case(100_000, prob=0.001)
+
+
 NEW_FAMILY_GOALS = (2.0, 2.0)  # each new-format family's first forward and grad (issue 17)
 FAMILIES = {
     # name: (case, goal of the first forward, goal of the first jit(grad)), seconds
     "csr": (csr_case, 1.0, 2.0),
     "dense": (dense_case, *NEW_FAMILY_GOALS),
     "fixed": (fixed_case, *NEW_FAMILY_GOALS),
+    "jitc": (jitc_case, *NEW_FAMILY_GOALS),
+    "jitc_large": (jitc_large_case, *NEW_FAMILY_GOALS),
 }
 
 

@@ -221,3 +221,77 @@ def test_kernel_products_agree_with_todense(backend):
                                    d @ (x[:, 0] != 0), rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(evjax.binary_jitumm(-0.5, 1.0, prob, evjax.WeightedArray(x), seed, **kw),
                                    d @ x, rtol=1e-5, atol=1e-5)
+
+
+def _float_term(w, x):
+    return w * x
+
+
+def _binary_term(w, x):
+    return jnp.where(x != 0, w, jnp.zeros((), w.dtype))
+
+
+@pytest.mark.parametrize("n_outer,n_inner,prob", [(37, 53, 0.2), (5, 200, 0.05), (1, 1, 1.0), (9, 7, 1.0),
+                                                  (0, 5, 0.5), (4, 0, 0.5), (64, 3, 0.01)])
+@pytest.mark.parametrize("width,rows", [(None, None), (3, 4), (1, 1)])
+def test_streamed_product_equals_the_dense_product(n_outer, n_inner, prob, width, rows):
+    """The O(synapses) reference (streams walked `width` synapses at a time, `rows` streams per block,
+    so several steps and a padded last block) computes G @ x and G.T @ x of dense_generated's G."""
+    rng = np.random.default_rng(n_outer + n_inner)
+    params = [jnp.asarray([0.3]), jnp.asarray([1.2])]
+    w, _ = generation.dense_generated("normal", params, jnp.uint32(77), prob, n_outer, n_inner, jnp.float32)
+    w = np.asarray(w, np.float64)
+    for scatter in (False, True):
+        n_in = n_outer if scatter else n_inner
+        for x in (rng.standard_normal(n_in), rng.standard_normal((n_in, 3))):
+            want = (w.T if scatter else w) @ x
+            got = generation.streamed_product("normal", params, jnp.uint32(77), prob, n_outer, n_inner,
+                                              jnp.asarray(x, jnp.float32), _float_term, scatter=scatter,
+                                              dtype=jnp.float32, width=width, rows=rows)
+            assert got.shape == want.shape
+            np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
+
+
+def test_streamed_product_walks_only_active_streams():
+    """With outer_active, the scatter equals the product over the active outer indices alone, for no,
+    one, some (fewer and more than a block) and all active."""
+    rng = np.random.default_rng(9)
+    params = [jnp.asarray([-0.5]), jnp.asarray([1.0])]
+    w, _ = generation.dense_generated("uniform", params, jnp.uint32(3), 0.3, 30, 20, jnp.float32)
+    x = rng.standard_normal(30)
+    for active in (np.zeros(30, bool), np.eye(30, dtype=bool)[29], rng.random(30) < 0.2, rng.random(30) < 0.8,
+                   np.ones(30, bool)):
+        want = np.asarray(w, np.float64).T @ (x * active)
+        got = generation.streamed_product("uniform", params, jnp.uint32(3), 0.3, 30, 20, jnp.asarray(x, jnp.float32),
+                                          _float_term, scatter=True, dtype=jnp.float32,
+                                          outer_active=jnp.asarray(active), rows=4)
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
+
+
+def test_streamed_product_inactive_events_ignore_nan_weights():
+    """NaN weights (law parameters) reach the output only through active events, in both orientations."""
+    params = [jnp.asarray([jnp.nan])]
+    events = np.zeros(40, bool)
+    events[[3, 17]] = True
+    w, mask = generation.dense_generated("scalar", [jnp.asarray([1.0])], jnp.uint32(5), 0.1, 40, 40, jnp.float32)
+    mask = np.asarray(mask)
+    for scatter, active in ((False, None), (True, None), (True, jnp.asarray(events))):
+        # with outer_active (scatter only) just the active events' streams are generated
+        got = np.asarray(generation.streamed_product("scalar", params, jnp.uint32(5), 0.1, 40, 40,
+                                                     jnp.asarray(events), _binary_term, scatter=scatter,
+                                                     dtype=jnp.float32, outer_active=active, width=2, rows=8))
+        reached = ((mask.T if scatter else mask) @ events) > 0
+        np.testing.assert_array_equal(np.isnan(got), reached)
+        assert reached.any() and not reached.all()
+
+
+def test_reference_product_at_a_size_whose_matrix_would_not_fit():
+    """The reference backend at 2e5 x 2e5 (4e10 entries, 160 GB dense) generates only its ~1e6 synapses,
+    and agrees with the Numba kernel."""
+    n, prob = 200_000, 2.5e-5
+    spikes = jnp.asarray(np.random.default_rng(0).random(n) < 0.2)
+    kw = dict(shape=(n, n), transpose=True, corder=False)
+    ref = evjax.binary_jitnmv(0.0, 1.0, prob, spikes, 42, backend="reference", **kw)
+    kernel = evjax.binary_jitnmv(0.0, 1.0, prob, spikes, 42, backend="numba", **kw)
+    np.testing.assert_allclose(np.asarray(ref), np.asarray(kernel), rtol=1e-5, atol=1e-5)
+    assert float(jnp.sum(ref != 0)) > 1000

@@ -57,7 +57,7 @@ import numpy as np
 
 __all__ = [
     "log2_table", "cos_table", "TWO_LN2", "gap_multiplier", "keys", "draw", "neg_log2_q24", "gap",
-    "unit_uniform", "standard_normal", "dense_generated",
+    "unit_uniform", "standard_normal", "dense_generated", "streamed_product",
 ]
 
 LOG2_BITS = 10  # the log2 table has 2^10 + 1 entries on [1, 2]
@@ -184,10 +184,16 @@ def standard_normal(h1, h2):
 
 
 def _saturating_cumsum(steps, cap):
-    def add(a, b):  # associative: min(min(a + b, cap) + c, cap) = min(a + b + c, cap) for a, b, c >= 0
-        return jnp.minimum(a + b, cap)
-
-    return jax.lax.associative_scan(add, steps, axis=1)
+    """``min(cumsum(steps, axis=1), cap)`` without overflow (entries <= cap < 2^31): Hillis-Steele,
+    log2(width) shifted adds, each saturated.  Saturating addition is associative for entries >= 0,
+    ``min(min(a + b, cap) + c, cap) = min(a + b + c, cap)``, so any scan order gives the same result;
+    this one compiles to a few fused loops (``lax.associative_scan``'s slices took XLA 0.3 s)."""
+    shift = 1
+    while shift < steps.shape[1]:
+        before = jnp.pad(steps[:, :-shift], ((0, 0), (shift, 0)))  # 0: the identity
+        steps = jnp.minimum(steps + before, cap)
+        shift *= 2
+    return steps
 
 
 def dense_generated(law: str, params, seed, prob: float, n_outer: int, n_inner: int, dtype):
@@ -195,7 +201,7 @@ def dense_generated(law: str, params, seed, prob: float, n_outer: int, n_inner: 
 
     Row ``o`` of ``G`` is outer index ``o``'s stream; ``mask`` marks the synapses
     and ``weights`` holds their values (0 elsewhere).  O(n_outer * n_inner): the
-    reference backend and the tests' oracle.
+    materialisers' reference (``jitn`` ...) and the tests' oracle.
     """
     zeros = jnp.zeros((n_outer, n_inner), dtype)
     if n_outer == 0 or n_inner == 0:
@@ -226,3 +232,88 @@ def _weights(law: str, params, ka, kb, k, dtype):
         return low + (high - low) * unit_uniform(h1, dtype)
     z = standard_normal(h1, draw(ka, kb, k * 4 + jnp.uint32(2)))  # w = loc + scale z
     return params[0].astype(dtype) + params[1].astype(dtype) * z.astype(dtype)
+
+
+# ---------------------------------------------------------------------------
+# pure JAX, O(synapses): the product generated stream by stream, in blocks
+# ---------------------------------------------------------------------------
+STREAM_BLOCK_ENTRIES = 1 << 20  # rows x synapses x columns of one block (bounds the memory)
+
+
+def streamed_product(law: str, params, seed, prob: float, n_outer: int, n_inner: int, x, term, *,
+                     scatter: bool, dtype, outer_active=None, width: int | None = None, rows: int | None = None):
+    """``G @ x`` (gather) or ``G.T @ x`` (``scatter``), generating only the synapses.
+
+    The same streams as :func:`dense_generated`, walked ``width`` synapses at a
+    time for ``rows`` outer indices at a time (a ``while_loop`` per block of rows
+    runs until every stream of the block has ended), so the cost is
+    O(synapses + n_outer) and the memory one block, not the ``n_outer x n_inner``
+    matrix.  ``term(w, x_values)`` is a synapse's contribution (0 where it must be
+    nothing, e.g. an inactive event); ``x`` is ``(n_in,)`` or ``(n_in, k)``.
+
+    Args:
+        outer_active: for ``scatter``, a bool ``(n_outer,)`` of the outer indices that can contribute
+            (active events): only their streams are generated, the others contribute nothing.
+        width: synapses per stream and step (default: a few standard deviations past the mean fan-out).
+        rows: outer indices per block (default: ``STREAM_BLOCK_ENTRIES`` entries per block).
+    """
+    n_out = n_inner if scatter else n_outer
+    y = jnp.zeros((n_out,) + x.shape[1:], dtype)
+    if n_outer == 0 or n_inner == 0:
+        return y
+    r, s = gap_multiplier(prob)
+    mean = prob * n_inner
+    width = int(width or min(n_inner, max(8, math.ceil(mean + 4.0 * math.sqrt(mean) + 4))))
+    cols = max(1, math.prod(x.shape[1:]))
+    rows = int(rows or max(1, min(n_outer, STREAM_BLOCK_ENTRIES // (width * cols))))
+    if outer_active is None:
+        order, count = jnp.arange(n_outer), n_outer
+    else:  # event-driven: the active outer indices first, then walk only those
+        order = jnp.nonzero(outer_active, size=n_outer, fill_value=n_outer - 1)[0]
+        count = jnp.sum(outer_active, dtype=jnp.int32)
+    cap = jnp.uint32(n_inner + 1)  # a position past the end, saturated
+    k_step = jnp.arange(width, dtype=jnp.uint32)[None, :]
+
+    def block(b, y):
+        slot = b * rows + jnp.arange(rows)
+        live = slot < count  # the last block is padded
+        outer = order[jnp.minimum(slot, n_outer - 1)]
+        ka, kb = keys(seed, outer.astype(jnp.uint32))
+        ka, kb = ka[:, None], kb[:, None]
+        x_outer = x[outer][:, None] if scatter else None
+
+        def step(carry):
+            k0, base, y = carry  # base: the position after each stream's last synapse (saturated)
+            k = k0 + k_step
+            steps = gap(draw(ka, kb, k * 4), r, s, n_inner) + jnp.uint32(1)
+            steps = steps.at[:, 0].set(jnp.minimum(steps[:, 0] + base, cap))
+            end = _saturating_cumsum(steps, cap)  # pos_k + 1
+            valid = (end <= jnp.uint32(n_inner)) & live[:, None]
+            pos = jnp.where(valid, end - jnp.uint32(1), 0).astype(jnp.int32)
+            w = _weights(law, params, ka, kb, k, dtype)
+            if x.ndim == 2:
+                w, valid_x = w[:, :, None], valid[:, :, None]
+            else:
+                valid_x = valid
+            zero = jnp.zeros((), dtype)
+            if scatter:
+                contrib = jnp.where(valid_x, term(w, x_outer), zero)
+                y = y.at[pos].add(contrib)
+            else:
+                contrib = jnp.where(valid_x, term(w, x[pos]), zero)
+                y = y.at[outer].add(jnp.sum(contrib, axis=1))
+            return k0 + jnp.uint32(width), end[:, -1], y
+
+        def more(carry):
+            return jnp.any((carry[1] < jnp.uint32(n_inner)) & live)
+
+        start = (jnp.uint32(0), jnp.zeros((rows,), jnp.uint32), y)
+        return jax.lax.while_loop(more, step, start)[2]
+
+    def more_blocks(carry):
+        return carry[0] * rows < count
+
+    def next_block(carry):
+        return carry[0] + 1, block(carry[0], carry[1])
+
+    return jax.lax.while_loop(more_blocks, next_block, (jnp.int32(0), y))[1]

@@ -47,7 +47,7 @@ from ...rules import ad as ad_rules
 from ...rules import batching as batching_rules
 from ... import registry
 from ...xla_custom_kernel import XLACustomKernel
-from .generation import dense_generated
+from .generation import dense_generated, streamed_product
 
 __all__ = ["LAWS", "MATMUL_OPS", "DENSE_OPS", "OPS", "generated_shape", "row_outer", "bind_matmul",
            "bind_dense"]
@@ -81,7 +81,7 @@ def generated_shape(shape, transpose: bool, corder: bool) -> tuple[int, int]:
 
 
 # ===========================================================================
-# Reference (pure JAX, dense; the fallback backend and the tests' oracle)
+# Reference (pure JAX: the fallback backend and the stand-in while a kernel compiles)
 # ===========================================================================
 def _op_matrix(law, params, seed, *, shape, prob, transpose, corder, dtype):
     """``(D, mask)`` with ``D = M`` or ``M.T`` as the op applies it (``n_out x n_in``)."""
@@ -90,27 +90,29 @@ def _op_matrix(law, params, seed, *, shape, prob, transpose, corder, dtype):
     return (w, mask) if corder else (w.T, mask.T)  # corder: the output index is outer
 
 
-def _terms(w, mask, x, mode: str, dtype):
-    """Per-synapse terms of ``y_o = sum_i term(w_oi, x_i)`` over the structure only:
+def _term(mode: str, dtype):
+    """A synapse's contribution ``term(w, x_i)`` to ``y_o = sum_i term(w_oi, x_i)`` (over the structure only):
     ``float`` w x (IEEE); ``binary`` w where x != 0 (select); ``weighted`` w x where x != 0."""
-    if x.ndim == 2:
-        w, mask = w[:, :, None], mask[:, :, None]
     zero = jnp.zeros((), dtype)
     if mode == "float":
-        return jnp.where(mask, w * x.astype(dtype), zero)
-    active = mask & as_bool_events(x)
+        return lambda w, x: w * x.astype(dtype)
     if mode == "binary":
-        return jnp.where(active, w, zero)
-    return jnp.where(active, w * x.astype(dtype), zero)
+        return lambda w, x: jnp.where(as_bool_events(x), w, zero)
+    return lambda w, x: jnp.where(as_bool_events(x), w * x.astype(dtype), zero)
 
 
 def _reference_matmul(*args, outs, law, mode, shape, prob, transpose, corder, **_):
+    # O(synapses): the streams generated block by block (generation.streamed_product), never the matrix
     out = outs[0]
     dtype = compute_dtype(out.dtype)
     params, seed, x = args[:-2], args[-2], args[-1]
-    w, mask = _op_matrix(law, params, seed, shape=shape, prob=prob, transpose=transpose, corder=corder,
-                         dtype=dtype)
-    y = jnp.sum(_terms(w, mask, x, mode, dtype), axis=1)
+    n_outer, n_inner = generated_shape(shape, transpose, corder)
+    scatter = not corder  # corder: the output index is outer (gather); else the input's (scatter)
+    active = None
+    if scatter and mode != "float":  # event-driven: only the streams of active events are generated
+        active = as_bool_events(x) if x.ndim == 1 else jnp.any(as_bool_events(x), axis=1)
+    y = streamed_product(law, params, seed.reshape(()), prob, n_outer, n_inner, x, _term(mode, dtype),
+                         scatter=scatter, dtype=dtype, outer_active=active)
     return [y.astype(out.dtype)]
 
 
@@ -228,13 +230,14 @@ def _matmul_batching(law: str, rank: int, event: bool):
     return rule
 
 
-# The reference builds the whole generated matrix (O(n_outer * n_inner)); above this many entries a
-# first call waits for its Numba kernel instead of running the reference meanwhile (compile_queue).
-REFERENCE_STAND_IN_MAX = 1 << 22
+# The reference generates every synapse in XLA (about 15-35 ns each on one CPU core, where the kernels
+# take 1-3); above this many expected synapses a first call waits for its Numba kernel instead of
+# running the reference while the kernel compiles (compile_queue).
+REFERENCE_STAND_IN_MAX_SYNAPSES = 1 << 24
 
 
-def _small_enough_for_reference(*, shape, **_) -> bool:
-    return shape[0] * shape[1] <= REFERENCE_STAND_IN_MAX
+def _small_enough_for_reference(*, shape, prob, **_) -> bool:
+    return shape[0] * shape[1] * prob <= REFERENCE_STAND_IN_MAX_SYNAPSES
 
 
 def _define_matmul(law: str, rank: int, event: bool) -> XLACustomKernel:
