@@ -7,7 +7,10 @@ Cases: n = m = 1000 and 4000 (float32 weights), spike rates 1/5/20 %, one
 spike vector and a batch of 32.  Measured: the forward pass ``spikes @ W``
 (the scatter orientation: each active spike adds a row), the gather
 orientation ``W.T @ spikes`` at n=4000, and ``jit(grad)`` of ``sum(out)``
-w.r.t. ``W`` at n=4000.
+w.r.t. ``W`` at n=4000.  Crossover: ``spikes @ W`` at n=4000, 5 % activity
+(a vector and a batch of 32), with ``W`` connected at probability 2 to 100 %,
+as ``evjax.Dense`` (zeros stored) against ``evjax.CSR`` holding only the
+connections (``docs/dense_events.md``: when to prefer which).
 
 Peers, timed in the same run and interleaved round by round (only ratios
 from one run mean anything): jnp dense ``s.astype(f32) @ W`` (XLA's dot),
@@ -144,6 +147,18 @@ def grad_fns(W, spikes):
     return fns
 
 
+CROSSOVER_PROBS = (0.02, 0.1, 0.3, 1.0)
+
+
+def crossover_fns(rng, n: int, prob: float, spikes):
+    """``spikes @ W`` with ``W`` connected at ``prob``: evjax.Dense (zeros stored) and evjax.CSR."""
+    dense = ((rng.random((n, n)) < prob) * rng.standard_normal((n, n))).astype(np.float32)
+    D, C = evjax.Dense(jnp.asarray(dense)), evjax.CSR.fromdense(dense)
+    s = evjax.BinaryArray(jnp.asarray(spikes))
+    op = jax.jit(lambda W, s: s @ W)
+    return {"Dense": lambda: op(D, s), "CSR": lambda: op(C, s)}
+
+
 def ratio_rows(results, peers):
     rows = []
     for key, t in results:
@@ -193,6 +208,15 @@ def main(argv=None):
                 grad.append(((n, rate), measure(grad_fns(W, spikes), budget=budget, rounds=rounds)))
                 print(f"  gather/grad n={n} rate={rate} done", flush=True)
 
+    crossover = []
+    for batch in (1, 32):
+        spikes = rng.random((batch, 4000) if batch > 1 else (4000,)) < 0.05
+        for prob in CROSSOVER_PROBS:
+            t = measure(crossover_fns(rng, 4000, prob, spikes), budget=budget, rounds=rounds)
+            crossover.append(((batch, prob), t))
+            print(f"  crossover batch={batch} p={prob}: Dense {fmt_time(t['Dense'])}, CSR {fmt_time(t['CSR'])}",
+                  flush=True)
+
     peers = ["XLA dot", "brainevent", "hand-written", "JAX call floor"]
     emit("## Forward: spikes @ W (scatter orientation)")
     emit()
@@ -210,6 +234,13 @@ def main(argv=None):
     hpeers = ["XLA dot", "brainevent", "hand-written zero-fill + rows"]
     emit(markdown_table(["n", "rate", "evjax"] + hpeers + [f"ratio vs {p}" for p in hpeers],
                         ratio_rows(grad, hpeers)))
+    emit()
+
+    emit("## Dense or CSR: spikes @ W at n = 4000, 5 % activity, by connection probability")
+    emit()
+    emit(markdown_table(["batch", "connection probability", "Dense", "CSR", "Dense / CSR"],
+                        [[batch, f"{prob:.0%}", fmt_time(t["Dense"]), fmt_time(t["CSR"]), f"{t['Dense'] / t['CSR']:.2f}"]
+                         for (batch, prob), t in crossover]))
     emit()
 
     goals = []
@@ -233,7 +264,9 @@ def main(argv=None):
     for name, t, peer, target in goals:
         # against the hand-written loop (called from numpy, no JAX call) evjax's time less the floor counts
         ratio = ((t["evjax"] - t["JAX call floor"]) if peer == "hand-written" else t["evjax"]) / t[peer]
-        rows.append([name, f"{ratio:.2f}x", f"{target:.2f}x", "yes" if ratio <= target else "NO"])
+        # evjax within the (separately timed, noisy) floor: its work is below what the floor resolves
+        shown = f"{ratio:.2f}x" if ratio > 0 else "0x (evjax at the floor)"
+        rows.append([name, shown, f"{target:.2f}x", "yes" if ratio <= target else "NO"])
     emit(markdown_table(["goal", "measured", "target", "met"], rows))
     emit()
     reach = [(key, t["hand-written"] / t["brainevent"]) for key, t in forward if "brainevent" in t]
