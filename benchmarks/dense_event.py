@@ -20,7 +20,9 @@ loop called from numpy (the practical limit: the faster of a serial and a
 "zero-fill of n x m + active rows": a fresh n x m array zero-filled, then
 the active rows written.  The "JAX call floor" is an empty evjax kernel on the
 same operands (``docs/performance.md``).  JAX runs with synchronous CPU
-dispatch, as in ``benchmarks/csr_event.py``.  Writes
+dispatch, as in ``benchmarks/csr_event.py``, and the objects alive after the
+imports are frozen out of Python's GC (``common.freeze_import_heap``: with
+brainevent imported, every JAX call otherwise pays about 4 us of GC).  Writes
 ``benchmarks/results/dense_event.{md,png}``.
 """
 from __future__ import annotations
@@ -39,7 +41,8 @@ import numba  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import evjax  # noqa: E402
-from benchmarks.common import RESULTS, fmt_time, markdown_table, provenance, save_bar_plot  # noqa: E402
+from benchmarks.common import (  # noqa: E402
+    RESULTS, fmt_time, freeze_import_heap, markdown_table, provenance, save_bar_plot)
 from benchmarks.csr_event import measure  # noqa: E402 - the same interleaved medians
 
 try:
@@ -174,6 +177,7 @@ def main(argv=None):
     parser.add_argument("--out", default=None, help="markdown output (default benchmarks/results/dense_event.md)")
     args = parser.parse_args(argv)
     jax.config.update("jax_cpu_enable_async_dispatch", False)
+    freeze_import_heap()  # see benchmarks/common.py: the import heap out of every GC pass
     budget, rounds = (0.2, 3) if args.quick else (1.0, 10)
     rates = (0.01, 0.05) if args.quick else (0.01, 0.05, 0.2)
     rng = np.random.default_rng(42)
@@ -188,7 +192,8 @@ def main(argv=None):
     emit()
     emit(f"jax {jax.__version__}, numba {numba.__version__} ({numba.config.NUMBA_NUM_THREADS} threads), brainevent "
          f"{getattr(brainevent, '__version__', 'not installed')}, {os.cpu_count()} CPUs, load average "
-         f"{os.getloadavg()[0]:.2f}. Medians; ratio = evjax / peer (< 1: evjax faster). Sync dispatch.")
+         f"{os.getloadavg()[0]:.2f}. Medians; ratio = evjax / peer (< 1: evjax faster). Sync dispatch; the import heap "
+         f"frozen out of the GC (benchmarks/common.py).")
     emit()
     forward, gather, grad = [], [], []
     for n in (1000, 4000):

@@ -19,7 +19,10 @@ zero-filling the (n, k) gradient).  Every JAX-based method runs with
 ``jax_cpu_enable_async_dispatch=False`` (see ``docs/performance.md``); the
 "floor" column is a jitted call that returns its spike operand: what any JAX
 call costs here before doing work; the goal against the hand-written limit
-compares evjax's time less that floor (the loop, called from numpy, pays none).  Prints the tables and the issue's goals
+compares evjax's time less that floor (the loop, called from numpy, pays none).
+The objects alive after the imports are frozen out of Python's GC
+(``common.freeze_import_heap``: with brainevent imported, every JAX call
+otherwise pays about 4 us of GC).  Prints the tables and the issue's goals
 with measured ratios; writes ``benchmarks/results/fixed_fan.{md,png}``.
 """
 from __future__ import annotations
@@ -38,7 +41,8 @@ import numba  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import evjax  # noqa: E402
-from benchmarks.common import RESULTS, fmt_time, markdown_table, median_times, provenance, save_bar_plot  # noqa: E402
+from benchmarks.common import (  # noqa: E402
+    RESULTS, fmt_time, freeze_import_heap, markdown_table, median_times, provenance, save_bar_plot)
 
 try:
     import brainevent  # noqa: E402
@@ -193,6 +197,7 @@ def main(argv=None):
     parser.add_argument("--out", default=None, help="markdown output (default benchmarks/results/fixed_fan.md)")
     args = parser.parse_args(argv)
     jax.config.update("jax_cpu_enable_async_dispatch", False)  # before the CPU client exists
+    freeze_import_heap()  # see benchmarks/common.py: the import heap out of every GC pass
     sizes = [4000] if args.quick else [4000, 20000]
     rates = [0.01, 0.2] if args.quick else [0.01, 0.05, 0.2]
     timing = dict(rounds=3, calls=5) if args.quick else dict(rounds=9, calls=20)
@@ -206,7 +211,7 @@ def main(argv=None):
     emit("# Fixed fan-out propagation: `spikes @ FixedPostNumConn`")
     emit()
     emit(f"numba threads: {numba.get_num_threads()}, brainevent: "
-         f"{getattr(brainevent, '__version__', 'not importable')}, JAX CPU dispatch: sync, "
+         f"{getattr(brainevent, '__version__', 'not importable')}, JAX CPU dispatch: sync, import heap frozen out of the GC, "
          f"{'quick' if args.quick else 'full'} run. Medians; ratios are evjax's time over the column's.")
     emit()
     header = ["n", "k", "rate", "batch", "evjax", "floor", "evjax CSR", "brainevent", "scipy", "numba limit",

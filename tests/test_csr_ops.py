@@ -417,6 +417,45 @@ test_sddmm_properties = property_test(sddmm_spec, sddmm_args(), backends=BACKEND
 # ---------------------------------------------------------------------------
 # direct scipy comparison at a moderate size (parallel kernel paths)
 # ---------------------------------------------------------------------------
+def test_vector_scatter_parallel_decision():
+    """A vector scatter goes parallel only with enough synapses and enough of them per output."""
+    from evjax.primitives.csr import numba_rows
+
+    floor, per_out = numba_rows.VECTOR_SCATTER_PARALLEL_MIN_WORK, numba_rows.VECTOR_SCATTER_WORK_PER_OUTPUT
+    assert numba_rows._vector_scatter_serial(floor - 1, 10)
+    assert not numba_rows._vector_scatter_serial(floor, 10)
+    assert numba_rows._vector_scatter_serial(10 * floor, 10 * floor // per_out + 1)
+    assert not numba_rows._vector_scatter_serial(10 * floor, 10 * floor // per_out)
+
+
+@pytest.mark.parametrize("pool", [1, 2, 3])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_vector_scatter_kernel_split_between_thresholds(pool, weighted):
+    """Between the vector and the gradient thresholds (parallel since the vector one was lowered), called
+    directly with each pool size: duplicates summed, NaN rows of silent events ignored, every output written."""
+    from evjax.primitives.csr import numba_rows, numba_weighted
+
+    rng = np.random.default_rng(pool)
+    n_rows, n_out, k = 2000, 1500, 40
+    indices = rng.integers(0, n_out, n_rows * k).astype(np.int32)  # duplicates within rows
+    indptr = (np.arange(n_rows + 1) * k).astype(np.int32)
+    data = rng.standard_normal(n_rows * k).astype(np.float32)
+    x = rng.random(n_rows) < 0.6
+    data.reshape(n_rows, k)[~x] = np.nan  # silent rows: NaN weights that must not reach the output
+    work = int(x.sum()) * k
+    assert not numba_rows._vector_scatter_serial(work, n_out) and work < numba_rows.SCATTER_PARALLEL_MIN_WORK
+    rows = np.repeat(np.arange(n_rows), k)
+    want = np.zeros(n_out)
+    np.add.at(want, indices[x[rows]], data[x[rows]].astype(np.float64))
+    out = np.full(n_out, np.nan, np.float32)
+    if weighted:  # graded events of value 1 (silent: 0)
+        numba_weighted.weighted_scatter_mv(np.array([pool], np.int32), data, indices, indptr, x.astype(np.float32),
+                                           out)
+    else:
+        csr_numba.scatter_mv(np.array([pool], np.int32), data, indices, indptr, x, out)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-4)
+
+
 @pytest.mark.parametrize("homogeneous", [False, True])
 def test_against_scipy_parallel_sizes(homogeneous):
     import scipy.sparse as sp

@@ -31,9 +31,12 @@ NaN and inf follow ``docs/semantics.md``: an event selects its weights (a
 silent one contributes nothing, whatever they hold), a value multiplies them
 (IEEE).  The two rules are ``_visits`` and ``_product`` in ``numba_rows``.
 
-Below ``PARALLEL_MIN_WORK`` synapses (``SCATTER_PARALLEL_MIN_WORK`` for a vector
-scatter and the weight gradient) a kernel runs on the calling thread; a
-``prange`` is never entered for a single part.
+Below ``PARALLEL_MIN_WORK`` synapses (``SCATTER_PARALLEL_MIN_WORK`` for the
+weight gradient; for a vector scatter ``VECTOR_SCATTER_PARALLEL_MIN_WORK`` and
+``VECTOR_SCATTER_WORK_PER_OUTPUT`` synapses per output) a kernel runs on the
+calling thread; a ``prange`` is never entered for a single part.  The
+thresholds live in ``numba_rows``; Numba's disk cache keys a kernel on its own
+file, so after editing them touch this file and ``numba_weighted.py``.
 
 Every kernel tolerates a malformed structure passed under ``jit`` (where it
 cannot be validated): row spans are clamped to ``[0, nnz]`` and column indices
@@ -64,6 +67,7 @@ from .numba_rows import (  # the row loops the kernels inline, and the parallel 
     PARALLEL_MIN_WORK,
     SCATTER_PARALLEL_MIN_WORK,
     _active_work,
+    _vector_scatter_serial,
     _balanced_rows,
     _column,
     _count_active,
@@ -125,11 +129,11 @@ def scatter_mv(pool, data, indices, indptr, x, out):
     _zero(out, 0, out.shape[0])
     threads = pool[0]
     expected = _count_active(x) * (nnz // max(n_rows, 1)) if threads > 1 else 0  # cheap: spikes only
-    serial = expected < SCATTER_PARALLEL_MIN_WORK // 2 or 4 * expected < n
+    serial = _vector_scatter_serial(2 * expected, n)  # an estimate: allow rows twice the mean
     work = 0
     if not serial:
         work = _active_work(indptr, x)  # exact: the synapses of the active rows
-        serial = work < SCATTER_PARALLEL_MIN_WORK or 4 * work < n
+        serial = _vector_scatter_serial(work, n)
     # (each _scatter_rows below inlines the unrolled row loop: two places only, for compile time)
     if serial:
         _scatter_rows(data, indices, indptr, x, out, 0, n_rows, homogeneous)

@@ -37,6 +37,7 @@ from .numba_rows import (
     _column,
     _scatter_row,
     _span,
+    _vector_scatter_serial,
     _zero,
     _zero_of,
 )
@@ -137,7 +138,7 @@ def weighted_scatter_mv(pool, data, indices, indptr, v, out):
     _zero(out, 0, n)
     threads = pool[0]
     work = _nonzero_work(indptr, v) if threads > 1 else 0
-    if work < SCATTER_PARALLEL_MIN_WORK or 4 * work < n:
+    if _vector_scatter_serial(work, n):
         _scatter_rows(data, indices, indptr, v, out, 0, n_rows, homogeneous)
         return
     bounds = _balanced_rows(indptr, n_rows, nnz, threads)
