@@ -36,7 +36,9 @@ SCATTER_PARALLEL_MIN_WORK = 262144
 # on 2 cores (fan-out 40-200, kernel called directly, fresh cache): 33k
 # synapses into 4000 outputs 0.86x the serial time, 80k into 4000 0.62x,
 # 80k into 20000 0.83x, 158k into 20000 0.69x; 39k into 20000 1.13x (slower).
-VECTOR_SCATTER_PARALLEL_MIN_WORK = 32768
+# Through the op (benchmarks/fixed_fan.py) 46k into 4000 was slower on two
+# threads (42 -> 54 us), so the floor is 65536, not 32768.
+VECTOR_SCATTER_PARALLEL_MIN_WORK = 65536
 VECTOR_SCATTER_WORK_PER_OUTPUT = 4
 
 
