@@ -436,11 +436,11 @@ def test_vector_scatter_kernel_split_between_thresholds(pool, weighted):
     from evjax.primitives.csr import numba_rows, numba_weighted
 
     rng = np.random.default_rng(pool)
-    n_rows, n_out, k = 2000, 1500, 40
+    n_rows, n_out, k = 3000, 1500, 40
     indices = rng.integers(0, n_out, n_rows * k).astype(np.int32)  # duplicates within rows
     indptr = (np.arange(n_rows + 1) * k).astype(np.int32)
     data = rng.standard_normal(n_rows * k).astype(np.float32)
-    x = rng.random(n_rows) < 0.6
+    x = rng.random(n_rows) < 0.8  # about 96k synapses
     data.reshape(n_rows, k)[~x] = np.nan  # silent rows: NaN weights that must not reach the output
     work = int(x.sum()) * k
     assert not numba_rows._vector_scatter_serial(work, n_out) and work < numba_rows.SCATTER_PARALLEL_MIN_WORK
