@@ -341,15 +341,6 @@ def train(cfg: Config, dense: bool = False, log: Callable[[str], None] = print) 
     log(f"{'dense' if dense else 'sparse (evjax CSR)'} model: {cfg.n_in} inputs, {cfg.n_hidden} LIF neurons, "
         f"{s_in.nnz + s_rec.nnz:,} synapses (p_rec = {cfg.p_rec}), {cfg.n_classes} classes, "
         f"{cfg.n_steps} steps/trial, batch {cfg.batch}")
-    # With empty caches, the first calls start compiling evjax's kernels in a background thread and run
-    # the ops' pure-JAX references meanwhile (a few times slower).  For a run of a thousand steps it is
-    # faster to wait for the kernels once: one call of each function (results discarded), then
-    # evjax.wait_for_kernels().  With warm caches this takes a second or two.
-    start = time.perf_counter()
-    jax.block_until_ready(train_step(params, opt_state, x_train[:cfg.batch], y_train[:cfg.batch]))
-    jax.block_until_ready((predict(params, x_test[:cfg.batch]), jax.jit(trial)(params, x_test[0])))
-    evjax.wait_for_kernels()
-    log(f"first calls, kernels compiled or loaded from the cache: {time.perf_counter() - start:.1f} s")
     rng = np.random.default_rng(cfg.seed)
     result = Result()
     step_times, events, event_time = [], 0, 0.0
