@@ -374,8 +374,10 @@ def train(cfg: Config, dense: bool = False, log: Callable[[str], None] = print) 
     result.events_per_s = events / event_time if event_time else float("nan")
     result.test_acc = result.history[-1]["test_acc"] if result.history else float("nan")
     result.final_params = params
-    _, hidden = jax.jit(trial)(params, x_test[0])
-    result.raster = (np.asarray(hidden), x_test[0], int(y_test[0]))
+    # one test trial, through the batched model (a batch of 1): the kernels training compiled serve it, where a
+    # single-trial call would compile the vector kernels, and the process would wait for them at exit
+    _, hidden = jax.jit(jax.vmap(trial, in_axes=(None, 0)))(params, x_test[:1])
+    result.raster = (np.asarray(hidden[0]), x_test[0], int(y_test[0]))
     return result
 
 
