@@ -197,7 +197,10 @@ def make_synapses(s_in: Structure, s_rec: Structure, dense: bool) -> Callable:
     def synapses(params):
         w_in = evjax.CSR((params["w_in"], idx_in, ptr_in), shape=s_in.shape)
         w_rec = evjax.CSR((params["w_rec"], idx_rec, ptr_rec), shape=s_rec.shape)
-        return (lambda x: x @ w_in), (lambda s: s @ w_rec)
+        # both layers take their spikes as float32 events (the input's bools converted), so they share one
+        # compiled scatter kernel and one weight-gradient kernel: fewer first-run compiles.  Float spikes
+        # from lif_step keep their surrogate gradient (straight-through the event op)
+        return (lambda x: evjax.BinaryArray(x.astype(jnp.float32)) @ w_in), (lambda s: evjax.BinaryArray(s) @ w_rec)
 
     return synapses
 
