@@ -6,8 +6,9 @@
 ``examples/train_sparse_snn.py`` (default configuration: 100 inputs to 2000
 hidden LIF neurons at 10 % connectivity, 20 recurrent synapses per neuron, a
 batch of 16 trials by ``jax.vmap``, 50 time steps) with its input layer as
-the example has it (``x_t @ evjax.CSR``) and as ``evjax.BinaryArray(x_t) @
-evjax.Dense(w_in * mask)`` (the same model: absent synapses held at zero).
+the example has it (``evjax.BinaryArray(x_t) @ evjax.CSR``, the recurrent
+layer the same) and as ``evjax.BinaryArray(x_t) @ evjax.Dense(w_in * mask)``
+(the same model: absent synapses held at zero).
 The jitted Adam step of each, after its kernels are compiled, alternating
 round by round.  Writes ``benchmarks/results/input_layer.{md,png}``.
 """
@@ -42,15 +43,16 @@ def steps():
     idx_rec, ptr_rec = jnp.asarray(s_rec.indices), jnp.asarray(s_rec.indptr)
     mask_in = jnp.asarray(s_in.mask())
 
-    def recurrent(p):
-        return lambda s: s @ evjax.CSR((p["w_rec"], idx_rec, ptr_rec), shape=s_rec.shape)
+    def recurrent(p):  # as in the example
+        return lambda s: evjax.BinaryArray(s) @ evjax.CSR((p["w_rec"], idx_rec, ptr_rec), shape=s_rec.shape)
 
     def csr_input(p):  # as in the example
-        return lambda x: x @ evjax.CSR((p["w_in"], idx_in, ptr_in), shape=s_in.shape), recurrent(p)
+        w_in = evjax.CSR((p["w_in"], idx_in, ptr_in), shape=s_in.shape)
+        return lambda x: evjax.BinaryArray(x.astype(jnp.float32)) @ w_in, recurrent(p)
 
     def dense_input(p):  # (n_in, n_hidden) weights, absent synapses held at 0
         w_in = evjax.Dense(p["w_in"] * mask_in)
-        return lambda x: evjax.BinaryArray(x) @ w_in, recurrent(p)
+        return lambda x: evjax.BinaryArray(x.astype(jnp.float32)) @ w_in, recurrent(p)
 
     optimizer = optax.adam(cfg.lr)
     out = {}
