@@ -196,6 +196,16 @@ def _saturating_cumsum(steps, cap):
     return steps
 
 
+def _stream_ends(ka, kb, k, r: int, s: int, n_inner: int, base=None):
+    """``pos_k + 1`` of synapses ``k`` (a row per stream), saturated at ``n_inner + 1`` (past the end):
+    ``pos_k = pos_{k-1} + 1 + gap_k``, starting after ``base`` (each stream's previous ``pos + 1``; 0)."""
+    cap = jnp.uint32(n_inner + 1)
+    steps = gap(draw(ka, kb, k * 4), r, s, n_inner) + jnp.uint32(1)
+    if base is not None:
+        steps = steps.at[:, 0].set(jnp.minimum(steps[:, 0] + base, cap))
+    return _saturating_cumsum(steps, cap)
+
+
 def dense_generated(law: str, params, seed, prob: float, n_outer: int, n_inner: int, dtype):
     """The generated matrix ``G`` (``n_outer x n_inner``) as ``(weights, mask)``, dense.
 
@@ -210,9 +220,8 @@ def dense_generated(law: str, params, seed, prob: float, n_outer: int, n_inner: 
     ka, kb = keys(seed, jnp.arange(n_outer, dtype=jnp.uint32))
     ka, kb = ka[:, None], kb[:, None]
     k = jnp.arange(n_inner, dtype=jnp.uint32)[None, :]  # at most n_inner synapses per outer index
-    steps = gap(draw(ka, kb, k * 4), r, s, n_inner) + jnp.uint32(1)
     # inner index of synapse k, saturated at n_inner (past the end: no synapse)
-    pos = _saturating_cumsum(steps, jnp.uint32(n_inner + 1)) - jnp.uint32(1)
+    pos = _stream_ends(ka, kb, k, r, s, n_inner) - jnp.uint32(1)
     valid = pos < jnp.uint32(n_inner)
     w = _weights(law, params, ka, kb, k, dtype)
     rows = jnp.broadcast_to(jnp.arange(n_outer)[:, None], pos.shape)
@@ -271,7 +280,6 @@ def streamed_product(law: str, params, seed, prob: float, n_outer: int, n_inner:
     else:  # event-driven: the active outer indices first, then walk only those
         order = jnp.nonzero(outer_active, size=n_outer, fill_value=n_outer - 1)[0]
         count = jnp.sum(outer_active, dtype=jnp.int32)
-    cap = jnp.uint32(n_inner + 1)  # a position past the end, saturated
     k_step = jnp.arange(width, dtype=jnp.uint32)[None, :]
 
     def block(b, y):
@@ -285,9 +293,7 @@ def streamed_product(law: str, params, seed, prob: float, n_outer: int, n_inner:
         def step(carry):
             k0, base, y = carry  # base: the position after each stream's last synapse (saturated)
             k = k0 + k_step
-            steps = gap(draw(ka, kb, k * 4), r, s, n_inner) + jnp.uint32(1)
-            steps = steps.at[:, 0].set(jnp.minimum(steps[:, 0] + base, cap))
-            end = _saturating_cumsum(steps, cap)  # pos_k + 1
+            end = _stream_ends(ka, kb, k, r, s, n_inner, base)  # pos_k + 1
             valid = (end <= jnp.uint32(n_inner)) & live[:, None]
             pos = jnp.where(valid, end - jnp.uint32(1), 0).astype(jnp.int32)
             w = _weights(law, params, ka, kb, k, dtype)
