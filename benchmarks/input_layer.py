@@ -6,8 +6,8 @@
 ``examples/train_sparse_snn.py`` (default configuration: 100 inputs to 2000
 hidden LIF neurons at 10 % connectivity, 20 recurrent synapses per neuron, a
 batch of 16 trials by ``jax.vmap``, 50 time steps) with its input layer as
-the example has it (``evjax.BinaryArray(x_t) @ evjax.CSR``, the recurrent
-layer the same) and as ``evjax.BinaryArray(x_t) @ evjax.Dense(w_in * mask)``
+the example has it (``examples/train_sparse_snn.make_synapses``: bool spikes
+``@ evjax.CSR``) and as ``evjax.BinaryArray(x_t) @ evjax.Dense(w_in * mask)``
 (the same model: absent synapses held at zero).
 The jitted Adam step of each, after its kernels are compiled, alternating
 round by round.  Writes ``benchmarks/results/input_layer.{md,png}``.
@@ -39,20 +39,14 @@ def steps():
     cfg = ex.Config()
     params, s_in, s_rec = ex.init_params(cfg)
     x, y = ex.make_randman(cfg, cfg.batch, seed=1)
-    idx_in, ptr_in = jnp.asarray(s_in.indices), jnp.asarray(s_in.indptr)
     idx_rec, ptr_rec = jnp.asarray(s_rec.indices), jnp.asarray(s_rec.indptr)
     mask_in = jnp.asarray(s_in.mask())
+    csr_input = ex.make_synapses(s_in, s_rec, dense=False)  # the example's own layers
 
-    def recurrent(p):  # as in the example
-        return lambda s: evjax.BinaryArray(s) @ evjax.CSR((p["w_rec"], idx_rec, ptr_rec), shape=s_rec.shape)
-
-    def csr_input(p):  # as in the example
-        w_in = evjax.CSR((p["w_in"], idx_in, ptr_in), shape=s_in.shape)
-        return lambda x: evjax.BinaryArray(x.astype(jnp.float32)) @ w_in, recurrent(p)
-
-    def dense_input(p):  # (n_in, n_hidden) weights, absent synapses held at 0
+    def dense_input(p):  # (n_in, n_hidden) weights, absent synapses held at 0; the recurrent layer as the example's
         w_in = evjax.Dense(p["w_in"] * mask_in)
-        return lambda x: evjax.BinaryArray(x.astype(jnp.float32)) @ w_in, recurrent(p)
+        w_rec = evjax.CSR((p["w_rec"], idx_rec, ptr_rec), shape=s_rec.shape)
+        return lambda x: evjax.BinaryArray(x) @ w_in, lambda s: evjax.BinaryArray(s) @ w_rec
 
     optimizer = optax.adam(cfg.lr)
     out = {}

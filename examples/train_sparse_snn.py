@@ -197,10 +197,10 @@ def make_synapses(s_in: Structure, s_rec: Structure, dense: bool) -> Callable:
     def synapses(params):
         w_in = evjax.CSR((params["w_in"], idx_in, ptr_in), shape=s_in.shape)
         w_rec = evjax.CSR((params["w_rec"], idx_rec, ptr_rec), shape=s_rec.shape)
-        # both layers take their spikes as float32 events (the input's bools converted), so they share one
-        # compiled scatter kernel and one weight-gradient kernel: fewer first-run compiles.  Float spikes
-        # from lif_step keep their surrogate gradient (straight-through the event op)
-        return (lambda x: evjax.BinaryArray(x.astype(jnp.float32)) @ w_in), (lambda s: evjax.BinaryArray(s) @ w_rec)
+        # both layers are event ops on bool events (the input's bools as they are, lif_step's float spikes
+        # read as s != 0), so they share one compiled scatter kernel and one weight-gradient kernel: fewer
+        # first-run compiles.  The float spikes keep their surrogate gradient (straight-through the event op)
+        return (lambda x: x @ w_in), (lambda s: evjax.BinaryArray(s) @ w_rec)
 
     return synapses
 
