@@ -11,6 +11,8 @@ import contextlib
 import ctypes
 import importlib
 import os
+import sys
+import threading
 import warnings
 from typing import Any
 
@@ -22,7 +24,7 @@ __all__ = [
     "serial_clone", "prange_only", "threadsafe_layer", "launch_numba_threads", "lazy_cfunc", "cfunc_in_disk_cache",
     "compile_cfunc", "cfunc_cache_dir",
     # Numba CUDA
-    "cuda_simulator_enabled", "is_cuda_dispatcher", "is_cuda_device_function", "cuda_overload", "cuda_function", "cuda_kernel_limits",
+    "cuda_simulator_enabled", "cuda_simulator_threadsafe_shared", "is_cuda_dispatcher", "is_cuda_device_function", "cuda_overload", "cuda_function", "cuda_kernel_limits",
     "cuda_packing", "cuda_launch", "cuda_needs_python_launch",
     # Warp
     "warp_initialize", "warp_cpu_entry", "warp_cuda_entry", "warp_cuda_launch_address", "warp_kernel_dim",
@@ -208,6 +210,49 @@ def cuda_simulator_enabled() -> bool:
     from numba.core import config
 
     return bool(getattr(config, "ENABLE_CUDASIM", False))
+
+
+_shared_patch_lock = threading.Lock()
+
+
+def cuda_simulator_threadsafe_shared() -> None:
+    """Make the simulator's ``cuda.shared.array`` safe for the block's threads (idempotent).
+
+    The simulator runs one Python thread per CUDA thread, and each thread's
+    ``cuda.shared.array(...)`` looks its buffer up in a dict keyed by source
+    line, creating it when absent: a check-then-set with no lock.  When the
+    interpreter switches threads between the check and the set (rare, but
+    seen under load: one run in about 100 of a warp-reduction kernel), two
+    threads of a block get different buffers and the reduction loses their
+    partial sums.  This replaces the lookup with one under a lock, keyed the
+    same way (the file and line of the kernel's call).
+    """
+    from numba.core import types
+    from numba.cuda.simulator import kernelapi
+    from numba.np import numpy_support
+
+    shared = kernelapi.FakeCUDAShared
+    with _shared_patch_lock:
+        if getattr(shared.array, "_evjax_locked", False):
+            return
+        unlocked = shared.array
+        lock = threading.Lock()
+
+        def array(self, shape, dtype):
+            if shape == 0:  # dynamic shared memory: one preallocated buffer, no lookup
+                return unlocked(self, shape, dtype)
+            if isinstance(dtype, types.Type):
+                dtype = numpy_support.as_dtype(dtype)
+            caller = sys._getframe(1)  # keyed like the simulator: (file, line) of the kernel's call
+            key = (caller.f_code.co_filename, caller.f_lineno)
+            with lock:
+                buffer = self._allocations.get(key)
+                if buffer is None:
+                    buffer = self._allocations[key] = np.empty(shape, dtype)
+            return buffer
+
+        array._evjax_locked = True
+        shared.array = array
 
 
 def is_cuda_dispatcher(obj) -> bool:

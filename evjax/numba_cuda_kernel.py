@@ -232,6 +232,7 @@ class _CudaCall(RawKernelCall):
             for i_in, i_out in aliases.items():
                 results[i_out][...] = ins[i_in]
             scratch = [_garbage(o) for o in self.extra]
+            _kernel_compat.cuda_simulator_threadsafe_shared()
             with _sim_lock:
                 self._run_host(ins, results, scratch)
             return tuple(results)

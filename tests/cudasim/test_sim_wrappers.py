@@ -226,3 +226,47 @@ def test_generator_registered_with_def_numba_cuda_kernel():
     kernel = op.kernel_for("gpu", "numba_cuda", [jax.ShapeDtypeStruct((8,), f32)],
                            (jax.ShapeDtypeStruct((8,), f32),), {"alpha": 0.5})
     np.testing.assert_array_equal(kernel(jnp.arange(8, dtype=f32)), jnp.arange(8, dtype=f32) + 0.5)
+
+
+def _shared_arrays_from_threads(n_threads: int):
+    """``cuda.shared.array`` called from one line by threads that all switch between lookup and insert."""
+    import threading
+    import time
+
+    from numba.cuda.simulator import kernelapi
+
+    class SlowLookup(dict):
+        def get(self, key, default=None):
+            value = super().get(key, default)
+            time.sleep(0.005)  # another thread runs between the lookup and the insert
+            return value
+
+    shared = kernelapi.FakeCUDAShared(0)
+    shared._allocations = SlowLookup()
+    barrier = threading.Barrier(n_threads)
+    buffers = []
+
+    def thread():
+        barrier.wait()
+        buffers.append(shared.array(4, np.float32))
+
+    threads = [threading.Thread(target=thread) for _ in range(n_threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    first = shared.array(2, np.float32)  # another line: another buffer
+    second = shared.array(2, np.int32)
+    return buffers, first, second
+
+
+def test_shared_array_is_one_buffer_per_block_whatever_the_thread_switches():
+    # Numba's simulator creates a block's shared buffer on first lookup, without a lock: threads that
+    # switch in between got buffers of their own, and a warp reduction lost partial sums (a CI failure of
+    # the CSR mv_gather kernel).  Every simulated launch installs evjax's locked lookup.
+    from evjax import _kernel_compat
+
+    _kernel_compat.cuda_simulator_threadsafe_shared()
+    buffers, first, second = _shared_arrays_from_threads(8)
+    assert len(buffers) == 8 and all(b is buffers[0] for b in buffers)
+    assert first is not second and second.dtype == np.int32
