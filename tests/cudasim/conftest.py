@@ -11,5 +11,8 @@ if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") in ("", "0"):
     collect_ignore_glob = ["test_*.py"]
 else:
     # The simulator runs one Python thread per CUDA thread; switching more
-    # often than CPython's default 5 ms makes it markedly faster.
-    sys.setswitchinterval(1e-4)
+    # often than CPython's default 5 ms makes it markedly faster.  A smaller
+    # EVJAX_SIM_SWITCH_INTERVAL (seconds) interleaves the threads more finely:
+    # a stress run for races in the kernels (a missing syncthreads, a
+    # non-atomic shared update) or in the simulator.
+    sys.setswitchinterval(float(os.environ.get("EVJAX_SIM_SWITCH_INTERVAL", "1e-4")))
