@@ -3,9 +3,15 @@
 
 Importing evjax compiles nothing, clears no cache, imports neither Warp nor
 ``numba.cuda`` and changes no setting of Numba: backends are imported, and
-kernels compiled, the first time an op needs them.
+kernels compiled, the first time an op needs them.  It does tell Numba's disk
+cache that evjax's own kernels also depend on the files they inline code from
+(:func:`evjax._kernel_compat.stamp_kernel_caches`); other code is unaffected.
 """
-from . import config, errors, rules, surrogate
+from . import _kernel_compat
+
+_kernel_compat.stamp_kernel_caches()  # before any kernel is declared: see its docstring
+
+from . import config, errors, rules, surrogate  # noqa: E402
 from .config import set_backend, use_backend
 from .events import BinaryArray, EventArray, WeightedArray
 from .numba_cuda_kernel import numba_cuda_callable, numba_cuda_kernel

@@ -22,7 +22,7 @@ __all__ = [
     # Numba (CPU)
     "quiet_numba_compile", "is_cpu_dispatcher", "kernel_options", "can_compile", "declared_signatures",
     "serial_clone", "prange_only", "threadsafe_layer", "launch_numba_threads", "lazy_cfunc", "cfunc_in_disk_cache",
-    "compile_cfunc", "cfunc_cache_dir",
+    "compile_cfunc", "cfunc_cache_dir", "kernel_source_stamp", "stamp_kernel_caches",
     # Numba CUDA
     "cuda_simulator_enabled", "cuda_simulator_threadsafe_shared", "is_cuda_dispatcher", "is_cuda_device_function", "cuda_overload", "cuda_function", "cuda_kernel_limits",
     "cuda_packing", "cuda_launch", "cuda_needs_python_launch",
@@ -200,6 +200,93 @@ def cfunc_cache_dir(cfunc) -> str:
     """The folder where Numba caches this cfunc (or ``"memory only"`` when it is not cached)."""
     cache = getattr(cfunc, "_cache", None)
     return str(getattr(cache, "cache_path", None) or "memory only")
+
+
+# ---------------------------------------------------------------------------
+# Numba's disk cache: kernels that inline code from other files
+# ---------------------------------------------------------------------------
+_ROOT = os.path.dirname(os.path.abspath(__file__))
+# files whose code or constants every evjax kernel may inline (relative to the package)
+KERNEL_SUPPORT = ("_kernel_compat.py", "numba_kernel.py", "numba_cuda_kernel.py", "backends")
+_stamps: dict[tuple, str] = {}
+_stamped_roots: set[str] = set()
+_stamp_lock = threading.Lock()
+
+
+def _py_files(path: str) -> list[str]:
+    if os.path.isdir(path):
+        return sorted(os.path.join(path, name) for name in os.listdir(path) if name.endswith(".py"))
+    return [path] if os.path.isfile(path) else []
+
+
+def kernel_source_stamp(path: str, root: str = _ROOT, support=KERNEL_SUPPORT) -> str | None:
+    """A digest of the sources a kernel defined in ``path`` may inline, or None outside ``root``.
+
+    Numba's disk cache checks only the kernel's own file (its modification
+    time and size), so a kernel that inlines a helper or reads a constant from
+    another file kept its old machine code after that file changed (a stale
+    threshold in ``csr/numba_rows.py`` did, in development).  Here a kernel's
+    freshness covers every ``.py`` file of its own package folder (a family:
+    its kernels, row loops, generation scheme and ops) and the shared kernel
+    support (``support``, relative to ``root``), by name, modification time
+    and size: read once per folder and process.
+    """
+    path = os.path.abspath(path)
+    root = os.path.abspath(root)
+    if os.path.commonpath([path, root]) != root:
+        return None
+    key = (os.path.dirname(path), root, tuple(support))
+    with _stamp_lock:
+        stamp = _stamps.get(key)
+        if stamp is None:
+            import hashlib
+
+            files = _py_files(key[0]) + [f for rel in support for f in _py_files(os.path.join(root, rel))]
+            digest = hashlib.sha1()
+            for file in sorted(set(files)):
+                info = os.stat(file)
+                digest.update(f"{os.path.relpath(file, root)}:{info.st_mtime_ns}:{info.st_size}\n".encode())
+            stamp = _stamps[key] = digest.hexdigest()
+    return stamp
+
+
+def stamp_kernel_caches(root: str = _ROOT, support=KERNEL_SUPPORT) -> None:
+    """Make Numba's disk cache of the kernels under ``root`` fresh only while
+    :func:`kernel_source_stamp` is unchanged (idempotent; evjax does this for
+    itself on import, before any of its kernels is declared).
+
+    Registers a cache locator ahead of Numba's own: for a file under ``root``
+    it takes the locator Numba would have chosen (same cache folder) and adds
+    the stamp to that locator's source stamp, which Numba stores in the cache
+    index and compares on load.
+    """
+    from numba.core import caching
+
+    root = os.path.abspath(root)
+    impl = getattr(caching, "CacheImpl", None) or getattr(caching, "_CacheImpl")
+    with _stamp_lock:
+        if root in _stamped_roots:
+            return
+        _stamped_roots.add(root)
+        numba_locators = [cls for cls in impl._locator_classes if not getattr(cls, "_evjax_root", None)]
+
+    class StampedLocator:
+        _evjax_root = root
+
+        @classmethod
+        def from_function(cls, py_func, py_file):
+            stamp = kernel_source_stamp(py_file, root, support)
+            if stamp is None:
+                return None
+            for base in numba_locators:
+                locator = base.from_function(py_func, py_file)
+                if locator is not None:
+                    own = locator.get_source_stamp
+                    locator.get_source_stamp = lambda: (own(), stamp)
+                    return locator
+            return None
+
+    impl._locator_classes.insert(0, StampedLocator)
 
 
 # ---------------------------------------------------------------------------

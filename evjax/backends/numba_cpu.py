@@ -96,6 +96,8 @@ def _kernel_fingerprint(kernel) -> tuple[str, bool]:
         code = inspect.getsource(py_func)
         filename = inspect.getsourcefile(py_func) or ""
         mtime = os.path.getmtime(filename) if os.path.exists(filename) else 0.0
+        # an evjax kernel also depends on the files it inlines code from (see kernel_source_stamp)
+        mtime = (mtime, _kernel_compat.kernel_source_stamp(filename)) if filename else mtime
     except (OSError, TypeError):
         code, filename, mtime = marshal.dumps(py_func.__code__).hex(), "", 0.0
     cacheable = bool(filename) and os.path.exists(filename) and "<" not in filename

@@ -35,8 +35,8 @@ Below ``PARALLEL_MIN_WORK`` synapses (``SCATTER_PARALLEL_MIN_WORK`` for the
 weight gradient; for a vector scatter ``VECTOR_SCATTER_PARALLEL_MIN_WORK`` and
 ``VECTOR_SCATTER_WORK_PER_OUTPUT`` synapses per output) a kernel runs on the
 calling thread; a ``prange`` is never entered for a single part.  The
-thresholds live in ``numba_rows``; Numba's disk cache keys a kernel on its own
-file, so after editing them touch this file and ``numba_weighted.py``.
+thresholds live in ``numba_rows`` (an edit there rebuilds the cached kernels:
+see :func:`evjax._kernel_compat.stamp_kernel_caches`).
 
 Every kernel tolerates a malformed structure passed under ``jit`` (where it
 cannot be validated): row spans are clamped to ``[0, nnz]`` and column indices

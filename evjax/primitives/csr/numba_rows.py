@@ -9,10 +9,9 @@ rows, and the work counts that decide how a scatter is split over threads;
 the thresholds above which the kernels (here and in ``numba_weighted``) go
 parallel.  Nothing here is called from Python.
 
-Numba's disk cache keys each kernel on its own source file only: after editing
-this file in a development checkout, touch ``numba.py`` beside it (or delete
-its ``__pycache__``) so the cached kernels are rebuilt with the new loops.  An
-installed package is always consistent.
+The kernels of ``numba.py`` and ``numba_weighted.py`` inline this file; their
+disk cache is fresh only while every file of this folder is unchanged
+(:func:`evjax._kernel_compat.stamp_kernel_caches`), so an edit here rebuilds them.
 """
 from __future__ import annotations
 

@@ -6,9 +6,9 @@ reference's; nothing here uses ``fastmath``, so LLVM contracts nothing.  The
 stream is walked in blocks of :data:`BLOCK` synapses (:func:`_next_block`).
 Nothing here is called from Python.
 
-Numba's disk cache keys each kernel on its own source file only: after editing
-this file in a development checkout, touch ``numba.py`` beside it (or delete
-its ``__pycache__``).
+The kernels in ``numba.py`` inline this file; their disk cache is fresh only
+while every file of this folder is unchanged
+(:func:`evjax._kernel_compat.stamp_kernel_caches`), so an edit here rebuilds them.
 """
 from __future__ import annotations
 
