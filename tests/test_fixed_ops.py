@@ -91,25 +91,28 @@ def table_resampler(indices: int, shape: int):
 
 
 
-def matmul_spec(rank, event, transpose, backend, *, nonfinite=False, float_spikes=False):
+def matmul_spec(rank, event, transpose, backend, *, nonfinite=False, float_spikes=False, weighted=False):
     fn = OPS[(rank, event)]
-    reference = (structural_reference if nonfinite else dense_reference)(transpose, event)
+    extra = {"weighted": True} if weighted else {}
+    # weighted events: finite weights times graded values, A @ v (a zero value adds 0), linear in v
+    reference = (structural_reference if nonfinite else dense_reference)(transpose, event and not weighted)
     return OpSpec(
-        fn=lambda w, i, x, shape: fn(w, i, x, shape=shape, transpose=transpose, backend=backend),
+        fn=lambda w, i, x, shape: fn(w, i, x, shape=shape, transpose=transpose, backend=backend, **extra),
         reference=reference,
-        diff_argnums=(0, 2) if (not event or float_spikes) else (0,),
+        diff_argnums=(0, 2) if (not event or float_spikes or weighted) else (0,),
         static_argnums=(3,),
         backend=backend,
         resample=table_resampler(indices=1, shape=3),
-        smooth=not event,
+        smooth=not event or weighted,
         nonfinite=nonfinite,
         batch_size=2,
-        name=f"{fn.__name__}(T={transpose},{backend}){' nonfinite' if nonfinite else ''}",
+        name=f"{fn.__name__}(T={transpose},{backend}){' nonfinite' if nonfinite else ''}"
+             f"{' weighted' if weighted else ''}",
     )
 
 
 @st.composite
-def fixed_args(draw, *, rank, transpose, event, float_spikes=False, dtype=np.float32):
+def fixed_args(draw, *, rank, transpose, event, float_spikes=False, weighted=False, dtype=np.float32):
     """(weights, indices, x, shape): random tables (duplicates happen), homogeneous or per synapse."""
     n_rows, n_cols, k = draw(st.sampled_from(SIZES)), draw(st.sampled_from(SIZES)), draw(st.sampled_from(K))
     if n_cols == 0:
@@ -124,6 +127,7 @@ def fixed_args(draw, *, rank, transpose, event, float_spikes=False, dtype=np.flo
     if event:
         x = rng.random(x_shape) < draw(st.sampled_from([0.0, 0.4, 1.0]))  # no spikes, some, all
         x = (x * rng.uniform(0.5, 2.0, x_shape)).astype(dtype) if float_spikes else x
+        x = (x * rng.standard_normal(x_shape)).astype(dtype) if weighted else x  # graded, zeros kept
     else:
         x = rng.standard_normal(x_shape).astype(dtype)
     return weights, indices, x, (n_rows, n_cols)
@@ -168,6 +172,43 @@ def test_float_spikes_straight_through(rank, transpose):
                   skip=("nested_vmap",))()
 
 
+WEIGHTED = [(rank, transpose, backend) for rank in (1, 2) for transpose in (True, False) for backend in BACKENDS
+            if THOROUGH or (rank, transpose, backend) in ((1, True, "numba"), (2, False, "warp"))]
+
+
+@pytest.mark.parametrize("rank, transpose, backend", WEIGHTED)
+def test_weighted_properties(rank, transpose, backend):
+    """Weighted (graded) events: A @ v over the nonzero entries; true gradient w.r.t. the values."""
+    property_test(matmul_spec(rank, True, transpose, backend, weighted=True),
+                  fixed_args(rank=rank, transpose=transpose, event=True, weighted=True))()
+
+
+@pytest.mark.parametrize("transpose", (True, False))
+def test_weighted_is_csrs_weighted_op_on_the_flat_table(transpose):
+    """One kernel call, CSR's weighted one (its FFI target), and a zero value skips even NaN weights."""
+    rng = np.random.default_rng(3)
+    n, k = 6, 3
+    indices = rng.integers(0, n, (n, k)).astype(np.int32)
+    weights = rng.standard_normal((n, k)).astype(np.float32)
+    values = np.where(rng.random(n) < 0.5, rng.standard_normal(n), 0).astype(np.float32)
+    values[0], values[1] = 0.0, 2.0
+    weights[0 if transpose else 1] = np.nan  # row 0 (scatter: values[0] = 0) / row 1 (gather)
+    if not transpose:
+        values[indices[1]] = 0.0  # gather: row 1 reads only zero values
+    fn = jax.jit(lambda w, i, v: evjax.binary_fcnmv(w, i, v, shape=(n, n), transpose=transpose, weighted=True))
+    got = np.asarray(fn(weights, indices, values))
+    a = np.zeros((n, n), np.float64)
+    for i in range(n):
+        for l in range(k):
+            if (values[i] if transpose else values[indices[i, l]]) != 0:
+                a[i, indices[i, l]] += weights[i, l] * (1.0 if transpose else values[indices[i, l]])
+    expected = (a.T @ values) if transpose else a.sum(axis=1)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    assert fn.lower(weights, indices, values).as_text().count("custom_call") == 1
+    names = [e.primitive.name for e in jax.make_jaxpr(fn)(weights, indices, values).eqns[0].params["jaxpr"].eqns]
+    assert "evjax_binary_csrmv" in names and not any(name.startswith("evjax_fcn") for name in names)
+
+
 # ---------------------------------------------------------------------------
 # the weight-gradient op itself under every transform
 # ---------------------------------------------------------------------------
@@ -196,3 +237,26 @@ def sddmm_spec(backend):
 
 
 test_sddmm_properties = property_test(sddmm_spec, sddmm_args(), backends=BACKENDS if THOROUGH else ("numba",))
+
+
+# ---------------------------------------------------------------------------
+# a lone op stays a cheap program for JAX's CPU client
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["spikes", "float", "weighted"])
+@pytest.mark.parametrize("cls", ["FixedPostNumConn", "FixedPreNumConn"])
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_a_lone_op_counts_no_xla_flops(cls, side, kind):
+    """JAX's CPU client runs a program on the calling thread only when XLA counts under 1000 flops
+    in it (else, by default, it hands it to a worker thread: tens of microseconds).  A kernel call
+    counts none; the row pointers (n + 1 = 2001 of them) must not either (``arange * k`` did)."""
+    n, k = 2000, 8
+    W = getattr(evjax, cls).random(0, n, n, k, weight=np.ones((n, k), np.float32))
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(n).astype(np.float32)
+    operand = {"spikes": x > 1, "float": x, "weighted": evjax.WeightedArray(np.where(x > 1, x, 0))}[kind]
+    fn = (lambda W, v: v @ W) if side == "left" else (lambda W, v: W @ v)
+    with evjax.use_backend("numba"):
+        compiled = jax.jit(fn).lower(W, operand).compile()
+    analysis = compiled.cost_analysis()
+    analysis = analysis[0] if isinstance(analysis, (list, tuple)) else analysis
+    assert analysis.get("flops", 0.0) < 1000, analysis

@@ -22,7 +22,9 @@ on first use) run the CSR kernels on the flattened table with those pointers
 made on the fly: no new compiled kernel, and the CSR backend contract
 (``docs/csr_backend_contract.md``) holds, including for malformed indices
 under ``jit``: an index outside ``[0, n_cols)`` is skipped (see
-``docs/fixed_fan.md``).
+``docs/fixed_fan.md``).  Weighted (graded) events go one step further and
+bind CSR's own weighted op on that structure (``_weighted``): its kernels,
+and its rules.
 """
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ from ...events import as_bool_events
 from ...rules import ad as ad_rules
 from ...rules import batching as batching_rules
 from ...xla_custom_kernel import XLACustomKernel, call_with_accepted
+from ..csr.ops import binary_csrmm, binary_csrmv
 from ..csr.validation import INT32_MAX, check_operand
 from . import blocks
 from .validation import row_pointers, validate_table  # noqa: F401 (re-exported)
@@ -300,28 +303,23 @@ for _vector, _matrix in ((fcnmv_p, fcnmm_p), (binary_fcnmv_p, binary_fcnmm_p)):
 # Public wrappers (brainevent's names and signatures)
 # ===========================================================================
 def _weighted(rank, weights, indices, values, *, shape, transpose, backend, who):
-    """Graded events (``weighted=True``): y = sum over nonzero entries of value * weight.
+    """Graded events (``weighted=True``): y = sum over the nonzero entries v of v * w
+    (select, then IEEE: a zero entry adds nothing, whatever its weights hold).
 
-    Finite weights:   the float op, A(w) v (a zero entry adds w * 0 = 0).
-    Non-finite w_il:  its synapse must count only where the entry is nonzero, with the entry's
-    sign: + 1[v > 0] selects w_il, 1[v < 0] selects -w_il (two event ops over those weights
-    alone, run only when some weight is not finite).  The gradient w.r.t. the values is the
-    true one, A(w).T y_bar (the op is linear in them).
+    The table is the CSR matrix of its flattened synapses and row pointers
+    ``k * arange(n_rows + 1)``, so this is CSR's weighted op on it: its kernels
+    visit only the nonzero entries in the scatter orientation, and its rules
+    hold (the gradient w.r.t. the values is the true one, A(w).T y_bar, the op
+    being linear in them; the weight gradient is event-driven, reshaped here to
+    the table's ``(n_rows, k)``).
     """
     weights, indices, shape = validate_table(weights, indices, shape, who=who)
-    values, dtype = check_operand(values, weights, shape, transpose, rank, False, who)
-    weights, values = weights.astype(dtype), values.astype(dtype)
-    finite = jnp.isfinite(weights)
-    kw = dict(shape=shape, transpose=transpose, dtype=dtype, backend=backend)
-    float_op, event_op = (fcnmv_p, binary_fcnmv_p) if rank == 1 else (fcnmm_p, binary_fcnmm_p)
-    y = _bind(float_op, jnp.where(finite, weights, 0), indices, values, **kw)
-
-    def correction():
-        rest = jnp.where(finite, 0, weights)
-        return (_bind(event_op, rest, indices, values > 0, **kw)
-                + _bind(event_op, -rest, indices, values < 0, **kw))
-
-    return y + jax.lax.cond(jnp.all(finite), lambda: jnp.zeros_like(y), correction)
+    n, k = indices.shape
+    wide = np.dtype(indices.dtype).itemsize == 8 or n * k > INT32_MAX
+    pointers = row_pointers(n, k, jnp.int64 if wide else jnp.int32)
+    csr_op = binary_csrmv if rank == 1 else binary_csrmm
+    return csr_op(weights.reshape(-1), indices.reshape(-1), pointers, values, shape=shape, transpose=transpose,
+                  backend=backend, weighted=True)
 
 
 def fcnmv(weights, indices, vector, *, shape, transpose: bool = False, backend: str | None = None) -> jax.Array:

@@ -10,6 +10,7 @@ import weakref
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 import numpy as np
 
 from ... import _compat
@@ -94,8 +95,20 @@ def _remember_checked(indices, n_cols: int) -> None:
 
 
 def row_pointers(n_rows: int, k: int, dtype=None):
-    """The CSR row pointers of a fixed-width table: ``indptr[i] = k * i`` (made on the fly, an iota)."""
+    """The CSR row pointers of a fixed-width table: ``indptr[i] = k * i``, made on the fly.
+
+    Every k-th entry of an iota over ``[0, n_rows k]``: XLA fuses the slice
+    into one loop over the ``n_rows + 1`` pointers, with no arithmetic.  That
+    matters on the CPU: JAX's CPU client runs a program on the calling thread
+    only when XLA counts fewer than 1000 flops in it, and hands it to a worker
+    thread otherwise (by default; tens of microseconds on small machines), so
+    ``arange(n_rows + 1) * k`` (``n_rows + 1`` multiplies) made a lone fixed op
+    of 1000 rows or more slower than the same CSR op (see ``docs/performance.md``).
+    """
     dtype = dtype or (jnp.int64 if n_rows * k > INT32_MAX else jnp.int32)
-    return jnp.arange(n_rows + 1, dtype=dtype) * k
+    if k == 0:
+        return jnp.zeros(n_rows + 1, dtype)
+    end = n_rows * k + 1
+    return lax.slice(lax.iota(dtype, end), (0,), (end,), (k,))
 
 
