@@ -39,9 +39,9 @@ from ...rules import ad as ad_rules
 from ...rules import batching as batching_rules
 from ...xla_custom_kernel import XLACustomKernel, call_with_accepted
 from ..csr.ops import binary_csrmm, binary_csrmv
-from ..csr.validation import INT32_MAX, check_operand
+from ..csr.validation import check_operand
 from . import blocks
-from .validation import row_pointers, validate_table  # noqa: F401 (re-exported)
+from .validation import pointer_dtype, row_pointers, validate_table  # noqa: F401 (re-exported)
 
 __all__ = [
     "fcnmv", "fcnmm", "binary_fcnmv", "binary_fcnmm", "fcn_sddmm",
@@ -91,10 +91,7 @@ def as_csr_generator(csr_generator, *, sddmm: bool = False):
     def generator(outs, ins, shape, transpose=False):
         index_in = ins[0] if sddmm else ins[1]
         n, k = index_in.shape
-        # the indices' dtype (as a CSR built from the same arrays: its compiled kernels are reused), or
-        # int64 where int32 cannot count the synapses
-        wide = np.dtype(index_in.dtype).itemsize == 8 or n * k > INT32_MAX
-        ptr = jax.ShapeDtypeStruct((n + 1,), jnp.int64 if wide else jnp.int32)
+        ptr = jax.ShapeDtypeStruct((n + 1,), pointer_dtype(index_in.dtype, n, k))
         structure = (flat(index_in, n * k), ptr)
         if sddmm:
             flat_outs = [flat(outs[0], n * k)]
@@ -315,8 +312,7 @@ def _weighted(rank, weights, indices, values, *, shape, transpose, backend, who)
     """
     weights, indices, shape = validate_table(weights, indices, shape, who=who)
     n, k = indices.shape
-    wide = np.dtype(indices.dtype).itemsize == 8 or n * k > INT32_MAX
-    pointers = row_pointers(n, k, jnp.int64 if wide else jnp.int32)
+    pointers = row_pointers(n, k, pointer_dtype(indices.dtype, n, k))
     csr_op = binary_csrmv if rank == 1 else binary_csrmm
     return csr_op(weights.reshape(-1), indices.reshape(-1), pointers, values, shape=shape, transpose=transpose,
                   backend=backend, weighted=True)

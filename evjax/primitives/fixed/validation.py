@@ -16,7 +16,7 @@ import numpy as np
 from ... import _compat
 from ..csr.validation import INT32_MAX, check_shape
 
-__all__ = ["validate_table", "row_pointers"]
+__all__ = ["validate_table", "row_pointers", "pointer_dtype"]
 
 
 # ===========================================================================
@@ -94,6 +94,13 @@ def _remember_checked(indices, n_cols: int) -> None:
         weakref.finalize(indices, _checked.pop, key, None)
 
 
+def pointer_dtype(indices_dtype, n_rows: int, k: int):
+    """The row pointers' dtype for a table: the indices' width (as a CSR built from the same arrays,
+    so its compiled kernels are shared), or int64 where int32 cannot count the synapses."""
+    wide = np.dtype(indices_dtype).itemsize == 8 or n_rows * k > INT32_MAX
+    return jnp.int64 if wide else jnp.int32
+
+
 def row_pointers(n_rows: int, k: int, dtype=None):
     """The CSR row pointers of a fixed-width table: ``indptr[i] = k * i``, made on the fly.
 
@@ -105,7 +112,7 @@ def row_pointers(n_rows: int, k: int, dtype=None):
     ``arange(n_rows + 1) * k`` (``n_rows + 1`` multiplies) made a lone fixed op
     of 1000 rows or more slower than the same CSR op (see ``docs/performance.md``).
     """
-    dtype = dtype or (jnp.int64 if n_rows * k > INT32_MAX else jnp.int32)
+    dtype = dtype or pointer_dtype(jnp.int32, n_rows, k)
     if k == 0:
         return jnp.zeros(n_rows + 1, dtype)
     end = n_rows * k + 1
