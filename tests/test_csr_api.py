@@ -492,5 +492,9 @@ def test_names_and_arguments_follow_brainevent():
             assert names(getattr(ours, method)) == names(getattr(theirs, method)), f"{cls}.{method}"
     assert names(evjax.defjvp) == names(brainevent.defjvp)
     assert names(evjax.general_batching_rule) == names(brainevent.general_batching_rule)
-    for op in ("binary_csrmv", "binary_csrmm"):
-        assert names(getattr(evjax, op)) == names(getattr(brainevent, op)), op
+    # brainevent's arguments, in its order; evjax adds one keyword at the end,
+    # ``weighted`` (graded events, see docs/dense_events.md), so their calls run here
+    for op in ("binary_csrmv", "binary_csrmm", "binary_fcnmv", "binary_fcnmm", "binary_densemv", "binary_densemm"):
+        ours, theirs = names(getattr(evjax, op)), names(getattr(brainevent, op))
+        assert ours == theirs + ["weighted"], op
+        assert inspect.signature(getattr(evjax, op)).parameters["weighted"].kind is inspect.Parameter.KEYWORD_ONLY

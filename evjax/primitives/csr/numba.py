@@ -33,7 +33,8 @@ silent one contributes nothing, whatever they hold), a value multiplies them
 
 Below ``PARALLEL_MIN_WORK`` synapses (``SCATTER_PARALLEL_MIN_WORK`` for the
 weight gradient; for a vector scatter ``VECTOR_SCATTER_PARALLEL_MIN_WORK`` and
-``VECTOR_SCATTER_WORK_PER_OUTPUT`` synapses per output) a kernel runs on the
+``VECTOR_SCATTER_WORK_PER_OUTPUT`` synapses per output; for a batch scatter
+``BATCH_SCATTER_PARALLEL_MIN_COST``, synapses plus a quarter of the outputs) a kernel runs on the
 calling thread; a ``prange`` is never entered for a single part.  The
 thresholds live in ``numba_rows`` (an edit there rebuilds the cached kernels:
 see :func:`evjax._kernel_compat.stamp_kernel_caches`).
@@ -67,6 +68,7 @@ from .numba_rows import (  # the row loops the kernels inline, and the parallel 
     PARALLEL_MIN_WORK,
     SCATTER_PARALLEL_MIN_WORK,
     _active_work,
+    _batch_scatter_serial,
     _vector_scatter_serial,
     _balanced_rows,
     _column,
@@ -214,7 +216,7 @@ def scatter_mm_batch_major(pool, data, indices, indptr, xt, out_t):
     if threads > 1:
         for c in range(width):
             active += _count_active(xt[c])
-    if active * (nnz // max(n_rows, 1)) < PARALLEL_MIN_WORK:  # synapses to visit, about
+    if threads < 2 or _batch_scatter_serial(active * (nnz // max(n_rows, 1)), out_t.size):  # synapses, about
         _scatter_samples(data, indices, indptr, xt, out_t, 0, width, homogeneous)
         return
     for t in prange(threads):

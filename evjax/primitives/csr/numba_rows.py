@@ -46,6 +46,24 @@ def _vector_scatter_serial(work, n_out):
     """Whether a vector scatter of ``work`` synapses into ``n_out`` outputs stays on one thread."""
     return work < VECTOR_SCATTER_PARALLEL_MIN_WORK or work < VECTOR_SCATTER_WORK_PER_OUTPUT * n_out
 
+# A batch scatter splits whole samples between threads: no private copies, so
+# the pool pays off much earlier than for a vector.  Its cost is the synapses
+# visited plus the zero-fill of the (K, n_out) output (a memset, counted a
+# quarter per element).  Measured on 2 cores (kernel called directly, 2 threads
+# over serial, batch 32 unless said): 4000 x 40 at 0.2 % (12k synapses) 0.63x,
+# at 1 % (49k) 0.85x; 4000 x 200 at 0.2 % (53k) 0.57x; 10000 x 10 at 0.1 %
+# (3k synapses, 320k outputs) 0.65x; 500 x 10 at 5 % (8k, 16k outputs) 0.89x;
+# 1000 x 10 at 1 % (3k, 32k outputs) 1.01x; 200 x 20 at 10 %, batch 8 (3k, 2k
+# outputs) 0.97x.  (It was PARALLEL_MIN_WORK = 65536 synapses: the 49k case ran
+# serial, 1.4x the hand-written prange loop of benchmarks/fixed_fan.py.)
+BATCH_SCATTER_PARALLEL_MIN_COST = 8192
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _batch_scatter_serial(synapses, n_outputs):
+    """Whether a batch scatter visiting ``synapses`` into ``n_outputs`` output entries stays on one thread."""
+    return synapses + n_outputs // 4 < BATCH_SCATTER_PARALLEL_MIN_COST
+
 # Only explicit ``prange`` loops run on the pool: with plain ``parallel=True``
 # Numba also turns array expressions (``out[:] = 0``, ``np.zeros``) into
 # parallel regions, which would wake every thread even on the serial path.

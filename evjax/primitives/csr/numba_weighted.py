@@ -34,6 +34,7 @@ from .numba_rows import (
     PARALLEL_MIN_WORK,
     SCATTER_PARALLEL_MIN_WORK,
     _balanced_rows,
+    _batch_scatter_serial,
     _column,
     _scatter_row,
     _span,
@@ -193,7 +194,7 @@ def weighted_scatter_mm_batch_major(pool, data, indices, indptr, vt, out_t):
     if threads > 1:
         for c in range(width):
             work += _nonzero_work(indptr, vt[c])
-    if work < PARALLEL_MIN_WORK:
+    if threads < 2 or _batch_scatter_serial(work, out_t.size):
         _scatter_samples(data, indices, indptr, vt, out_t, 0, width, homogeneous)
         return
     for t in prange(threads):
