@@ -428,11 +428,26 @@ def test_vector_scatter_parallel_decision():
     assert not numba_rows._vector_scatter_serial(10 * floor, 10 * floor // per_out)
 
 
+def test_batch_scatter_and_gradient_parallel_decisions():
+    """A batch scatter and a weight gradient go parallel from a cost that counts their zero-fill too."""
+    from evjax.primitives.csr import numba_rows
+
+    batch, sddmm = numba_rows.BATCH_SCATTER_PARALLEL_MIN_COST, numba_rows.SDDMM_PARALLEL_MIN_COST
+    assert numba_rows._batch_scatter_serial(batch - 1, 0)
+    assert not numba_rows._batch_scatter_serial(batch, 0)
+    assert not numba_rows._batch_scatter_serial(0, 4 * batch)  # a large output to zero-fill alone
+    assert numba_rows._batch_scatter_serial(batch // 2, 2 * batch - 4)
+    assert numba_rows._sddmm_serial(sddmm - 1, 0)
+    assert not numba_rows._sddmm_serial(sddmm, 0)
+    assert not numba_rows._sddmm_serial(0, 4 * sddmm)  # a silent batch: zero-fill only
+    assert numba_rows._sddmm_serial(sddmm // 2, 2 * sddmm - 4)
+
+
 @pytest.mark.parametrize("pool", [1, 2, 3])
 @pytest.mark.parametrize("weighted", [False, True])
 def test_vector_scatter_kernel_split_between_thresholds(pool, weighted):
-    """Between the vector and the gradient thresholds (parallel since the vector one was lowered), called
-    directly with each pool size: duplicates summed, NaN rows of silent events ignored, every output written."""
+    """Above the vector threshold (about 96k synapses into 1500 outputs), called directly with each
+    pool size: duplicates summed, NaN rows of silent events ignored, every output written."""
     from evjax.primitives.csr import numba_rows, numba_weighted
 
     rng = np.random.default_rng(pool)
@@ -443,7 +458,7 @@ def test_vector_scatter_kernel_split_between_thresholds(pool, weighted):
     x = rng.random(n_rows) < 0.8  # about 96k synapses
     data.reshape(n_rows, k)[~x] = np.nan  # silent rows: NaN weights that must not reach the output
     work = int(x.sum()) * k
-    assert not numba_rows._vector_scatter_serial(work, n_out) and work < numba_rows.SCATTER_PARALLEL_MIN_WORK
+    assert not numba_rows._vector_scatter_serial(work, n_out)
     rows = np.repeat(np.arange(n_rows), k)
     want = np.zeros(n_out)
     np.add.at(want, indices[x[rows]], data[x[rows]].astype(np.float64))
@@ -468,7 +483,7 @@ def test_against_scipy_parallel_sizes(homogeneous):
         (np.float32(0.7), a.indices, a.indptr), shape=a.shape)
     s = rng.random(1200) < 0.8
     S = rng.random((6, 1200)) < 0.5
-    assert np.diff(a.indptr)[s].sum() > csr_numba.SCATTER_PARALLEL_MIN_WORK  # the parallel paths run
+    assert np.diff(a.indptr)[s].sum() > csr_numba.PARALLEL_MIN_WORK  # the parallel paths run (the highest threshold)
     x = rng.standard_normal(500).astype(np.float32)
     X = rng.standard_normal((500, 4)).astype(np.float32)
     af = a.astype(np.float64)

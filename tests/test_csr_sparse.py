@@ -305,7 +305,7 @@ def test_direct_kernels_with_any_pool_size():
     rng = np.random.default_rng(0)
     s = rng.random(1000) < 0.8
     S = rng.random((5, 1000)) < 0.5
-    assert np.diff(p)[s].sum() > csr_numba.SCATTER_PARALLEL_MIN_WORK  # the parallel paths run
+    assert np.diff(p)[s].sum() > csr_numba.PARALLEL_MIN_WORK  # the parallel paths run (the highest threshold)
     x = rng.standard_normal(400).astype(np.float32)
     X = rng.standard_normal((400, 3)).astype(np.float32)
     rows = np.repeat(np.arange(1000), np.diff(p))

@@ -31,8 +31,8 @@ NaN and inf follow ``docs/semantics.md``: an event selects its weights (a
 silent one contributes nothing, whatever they hold), a value multiplies them
 (IEEE).  The two rules are ``_visits`` and ``_product`` in ``numba_rows``.
 
-Below ``PARALLEL_MIN_WORK`` synapses (``SCATTER_PARALLEL_MIN_WORK`` for the
-weight gradient; for a vector scatter ``VECTOR_SCATTER_PARALLEL_MIN_WORK`` and
+Below ``PARALLEL_MIN_WORK`` synapses (``SDDMM_PARALLEL_MIN_COST`` for the
+weight gradient, computed entries plus a quarter of all; for a vector scatter ``VECTOR_SCATTER_PARALLEL_MIN_WORK`` and
 ``VECTOR_SCATTER_WORK_PER_OUTPUT`` synapses per output; for a batch scatter
 ``BATCH_SCATTER_PARALLEL_MIN_COST``, synapses plus a quarter of the outputs) a kernel runs on the
 calling thread; a ``prange`` is never entered for a single part.  The
@@ -66,7 +66,6 @@ from . import numba_weighted, ops
 from .numba_rows import (  # the row loops the kernels inline, and the parallel thresholds
     _PARALLEL,
     PARALLEL_MIN_WORK,
-    SCATTER_PARALLEL_MIN_WORK,
     _active_work,
     _batch_scatter_serial,
     _vector_scatter_serial,
@@ -78,6 +77,7 @@ from .numba_rows import (  # the row loops the kernels inline, and the parallel 
     _numeric,
     _product,
     _scatter_rows,
+    _sddmm_serial,
     _skips_zero_rows,
     _span,
     _split_active_work,
@@ -293,13 +293,13 @@ def _sddmm_rows_mat(indices, indptr, r, q, g, lo, hi):
 def _sddmm_parts(pool, indices, indptr, n_rows, active_rows, width, g):
     """Zero g if the structure leaves holes; the row boundaries of the parallel parts
     (one part unless the entries to compute, about ``active_rows * nnz / n_rows * width``,
-    are many)."""
+    and to zero-fill are many, see ``_sddmm_serial``)."""
     nnz = indices.shape[0]
     if n_rows == 0 or indptr[0] != 0 or indptr[n_rows] != nnz:
         _zero(g, 0, nnz)  # malformed (or no rows): some entries may belong to no row
     threads = pool[0]
-    work = active_rows * (nnz // max(n_rows, 1)) * width
-    parts = 1 if threads < 2 or work < SCATTER_PARALLEL_MIN_WORK else threads
+    computed = active_rows * (nnz // max(n_rows, 1)) * width
+    parts = 1 if threads < 2 or _sddmm_serial(computed, nnz) else threads
     return _balanced_rows(indptr, n_rows, nnz, parts)
 
 

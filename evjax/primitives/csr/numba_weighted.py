@@ -32,11 +32,11 @@ from numba import prange
 from .numba_rows import (
     _PARALLEL,
     PARALLEL_MIN_WORK,
-    SCATTER_PARALLEL_MIN_WORK,
     _balanced_rows,
     _batch_scatter_serial,
     _column,
     _scatter_row,
+    _sddmm_serial,
     _span,
     _vector_scatter_serial,
     _zero,
@@ -246,12 +246,12 @@ def _sddmm_rows(indices, indptr, r, q, g, lo, hi, r_selects):
 @numba.njit(cache=True, nogil=True)
 def _sddmm_parts(pool, indices, indptr, n_rows, width, g):
     """Zero g if the structure leaves holes; the row boundaries of the parallel parts (one part
-    unless the entries to compute, at most ``nnz * width``, are many)."""
+    unless the entries to compute, at most ``nnz * width``, are many: see ``_sddmm_serial``)."""
     nnz = indices.shape[0]
     if n_rows == 0 or indptr[0] != 0 or indptr[n_rows] != nnz:
         _zero(g, 0, nnz)  # malformed (or no rows): some entries may belong to no row
     threads = pool[0]
-    parts = 1 if threads < 2 or nnz * width < SCATTER_PARALLEL_MIN_WORK else threads
+    parts = 1 if threads < 2 or _sddmm_serial(nnz * width, nnz) else threads
     return _balanced_rows(indptr, n_rows, nnz, parts)
 
 
