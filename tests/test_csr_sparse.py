@@ -332,6 +332,48 @@ def test_direct_kernels_with_any_pool_size():
         np.testing.assert_allclose(g, np.sum(S.T[rows] * CT[i], axis=1), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("active_rows", [3, 200])  # batch scatter and gradient below / above their thresholds
+def test_batch_scatter_and_gradient_kernels_with_any_pool_size(active_rows):
+    """Batch scatters (plain and weighted) and weight gradients near their parallel thresholds, on a
+    fixed-width table with duplicate targets: every pool size gives the dense answer, and the NaN
+    weights of silent rows never reach an output."""
+    from evjax.primitives.csr import numba_rows, numba_weighted
+
+    rng = np.random.default_rng(active_rows)
+    n_rows, n_out, k, width = 600, 300, 20, 5
+    indices = rng.integers(0, n_out, n_rows * k).astype(np.int32)  # duplicates within rows
+    indptr = (np.arange(n_rows + 1) * k).astype(np.int32)
+    data = rng.standard_normal(n_rows * k).astype(np.float32)
+    live = np.zeros(n_rows, bool)
+    live[rng.choice(n_rows, active_rows, replace=False)] = True
+    data.reshape(n_rows, k)[~live] = np.nan  # rows no sample activates
+    S = (rng.random((width, n_rows)) < 0.5) & live
+    V = np.where(S, rng.standard_normal(S.shape), 0).astype(np.float32)  # graded events
+    dense = np.zeros((n_rows, n_out))
+    np.add.at(dense, (np.repeat(np.arange(n_rows), k), indices), np.nan_to_num(data.astype(np.float64)))
+    synapses = int(S.sum()) * k
+    serial = numba_rows._batch_scatter_serial(synapses, width * n_out)
+    assert serial == (active_rows == 3)  # the two cases sit on either side of the threshold
+    CT = rng.standard_normal((n_out, width)).astype(np.float32)
+    rows = np.repeat(np.arange(n_rows), k)
+    want_g = np.sum(np.where(V.T[rows] != 0, V.T[rows] * CT[indices], 0), axis=1)
+    assert numba_rows._sddmm_serial(n_rows * k * width, n_rows * k) is False  # the weighted gradient
+    for pool in (1, 2, 3, 8):
+        pool = np.array([pool], np.int32)
+        out = np.full((width, n_out), np.nan, np.float32)
+        csr_numba.scatter_mm_batch_major(pool, data, indices, indptr, S, out)
+        np.testing.assert_allclose(out, S @ dense, rtol=1e-5, atol=1e-5)
+        out = np.full((width, n_out), np.nan, np.float32)
+        numba_weighted.weighted_scatter_mm_batch_major(pool, data, indices, indptr, V, out)
+        np.testing.assert_allclose(out, V @ dense, rtol=1e-5, atol=1e-5)
+        g = np.full(n_rows * k, np.nan, np.float32)
+        csr_numba.sddmm_mm(pool, indices, indptr, S.T.copy(), CT, g)
+        np.testing.assert_allclose(g, np.sum(S.T[rows] * CT[indices], axis=1), rtol=1e-5, atol=1e-5)
+        g = np.full(n_rows * k, np.nan, np.float32)
+        numba_weighted.sddmm_r_weighted(pool, indices, indptr, V.T.copy(), CT, g)
+        np.testing.assert_allclose(g, want_g, rtol=1e-5, atol=1e-5)
+
+
 # ---------------------------------------------------------------------------
 # batching
 # ---------------------------------------------------------------------------
