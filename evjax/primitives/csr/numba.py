@@ -31,11 +31,13 @@ NaN and inf follow ``docs/semantics.md``: an event selects its weights (a
 silent one contributes nothing, whatever they hold), a value multiplies them
 (IEEE).  The two rules are ``_visits`` and ``_product`` in ``numba_rows``.
 
-Below ``PARALLEL_MIN_WORK`` synapses (``SDDMM_PARALLEL_MIN_COST`` for the
-weight gradient, computed entries plus a quarter of all; for a vector scatter ``VECTOR_SCATTER_PARALLEL_MIN_WORK`` and
+Below ``PARALLEL_MIN_WORK`` synapses (for the weight gradient
+``SDDMM_PARALLEL_MIN_COST``, computed entries plus a quarter of all; for a
+vector scatter ``VECTOR_SCATTER_PARALLEL_MIN_WORK`` and
 ``VECTOR_SCATTER_WORK_PER_OUTPUT`` synapses per output; for a batch scatter
-``BATCH_SCATTER_PARALLEL_MIN_COST``, synapses plus a quarter of the outputs) a kernel runs on the
-calling thread; a ``prange`` is never entered for a single part.  The
+``BATCH_SCATTER_PARALLEL_MIN_COST``, synapses plus a quarter of the outputs)
+a kernel runs on the calling thread; a ``prange`` is never entered for a
+single part.  The
 thresholds live in ``numba_rows`` (an edit there rebuilds the cached kernels:
 see :func:`evjax._kernel_compat.stamp_kernel_caches`).
 

@@ -74,7 +74,8 @@ SDDMM_PARALLEL_MIN_COST = 16384
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _sddmm_serial(computed, entries):
-    """Whether a weight gradient computing ``computed`` of its ``entries`` (the rest zero-filled) stays on one thread."""
+    """Whether a weight gradient computing ``computed`` of its ``entries`` (the rest zero-filled)
+    stays on one thread."""
     return computed + entries // 4 < SDDMM_PARALLEL_MIN_COST
 
 # Only explicit ``prange`` loops run on the pool: with plain ``parallel=True``
