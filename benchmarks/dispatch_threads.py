@@ -1,0 +1,120 @@
+"""Where a parallel evjax kernel runs, and what JAX's CPU dispatch mode costs it.
+
+Under JAX's default (asynchronous) CPU dispatch a program that is a lone
+kernel call runs on the calling thread, and one with arithmetic on JAX's
+worker thread. This script times a lone ``BinaryArray @ CSR`` (n = 20000,
+100 synapses per row) in fresh processes, four ways: default or synchronous
+dispatch, and with or without first running a float ``W @ (x * 2)`` (a
+program with arithmetic, so its kernels run on the worker thread). It prints
+a markdown table of medians, with each row's ratio to the synchronous clean
+run, writes ``benchmarks/results/dispatch_threads.md`` and a PNG next to it.
+docs/performance.md ("Synchronous CPU dispatch") quotes it.
+
+Usage: ``python benchmarks/dispatch_threads.py [--quick]``. Set
+``NUMBA_THREADING_LAYER`` to compare Numba's layers (``omp``, ``tbb``).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import pathlib
+import platform
+import subprocess
+import sys
+
+RESULTS = pathlib.Path(__file__).resolve().parent / "results"
+
+CHILD = r"""
+import json, sys, time
+import numpy as np, jax, jax.numpy as jnp
+mode, worker_first, rate, rounds = sys.argv[1], sys.argv[2] == "1", float(sys.argv[3]), int(sys.argv[4])
+if mode == "sync":
+    jax.config.update("jax_cpu_enable_async_dispatch", False)
+import numba, scipy.sparse as sp, evjax
+evjax.set_background_compile(False)
+n = 20000
+m = sp.random(n, n, density=0.005, format="csr", random_state=0, dtype=np.float32)
+W = evjax.CSR((jnp.asarray(m.data), jnp.asarray(m.indices), jnp.asarray(m.indptr)), shape=(n, n))
+rng = np.random.default_rng(0)
+spikes = [evjax.BinaryArray(jnp.asarray(rng.random(n) < rate)) for _ in range(8)]
+lone = jax.jit(lambda s: s @ W)
+for s in spikes:
+    lone(s).block_until_ready()
+if worker_first:
+    with_arithmetic = jax.jit(lambda s: W @ (s.value.astype(jnp.float32) * 2))
+    for s in spikes:
+        with_arithmetic(s).block_until_ready()
+medians = []
+for _ in range(rounds):
+    times = []
+    for _ in range(40):
+        for s in spikes:
+            t = time.perf_counter(); lone(s).block_until_ready(); times.append(time.perf_counter() - t)
+    medians.append(float(np.median(times)) * 1e6)
+print(json.dumps({"medians": medians, "layer": numba.threading_layer()}))
+"""
+
+CASES = [("sync", False), ("sync", True), ("default", False), ("default", True)]
+
+
+def run_case(mode: str, worker_first: bool, rate: float, rounds: int) -> dict:
+    out = subprocess.run([sys.executable, "-c", CHILD, mode, "1" if worker_first else "0", str(rate), str(rounds)],
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="one rate, two rounds per case")
+    args = parser.parse_args(argv)
+    rates = [0.2] if args.quick else [0.05, 0.2, 0.5]
+    rounds = 2 if args.quick else 3
+    rows, layer = [], "?"
+    for rate in rates:
+        results = {case: run_case(*case, rate, rounds) for case in CASES}
+        layer = results[CASES[0]]["layer"]
+        base = min(results[("sync", False)]["medians"])
+        for (mode, worker_first), res in results.items():
+            lo, hi = min(res["medians"]), max(res["medians"])
+            rows.append((rate, mode, worker_first, lo, hi, lo / base))
+    lines = [
+        f"<!-- run {datetime.date.today()} on {os.cpu_count()} CPU cores, {platform.machine()}: "
+        f"python benchmarks/dispatch_threads.py{' --quick' if args.quick else ''} -->",
+        "# A lone `BinaryArray @ CSR` under JAX's CPU dispatch modes",
+        "",
+        f"n = 20000, 100 synapses per row; Numba threading layer: {layer}; fresh process per row; "
+        f"medians of {rounds} rounds of 320 calls (lowest-highest); ratio: lowest median over the "
+        "synchronous clean run's.",
+        "",
+        "| active | dispatch | kernels first run on JAX's worker thread | median (us) | ratio |",
+        "|---|---|---|---|---|",
+    ]
+    for rate, mode, worker_first, lo, hi, ratio in rows:
+        lines.append(f"| {rate:.0%} | {mode} | {'yes' if worker_first else 'no'} | {lo:.0f}-{hi:.0f} | {ratio:.2f}x |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    RESULTS.mkdir(exist_ok=True)
+    stem = "dispatch_threads_quick" if args.quick else "dispatch_threads"
+    (RESULTS / f"{stem}.md").write_text(text)
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed: no PNG")
+        return
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    labels = [f"{r:.0%} {m}{' +worker' if w else ''}" for r, m, w, *_ in rows]
+    ax.barh(range(len(rows)), [row[3] for row in rows], color=["C0" if row[1] == "sync" else "C1" for row in rows])
+    ax.set_yticks(range(len(rows)), labels, fontsize=7)
+    ax.set_xlabel("median us per call (lower is better)")
+    ax.set_title(f"lone BinaryArray @ CSR, n = 20000, layer {layer}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(RESULTS / f"{stem}.png", dpi=120)
+    print(f"wrote {RESULTS / (stem + '.md')} and .png")
+
+
+if __name__ == "__main__":
+    main()
