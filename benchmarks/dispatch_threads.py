@@ -16,15 +16,13 @@ Usage: ``python benchmarks/dispatch_threads.py [--quick]``. Set
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import pathlib
-import platform
 import subprocess
 import sys
 
-RESULTS = pathlib.Path(__file__).resolve().parent / "results"
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from benchmarks.common import RESULTS, markdown_table, provenance, save_bar_plot  # noqa: E402
 
 CHILD = r"""
 import json, sys, time
@@ -79,41 +77,30 @@ def main(argv=None) -> None:
         for (mode, worker_first), res in results.items():
             lo, hi = min(res["medians"]), max(res["medians"])
             rows.append((rate, mode, worker_first, lo, hi, lo / base))
-    lines = [
-        f"<!-- run {datetime.date.today()} on {os.cpu_count()} CPU cores, {platform.machine()}: "
-        f"python benchmarks/dispatch_threads.py{' --quick' if args.quick else ''} -->",
+    table = markdown_table(
+        ["active", "dispatch", "kernels first run on JAX's worker thread", "median (us)", "ratio"],
+        [[f"{rate:.0%}", mode, "yes" if worker_first else "no", f"{lo:.0f}-{hi:.0f}", f"{ratio:.2f}x"]
+         for rate, mode, worker_first, lo, hi, ratio in rows])
+    text = "\n".join([
+        provenance(),
         "# A lone `BinaryArray @ CSR` under JAX's CPU dispatch modes",
         "",
         f"n = 20000, 100 synapses per row; Numba threading layer: {layer}; fresh process per row; "
         f"medians of {rounds} rounds of 320 calls (lowest-highest); ratio: lowest median over the "
         "synchronous clean run's.",
         "",
-        "| active | dispatch | kernels first run on JAX's worker thread | median (us) | ratio |",
-        "|---|---|---|---|---|",
-    ]
-    for rate, mode, worker_first, lo, hi, ratio in rows:
-        lines.append(f"| {rate:.0%} | {mode} | {'yes' if worker_first else 'no'} | {lo:.0f}-{hi:.0f} | {ratio:.2f}x |")
-    text = "\n".join(lines) + "\n"
+        table,
+    ]) + "\n"
     print(text)
-    RESULTS.mkdir(exist_ok=True)
-    stem = "dispatch_threads_quick" if args.quick else "dispatch_threads"
-    (RESULTS / f"{stem}.md").write_text(text)
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib not installed: no PNG")
-        return
-    fig, ax = plt.subplots(figsize=(7, 3.5))
-    labels = [f"{r:.0%} {m}{' +worker' if w else ''}" for r, m, w, *_ in rows]
-    ax.barh(range(len(rows)), [row[3] for row in rows], color=["C0" if row[1] == "sync" else "C1" for row in rows])
-    ax.set_yticks(range(len(rows)), labels, fontsize=7)
-    ax.set_xlabel("median us per call (lower is better)")
-    ax.set_title(f"lone BinaryArray @ CSR, n = 20000, layer {layer}", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(RESULTS / f"{stem}.png", dpi=120)
-    print(f"wrote {RESULTS / (stem + '.md')} and .png")
+    stem = os.path.join(RESULTS, "dispatch_threads_quick" if args.quick else "dispatch_threads")
+    os.makedirs(RESULTS, exist_ok=True)
+    with open(stem + ".md", "w") as f:
+        f.write(text)
+    series = {f"{mode}{', worker first' if worker_first else ''}":
+              [row[3] for row in rows if row[1:3] == (mode, worker_first)] for mode, worker_first in CASES}
+    save_bar_plot(stem + ".png", [f"{rate:.0%}" for rate in rates], series, ylabel="median us per call",
+                  title=f"lone BinaryArray @ CSR, n = 20000, layer {layer}", log=False)
+    print(f"wrote {stem}.md and .png")
 
 
 if __name__ == "__main__":
