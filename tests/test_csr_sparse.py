@@ -349,13 +349,13 @@ def test_batch_scatter_and_gradient_kernels_with_any_pool_size(active_rows):
     data.reshape(n_rows, k)[~live] = np.nan  # rows no sample activates
     S = (rng.random((width, n_rows)) < 0.5) & live
     V = np.where(S, rng.standard_normal(S.shape), 0).astype(np.float32)  # graded events
+    rows = np.repeat(np.arange(n_rows), k)
     dense = np.zeros((n_rows, n_out))
-    np.add.at(dense, (np.repeat(np.arange(n_rows), k), indices), np.nan_to_num(data.astype(np.float64)))
+    np.add.at(dense, (rows, indices), np.nan_to_num(data.astype(np.float64)))
     synapses = int(S.sum()) * k
     serial = numba_rows._batch_scatter_serial(synapses, width * n_out)
     assert serial == (active_rows == 3)  # the two cases sit on either side of the threshold
     CT = rng.standard_normal((n_out, width)).astype(np.float32)
-    rows = np.repeat(np.arange(n_rows), k)
     want_g = np.sum(np.where(V.T[rows] != 0, V.T[rows] * CT[indices], 0), axis=1)
     assert numba_rows._sddmm_serial(n_rows * k * width, n_rows * k) is False  # the weighted gradient
     for pool in (1, 2, 3, 8):
