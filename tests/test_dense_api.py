@@ -1,0 +1,182 @@
+"""`evjax.Dense` and the `@` forms of events with dense matrices: which op runs, and its result.
+
+The dense event ops themselves are checked under every transform by the
+harness (tests/test_dense_ops.py). Here: every `@` form with events binds
+the event-driven op (never a float matmul) with the right orientation and
+`weighted` setting; float operands go to XLA's dot; `Dense` behaves as a
+pytree; vmap over events becomes one matrix kernel; bad operands raise.
+"""
+from __future__ import annotations
+
+import jax
+import jax.extend
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import evjax
+
+N_ROWS, N_COLS = 7, 5
+
+
+def primitives(fn, *args):
+    """The primitives of ``fn``'s jaxpr, nested jaxprs (pjit) included."""
+    names = []
+
+    def walk(jaxpr):
+        for eqn in jaxpr.eqns:
+            names.append(eqn.primitive.name)
+            for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+                walk(sub)
+
+    walk(jax.make_jaxpr(fn)(*args).jaxpr)
+    return names
+
+
+def event_eqns(fn, *args):
+    """The dense event op equations of ``fn``'s jaxpr (outermost level)."""
+    return [e for e in jax.make_jaxpr(fn)(*args).eqns if e.primitive.name.startswith("evjax_binary_dense")]
+
+
+@pytest.fixture(scope="module")
+def operands():
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((N_ROWS, N_COLS)).astype(np.float32)
+    s = rng.random(N_ROWS) < 0.5
+    s[:2] = True, False
+    S = rng.random((3, N_ROWS)) < 0.5
+    counts = (rng.integers(0, 3, N_ROWS) * s).astype(np.float32)  # graded events
+    return w, s, S, counts
+
+
+# (name, expression(w, s, S, counts), reference(w, s, S, counts), primitive, transpose, weighted)
+EVENT_FORMS = [
+    ("BinaryArray @ array", lambda w, s, S, c: evjax.BinaryArray(s) @ w,
+     lambda w, s, S, c: s @ w, "evjax_binary_densemv", True, False),
+    ("array @ BinaryArray", lambda w, s, S, c: w.T @ evjax.BinaryArray(s),
+     lambda w, s, S, c: w.T @ s, "evjax_binary_densemv", False, False),
+    ("BinaryArray matrix @ array", lambda w, s, S, c: evjax.BinaryArray(S) @ w,
+     lambda w, s, S, c: S @ w, "evjax_binary_densemm", True, False),
+    ("WeightedArray @ array", lambda w, s, S, c: evjax.WeightedArray(c) @ w,
+     lambda w, s, S, c: c @ w, "evjax_binary_densemv", True, True),
+    ("bool @ Dense", lambda w, s, S, c: s @ evjax.Dense(w),
+     lambda w, s, S, c: s @ w, "evjax_binary_densemv", True, False),
+    ("bool matrix @ Dense", lambda w, s, S, c: S @ evjax.Dense(w),
+     lambda w, s, S, c: S @ w, "evjax_binary_densemm", True, False),
+    ("Dense @ bool", lambda w, s, S, c: evjax.Dense(w).T @ s,
+     lambda w, s, S, c: w.T @ s, "evjax_binary_densemv", False, False),
+    ("Dense @ bool matrix", lambda w, s, S, c: evjax.Dense(w).T @ S.T,
+     lambda w, s, S, c: w.T @ S.T, "evjax_binary_densemm", False, False),
+    ("BinaryArray @ Dense", lambda w, s, S, c: evjax.BinaryArray(s) @ evjax.Dense(w),
+     lambda w, s, S, c: s @ w, "evjax_binary_densemv", True, False),
+    ("Dense @ BinaryArray", lambda w, s, S, c: evjax.Dense(w).T @ evjax.BinaryArray(s),
+     lambda w, s, S, c: w.T @ s, "evjax_binary_densemv", False, False),
+    ("WeightedArray @ Dense", lambda w, s, S, c: evjax.WeightedArray(c) @ evjax.Dense(w),
+     lambda w, s, S, c: c @ w, "evjax_binary_densemv", True, True),
+    ("Dense @ WeightedArray matrix", lambda w, s, S, c: evjax.Dense(w).T @ evjax.WeightedArray(S.T * 2.0),
+     lambda w, s, S, c: w.T @ (S.T * 2.0), "evjax_binary_densemm", False, True),
+]
+
+
+@pytest.mark.parametrize("form", EVENT_FORMS, ids=[f[0] for f in EVENT_FORMS])
+def test_event_products_run_the_event_op(operands, form):
+    _, expression, reference, primitive, transpose, weighted = form
+    w, s, S, c = operands
+    args = (jnp.asarray(w), jnp.asarray(s), jnp.asarray(S), jnp.asarray(c))
+    eqns = event_eqns(expression, *args)
+    assert [e.primitive.name for e in eqns] == [primitive]
+    assert eqns[0].params["transpose"] is transpose and eqns[0].params["weighted"] is weighted
+    assert "dot_general" not in primitives(expression, *args)
+    expected = reference(w.astype(np.float64), s.astype(np.float64), S.astype(np.float64), c.astype(np.float64))
+    np.testing.assert_allclose(np.asarray(expression(*args)), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_numpy_operands_run_the_event_op(operands):
+    w, s, _, _ = operands
+    D = evjax.Dense(w)
+    np.testing.assert_allclose(np.asarray(s @ D), s.astype(np.float64) @ w, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(w.T @ evjax.BinaryArray(s)), w.T @ s.astype(np.float64), rtol=1e-5,
+                               atol=1e-5)
+    assert event_eqns(lambda s: s @ D, s)  # a NumPy bool vector is an event operand too
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_float_operands_go_to_the_dot(operands, side):
+    w, s, _, _ = operands
+    x = jnp.asarray(s, jnp.float32) * 1.5
+    D = evjax.Dense(w)
+    fn = (lambda x: x @ D) if side == "left" else (lambda x: D.T @ x)
+    assert not event_eqns(fn, x)
+    assert "dot_general" in primitives(fn, x)
+    np.testing.assert_allclose(np.asarray(fn(x)), np.asarray(x, np.float64) @ w, rtol=1e-5, atol=1e-5)
+
+
+def test_dense_is_a_pytree_new_weights_do_not_retrace(operands):
+    w, s, _, _ = operands
+    traces = []
+
+    @jax.jit
+    def forward(D, s):
+        traces.append(1)
+        return s @ D
+
+    forward(evjax.Dense(w), s)
+    out = forward(evjax.Dense(2 * w), s)
+    assert len(traces) == 1
+    np.testing.assert_allclose(np.asarray(out), 2 * (s.astype(np.float64) @ w), rtol=1e-5, atol=1e-5)
+
+
+def test_grad_wrt_dense_is_a_dense_of_active_rows(operands):
+    w, s, _, _ = operands
+    g = np.arange(N_COLS, dtype=np.float32) + 1
+    grad = jax.grad(lambda D: jnp.sum((s @ D) * g))(evjax.Dense(w))
+    assert isinstance(grad, evjax.Dense)
+    np.testing.assert_allclose(np.asarray(grad.todense()), np.outer(s, g), rtol=0, atol=0)
+
+
+def test_dense_attributes_and_with_data(operands):
+    w, _, _, _ = operands
+    D = evjax.Dense(w, backend="reference")
+    assert D.shape == (N_ROWS, N_COLS) and D.ndim == 2 and D.dtype == jnp.float32
+    assert D.T.shape == (N_COLS, N_ROWS) and D.transpose().shape == (N_COLS, N_ROWS)
+    np.testing.assert_array_equal(np.asarray(D.T.todense()), w.T)
+    E = D.with_data(jnp.zeros_like(D.data))
+    assert E.backend == "reference" and D.T.backend == "reference"
+    assert float(jnp.abs(E.todense()).sum()) == 0.0
+    assert "Dense(shape=(7, 5)" in repr(D)
+    assert evjax.Dense(w, shape=(N_ROWS, N_COLS)).shape == (N_ROWS, N_COLS)
+
+
+def test_backend_of_dense_reaches_the_op(operands):
+    w, s, _, _ = operands
+    eqns = event_eqns(lambda s: s @ evjax.Dense(w, backend="reference"), s)
+    assert eqns[0].params["backend"] == "reference"
+
+
+@pytest.mark.parametrize("bad, error, words", [
+    (np.ones((3, 4), np.int32), TypeError, "2-d float"),
+    (np.ones(4, np.float32), TypeError, "2-d float"),
+])
+def test_dense_rejects_bad_data(bad, error, words):
+    with pytest.raises(error, match=words):
+        evjax.Dense(bad)
+
+
+def test_dense_rejects_a_wrong_shape_and_bad_operands(operands):
+    w, s, _, _ = operands
+    with pytest.raises(ValueError, match="does not match"):
+        evjax.Dense(w, shape=(N_COLS, N_ROWS))
+    D = evjax.Dense(w)
+    with pytest.raises(TypeError, match="Dense @ Dense"):
+        D @ D.T
+    with pytest.raises(ValueError, match="vector or a matrix"):
+        np.ones((2, 2, N_ROWS), bool) @ D
+
+
+@pytest.mark.parametrize("transpose", [True, False])
+def test_vmap_over_events_is_one_matrix_kernel(operands, transpose):
+    w, _, S, _ = operands
+    W = jnp.asarray(w if transpose else w.T)
+    fn = jax.vmap(lambda s: evjax.binary_densemv(W, s, transpose=transpose))
+    assert [e.primitive.name for e in event_eqns(fn, S)] == ["evjax_binary_densemm"]
+    np.testing.assert_allclose(np.asarray(fn(S)), S.astype(np.float64) @ w, rtol=1e-5, atol=1e-5)
