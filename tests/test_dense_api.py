@@ -180,3 +180,36 @@ def test_vmap_over_events_is_one_matrix_kernel(operands, transpose):
     fn = jax.vmap(lambda s: evjax.binary_densemv(W, s, transpose=transpose))
     assert [e.primitive.name for e in event_eqns(fn, S)] == ["evjax_binary_densemm"]
     np.testing.assert_allclose(np.asarray(fn(S)), S.astype(np.float64) @ w, rtol=1e-5, atol=1e-5)
+
+
+WEIGHT_DTYPES = [jnp.float16, jnp.bfloat16, jnp.float64]
+EVENT_KINDS = ["bool", "uint8", "float 0/1", "graded"]
+
+
+@pytest.mark.parametrize("backend", ["numba", "warp"])
+@pytest.mark.parametrize("weight_dtype", WEIGHT_DTYPES, ids=lambda d: jnp.dtype(d).name)
+def test_event_and_weight_dtypes(backend, weight_dtype):
+    """Each weight dtype with each event kind, both ranks and orientations (the harness runs float32)."""
+    rng = np.random.default_rng(5)
+    k, m = 9, 4
+    with jax.enable_x64(True):
+        for kind in EVENT_KINDS:
+            for rank, transpose in ((1, True), (2, False)):
+                shape = (k,) if rank == 1 else (k, 3)
+                active = rng.random(shape) < 0.5
+                events = {"bool": active, "uint8": (active * rng.integers(1, 3, shape)).astype(np.uint8),
+                          "float 0/1": active.astype(np.float32),
+                          "graded": (active * rng.uniform(0.5, 2, shape)).astype(np.float32)}[kind]
+                weighted = kind == "graded"
+                w = jnp.asarray(rng.standard_normal((k, m) if transpose else (m, k)), weight_dtype)
+                fn = evjax.binary_densemv if rank == 1 else evjax.binary_densemm
+                y = fn(w, events, transpose=transpose, weighted=weighted, backend=backend)
+                rows = np.asarray(w.astype(jnp.float64))
+                rows = rows if transpose else rows.T
+                values = events.astype(np.float64) if weighted else active.astype(np.float64)
+                want = rows.T @ values
+                expected_dtype = jnp.result_type(weight_dtype, events.dtype) if weighted else jnp.dtype(weight_dtype)
+                assert y.dtype == expected_dtype, (kind, rank)
+                tol = 2e-2 if jnp.dtype(y.dtype).itemsize == 2 else 1e-6
+                np.testing.assert_allclose(np.asarray(y.astype(jnp.float64)), want, rtol=tol, atol=tol,
+                                           err_msg=f"{kind}, rank {rank}")

@@ -260,6 +260,65 @@ def test_traced_out_of_range_indices_are_skipped(backend):
     np.testing.assert_allclose(grad(weights, indices), spikes[:, None] & valid)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_traced_out_of_range_indices_are_skipped_in_every_path(backend):
+    """The paths the test above leaves out: binary gather, float scatter, weighted events, and vmap
+    over bad tables (each batch element its own)."""
+    rng = np.random.default_rng(18)
+    n, n_cols = 5, 4
+    indices = np.array([[0, 4, 1], [-1, 2, 2], [3, 100, -7], [1, 1, 0], [2, 3, 4]], np.int32)
+    weights = rng.standard_normal((n, 3)).astype(np.float32)
+    a = dense_table(weights, indices, n_cols)
+    spikes = rng.random(n) < 0.7
+    x_rows, x_cols = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n_cols).astype(np.float32)
+    values = (rng.integers(0, 3, n) * spikes).astype(np.float32)
+    kw = dict(shape=(n, n_cols), backend=backend)
+    binary_gather = jax.jit(lambda i: evjax.binary_fcnmv(weights, i, x_cols > 0, **kw))
+    float_scatter = jax.jit(lambda i: evjax.fcnmv(weights, i, x_rows, transpose=True, **kw))
+    weighted = jax.jit(lambda i: evjax.binary_fcnmv(weights, i, values, transpose=True, weighted=True, **kw))
+    np.testing.assert_allclose(binary_gather(indices), a @ (x_cols > 0), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(float_scatter(indices), x_rows @ a, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(weighted(indices), values @ a, rtol=1e-5, atol=1e-6)
+    tables = np.stack([indices, np.roll(indices, 1, axis=0), np.where(indices > 1, -indices, indices)])
+    batched = jax.jit(jax.vmap(lambda i: evjax.binary_fcnmv(weights, i, spikes, transpose=True, **kw)))
+    want = np.stack([spikes @ dense_table(weights, t, n_cols) for t in tables])
+    np.testing.assert_allclose(batched(tables), want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("op", ["fcnmv", "fcnmm", "weighted"])
+@pytest.mark.parametrize("transpose", [False, True])
+def test_index_gradient_is_float0_or_a_clear_error(op, transpose):
+    rng = np.random.default_rng(19)
+    n, n_cols, k = 6, 5, 2
+    weights, indices = table(rng, n, n_cols, k)
+    size = n if transpose else n_cols
+    x = rng.standard_normal(size).astype(np.float32)
+    kw = dict(shape=(n, n_cols), transpose=transpose)
+    if op == "fcnmv":
+        fn = lambda idx: jnp.sum(evjax.fcnmv(weights, idx, x, **kw))  # noqa: E731
+    elif op == "fcnmm":
+        fn = lambda idx: jnp.sum(evjax.fcnmm(weights, idx, x[:, None], **kw))  # noqa: E731
+    else:
+        fn = lambda idx: jnp.sum(evjax.binary_fcnmv(weights, idx, np.abs(x), weighted=True, **kw))  # noqa: E731
+    g = jax.grad(fn, allow_int=True)(indices)
+    assert g.dtype == jax.dtypes.float0 and g.shape == indices.shape
+    with pytest.raises(TypeError, match="integer"):
+        jax.grad(fn)(indices)
+
+
+@pytest.mark.parametrize("transpose", [True, False])
+def test_vmap_over_events_is_one_matrix_kernel(transpose):
+    rng = np.random.default_rng(20)
+    n, n_cols, k = 6, 5, 2
+    weights, indices = table(rng, n, n_cols, k)
+    S = rng.random((3, n if transpose else n_cols)) < 0.5
+    fn = jax.vmap(lambda s: evjax.binary_fcnmv(weights, indices, s, shape=(n, n_cols), transpose=transpose))
+    names = [e.primitive.name for e in jax.make_jaxpr(fn)(S).eqns if e.primitive.name.startswith("evjax_")]
+    assert names == ["evjax_binary_fcnmm"]
+    a = dense_table(weights, indices, n_cols)
+    np.testing.assert_allclose(fn(S), S @ a if transpose else S @ a.T, rtol=1e-5, atol=1e-6)
+
+
 def test_docs_page_runs():
     from tests.doc_runner import run_markdown
 
