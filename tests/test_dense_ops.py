@@ -134,6 +134,24 @@ def test_dense_properties(rank, transpose, weighted, backend):
                   skip=("nested_vmap",) if backend == "reference" else ())()
 
 
+SWEEP = [(case, backend) for case in CASES for backend in BACKENDS if backend != "numba" and case not in DIAGONAL]
+
+
+@pytest.mark.parametrize("case, backend", SWEEP, ids=[f"{IDS[CASES.index(c)]}-{b}" for c, b in SWEEP])
+def test_dense_every_backend_once(case, backend):
+    """The cases the diagonal leaves out, one example under every transform (nested vmap and finite
+    differences left to the property tests): every op x orientation x event kind on every backend in CI."""
+    rank, transpose, weighted = case
+    rng = np.random.default_rng(SWEEP.index((case, backend)))
+    k, m = 5, 3
+    w = rng.standard_normal((k, m) if transpose else (m, k)).astype(np.float32)
+    s = rng.random((k,) if rank == 1 else (k, 2)) < 0.5
+    s[0], s[1] = False, True
+    s = (s * rng.uniform(0.5, 2.0, s.shape)).astype(np.float32) if weighted else s
+    check_all(dense_spec(rank, transpose, weighted, backend, float_events=weighted), (w, s),
+              skip=("nested_vmap", "check_grads"))
+
+
 @pytest.mark.parametrize("rank, transpose, events", [(1, True, "uint8"), (2, False, "float01")])
 def test_event_dtypes_straight_through(rank, transpose, events):
     """uint8 and float 0/1 events (float: d out / d s = W, straight-through)."""

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 import evjax
 from evjax.primitives.fixed import fcn_sddmm
-from evjax.testing import SIZES, OpSpec, property_test, redraw
+from evjax.testing import SIZES, OpSpec, check_all, property_test, redraw
 
 BACKENDS = ("numba", "warp", "reference")
 OPS = {(1, False): evjax.fcnmv, (2, False): evjax.fcnmm, (1, True): evjax.binary_fcnmv, (2, True): evjax.binary_fcnmm}
@@ -148,6 +148,46 @@ def test_matmul_properties(case, backend):
     rank, event, transpose = case
     property_test(matmul_spec(rank, event, transpose, backend),
                   fixed_args(rank=rank, transpose=transpose, event=event))()
+
+
+def one_table(rank, event, transpose, weighted, seed):
+    """One fixed example for check_all: 5 x 4, k = 3, duplicates in row 0, a silent row; homogeneous
+    weights on odd seeds."""
+    rng = np.random.default_rng(seed)
+    indices = rng.integers(0, 4, (5, 3)).astype(np.int32)
+    indices[0] = [2, 2, 1]
+    weights = rng.uniform(0.5, 1.5, (1,) if seed % 2 else (5, 3)).astype(np.float32)
+    x_shape = ((4,) if not transpose else (5,)) + ((2,) if rank == 2 else ())
+    if not event:
+        x = rng.standard_normal(x_shape).astype(np.float32)
+    else:
+        x = rng.random(x_shape) < 0.5
+        x[0] = False
+        x = (x * rng.standard_normal(x_shape)).astype(np.float32) if weighted else x
+    return weights, indices, x, (5, 4)
+
+
+# The cases the default profile's rotations above leave out, one example each under every transform
+# (nested vmap and finite differences left to the property tests): every op x orientation x weight
+# kind on every backend in CI.
+SWEEP = [(case, backend) for case in OP_CASES for backend in BACKENDS if ROTATION[case] != backend]
+WEIGHTED_SWEEP = [(rank, transpose, backend) for rank in (1, 2) for transpose in (True, False) for backend in BACKENDS
+                  if (rank, transpose, backend) not in ((1, True, "numba"), (2, False, "warp"))]
+
+
+@pytest.mark.parametrize("case, backend", SWEEP, ids=[f"{OP_IDS[OP_CASES.index(c)]}-{b}" for c, b in SWEEP])
+def test_matmul_every_backend_once(case, backend):
+    rank, event, transpose = case
+    seed = SWEEP.index((case, backend))  # per-synapse and homogeneous weights in turn
+    check_all(matmul_spec(rank, event, transpose, backend), one_table(rank, event, transpose, False, seed),
+              skip=("nested_vmap", "check_grads"), seed=seed)
+
+
+@pytest.mark.parametrize("rank, transpose, backend", WEIGHTED_SWEEP)
+def test_weighted_every_backend_once(rank, transpose, backend):
+    seed = rank + 2 * transpose
+    check_all(matmul_spec(rank, True, transpose, backend, weighted=True),
+              one_table(rank, True, transpose, True, seed), skip=("nested_vmap", "check_grads"), seed=seed)
 
 
 NONFINITE = [(case, backend) for case in OP_CASES for backend in BACKENDS

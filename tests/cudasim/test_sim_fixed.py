@@ -41,8 +41,8 @@ def _run(op, outs, *args, **params):
     return np.asarray(jax.jit(run)(*args)[0], np.float64)
 
 
-@pytest.mark.parametrize("rank, event, transpose", [(1, True, True), (2, True, True), (1, False, False),
-                                                    (2, False, False), (1, True, False)])
+@pytest.mark.parametrize("rank, event, transpose", [(rank, event, transpose) for rank in (1, 2)
+                                                    for event in (False, True) for transpose in (False, True)])
 def test_matmul_generators_match_dense(rank, event, transpose):
     rng = np.random.default_rng(rank * 4 + event * 2 + transpose)
     indices, weights = _table(rng)
