@@ -10,6 +10,14 @@ a markdown table of medians, with each row's ratio to the synchronous clean
 run, writes ``benchmarks/results/dispatch_threads.md`` and a PNG next to it.
 docs/performance.md ("Synchronous CPU dispatch") quotes it.
 
+A second table shows the cause without JAX: a parallel Numba kernel called
+from the main thread, in a fresh process, alone and while another live
+thread holds an OpenMP pool of its own (it ran the kernel with all of
+Numba's threads, or with one). libgomp keeps one pool per thread that starts
+parallel regions and counts all their threads; once they outnumber the CPUs,
+an idle pool thread spins only briefly before sleeping, so every parallel
+region pays to wake its threads.
+
 Usage: ``python benchmarks/dispatch_threads.py [--quick]``. Set
 ``NUMBA_THREADING_LAYER`` to compare Numba's layers (``omp``, ``tbb``).
 """
@@ -54,6 +62,45 @@ for _ in range(rounds):
 print(json.dumps({"medians": medians, "layer": numba.threading_layer()}))
 """
 
+NUMBA_CHILD = r"""
+import json, sys, threading, time
+import numpy as np, numba
+from numba import njit, prange
+
+@njit(parallel=True, nogil=True)
+def halves(x, out):
+    parts = out.size
+    for t in prange(parts):
+        acc = 0.0
+        for i in range(t * x.size // parts, (t + 1) * x.size // parts):
+            acc += x[i]
+        out[t] = acc
+
+other_threads, calls = int(sys.argv[1]), int(sys.argv[2])
+x, out = np.ones(200_000), np.zeros(numba.get_num_threads())
+halves(x, out)
+release = threading.Event()
+
+def hold_a_pool():
+    numba.set_num_threads(other_threads)  # Numba's thread count is per thread
+    halves(x, out[:other_threads])
+    release.wait()
+
+if other_threads:
+    holder = threading.Thread(target=hold_a_pool)
+    holder.start()
+    time.sleep(0.2)
+for _ in range(200):
+    halves(x, out)
+times = []
+for _ in range(calls):
+    t = time.perf_counter(); halves(x, out); times.append(time.perf_counter() - t)
+    time.sleep(0.0002)  # an idle gap between calls, as between the steps of a program
+release.set()
+print(json.dumps({"median": float(np.median(times)) * 1e6, "threads": numba.get_num_threads(),
+                  "layer": numba.threading_layer()}))
+"""
+
 CASES = [("sync", False), ("sync", True), ("default", False), ("default", True)]
 
 
@@ -61,6 +108,23 @@ def run_case(mode: str, worker_first: bool, rate: float, rounds: int) -> dict:
     out = subprocess.run([sys.executable, "-c", CHILD, mode, "1" if worker_first else "0", str(rate), str(rounds)],
                          capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def run_numba_case(other_threads: int, calls: int) -> dict:
+    out = subprocess.run([sys.executable, "-c", NUMBA_CHILD, str(other_threads), str(calls)],
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def numba_only_table(calls: int, repeats: int) -> tuple[str, int]:
+    """Numba alone: the main thread's parallel kernel, alone or beside another thread's pool."""
+    threads = run_numba_case(0, 10)["threads"]
+    cases = [("none", 0), (f"{threads} threads", threads), ("1 thread", 1)]
+    medians = {label: [run_numba_case(other, calls)["median"] for _ in range(repeats)] for label, other in cases}
+    base = min(medians["none"])
+    rows = [[label, f"{min(m):.0f}-{max(m):.0f}", f"{min(m) / base:.2f}x"] for label, m in medians.items()]
+    table = markdown_table(["another live thread holds an OpenMP pool of", "median (us)", "ratio"], rows)
+    return table, threads
 
 
 def main(argv=None) -> None:
@@ -77,6 +141,8 @@ def main(argv=None) -> None:
         for (mode, worker_first), res in results.items():
             lo, hi = min(res["medians"]), max(res["medians"])
             rows.append((rate, mode, worker_first, lo, hi, lo / base))
+    numba_calls, numba_repeats = (1000, 2) if args.quick else (2000, 3)
+    numba_table, numba_threads = numba_only_table(numba_calls, numba_repeats)
     table = markdown_table(
         ["active", "dispatch", "kernels first run on JAX's worker thread", "median (us)", "ratio"],
         [[f"{rate:.0%}", mode, "yes" if worker_first else "no", f"{lo:.0f}-{hi:.0f}", f"{ratio:.2f}x"]
@@ -90,6 +156,14 @@ def main(argv=None) -> None:
         "synchronous clean run's.",
         "",
         table,
+        "",
+        "## The cause, without JAX",
+        "",
+        f"A parallel Numba kernel (sum of 200 000 floats in {numba_threads} parts) called from the main thread, "
+        f"{numba_calls} calls with 0.2 ms idle between them, in a fresh process per row ({numba_repeats} processes; "
+        "lowest-highest median); ratio over the lowest median alone.",
+        "",
+        numba_table,
     ]) + "\n"
     print(text)
     stem = os.path.join(RESULTS, "dispatch_threads_quick" if args.quick else "dispatch_threads")
