@@ -21,7 +21,8 @@ from .primitives.csr import CSC, CSR, binary_csrmm, binary_csrmv, csr_sddmm, csr
 from .primitives.dense import Dense, binary_densemm, binary_densemv
 # fixed fan-in / fan-out connectivity
 from .primitives.fixed import (
-    FixedPostNumConn, FixedPreNumConn, binary_fcnmm, binary_fcnmv, fcn_sddmm, fcnmm, fcnmv,
+    FixedNumPerPost, FixedNumPerPre, FixedPostNumConn, FixedPreNumConn,
+    binary_fcnmm, binary_fcnmv, fcn_sddmm, fcnmm, fcnmv,
 )
 # just-in-time connectivity
 from .primitives.jitc import (
@@ -104,6 +105,8 @@ __all__ = [
     # fixed fan-in / fan-out connectivity
     "FixedPostNumConn",
     "FixedPreNumConn",
+    "FixedNumPerPre",
+    "FixedNumPerPost",
     "fcnmv",
     "fcnmm",
     "binary_fcnmv",

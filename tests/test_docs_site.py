@@ -30,7 +30,10 @@ def test_migration_page_code_runs():
 def test_api_reference_lists_every_public_name():
     text = (ROOT / "docs" / "api.md").read_text()
     listed = set(re.findall(r"^::: evjax\.(\w+)", text, flags=re.M))
-    missing = sorted(set(evjax.__all__) - listed)
+    # an alias (another name for a listed object) is named in the page's text instead
+    aliases = {name for name in re.findall(r"`evjax\.(\w+)`", text)
+               if any(getattr(evjax, name, None) is getattr(evjax, other) for other in listed)}
+    missing = sorted(set(evjax.__all__) - listed - aliases)
     assert not missing, f"docs/api.md lacks: {missing}"
 
 

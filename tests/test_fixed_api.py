@@ -83,11 +83,17 @@ def test_transpose_matches_brainevent():
                                    be.fcnmv(weights, indices, x, shape=(4, 6), transpose=transpose), rtol=1e-5)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
-        for cls in ("FixedPostNumConn", "FixedPreNumConn"):
-            shape = (4, 6) if cls == "FixedPostNumConn" else (6, 4)
+        for cls in ("FixedPostNumConn", "FixedPreNumConn", "FixedNumPerPre", "FixedNumPerPost"):
+            shape = (4, 6) if cls in ("FixedPostNumConn", "FixedNumPerPre") else (6, 4)
             ours, theirs = getattr(evjax, cls)((weights, indices), shape=shape), \
                 getattr(be, cls)((weights, indices), shape=shape)
             np.testing.assert_allclose(ours.todense(), theirs.todense(), rtol=1e-6)
+
+
+def test_brainevents_newer_class_names_are_the_same_classes():
+    assert evjax.FixedNumPerPre is evjax.FixedPostNumConn and evjax.FixedNumPerPost is evjax.FixedPreNumConn
+    W = evjax.FixedNumPerPre.random(0, 5, 4, 2)
+    assert isinstance(W.T, evjax.FixedNumPerPost)
 
 
 def test_pytree_rewiring_does_not_retrace():

@@ -26,7 +26,7 @@ from ...events import BinaryArray, event_operand
 from ..csr.matrix import CSR
 from .ops import binary_fcnmm, binary_fcnmv, fcnmm, fcnmv, row_pointers, validate_table
 
-__all__ = ["FixedPostNumConn", "FixedPreNumConn"]
+__all__ = ["FixedPostNumConn", "FixedPreNumConn", "FixedNumPerPre", "FixedNumPerPost"]
 
 _FLOAT = {1: fcnmv, 2: fcnmm}
 _EVENT = {1: binary_fcnmv, 2: binary_fcnmm}
@@ -269,3 +269,9 @@ class FixedPreNumConn(_FixedNumConn):
         Args: as :meth:`FixedPostNumConn.random` (weights ``(n_post, k)``).
         """
         return cls._random(key, n_post, n_pre, k, weight, replace, (n_pre, n_post), backend)
+
+
+# brainevent 0.2's current names for the two classes (the ones above are its deprecated ones, kept there):
+# a fixed number of targets per presynaptic neuron, and of sources per postsynaptic neuron.
+FixedNumPerPre = FixedPostNumConn
+FixedNumPerPost = FixedPreNumConn
