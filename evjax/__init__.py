@@ -26,6 +26,8 @@ from .primitives.fixed import (
 )
 # just-in-time connectivity
 from .primitives.jitc import (
+    JITCHomoC,
+    JITCHomoR,
     JITCNormalC,
     JITCNormalR,
     JITCScalarC,
@@ -115,6 +117,8 @@ __all__ = [
     # just-in-time connectivity
     "JITCScalarR",
     "JITCScalarC",
+    "JITCHomoR",
+    "JITCHomoC",
     "JITCNormalR",
     "JITCNormalC",
     "JITCUniformR",

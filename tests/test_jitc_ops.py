@@ -242,3 +242,11 @@ def test_errors_name_the_problem():
 def test_prob_zero_is_an_empty_matrix():
     y = evjax.binary_jitnmv(np.nan, 1.0, 0.0, jnp.ones(6, bool), 1, shape=(4, 6))
     np.testing.assert_array_equal(y, np.zeros(4, np.float32))
+
+
+def test_brainevents_older_homogeneous_names_are_the_same_classes():
+    """Code written for brainevent's JITCHomoR/C (deprecated there, in favour of JITCScalarR/C) runs."""
+    assert evjax.JITCHomoR is evjax.JITCScalarR and evjax.JITCHomoC is evjax.JITCScalarC
+    W = evjax.JITCHomoR((1.5, 0.1, 123), shape=(10, 20))
+    spikes = np.arange(10) % 3 == 0
+    np.testing.assert_allclose(spikes @ W, spikes.astype(np.float32) @ np.asarray(W.todense()), rtol=1e-5)

@@ -3,7 +3,7 @@
 * :mod:`.generation`: the generation scheme (counter-based streams, geometric skipping), in JAX;
 * :mod:`.ops`: the ops, their reference, rules and registration;
 * :mod:`.functions`: the public functions (``jitsmv``, ``binary_jitsmv``, ``jits``, ...);
-* :mod:`.matrix`: the data types ``JITCScalarR/C``, ``JITCNormalR/C``, ``JITCUniformR/C``;
+* :mod:`.matrix`: the data types ``JITCScalarR/C`` (also ``JITCHomoR/C``), ``JITCNormalR/C``, ``JITCUniformR/C``;
 * :mod:`.numba`, :mod:`.warp`, :mod:`.numba_cuda`: the backends, each imported
   by the ops the first time it is needed.
 """
@@ -24,12 +24,14 @@ from .functions import (
     jitumm,
     jitumv,
 )
-from .matrix import JITCMatrix, JITCNormalC, JITCNormalR, JITCScalarC, JITCScalarR, JITCUniformC, JITCUniformR
+from .matrix import (
+    JITCHomoC, JITCHomoR, JITCMatrix, JITCNormalC, JITCNormalR, JITCScalarC, JITCScalarR, JITCUniformC, JITCUniformR,
+)
 from .ops import DENSE_OPS, MATMUL_OPS, OPS
 
 __all__ = [
     "jitsmv", "jitsmm", "jitnmv", "jitnmm", "jitumv", "jitumm",
     "binary_jitsmv", "binary_jitsmm", "binary_jitnmv", "binary_jitnmm", "binary_jitumv", "binary_jitumm",
-    "jits", "jitn", "jitu", "JITCMatrix", "JITCScalarR", "JITCScalarC", "JITCNormalR", "JITCNormalC",
-    "JITCUniformR", "JITCUniformC", "OPS", "MATMUL_OPS", "DENSE_OPS",
+    "jits", "jitn", "jitu", "JITCMatrix", "JITCScalarR", "JITCScalarC", "JITCHomoR", "JITCHomoC", "JITCNormalR",
+    "JITCNormalC", "JITCUniformR", "JITCUniformC", "OPS", "MATMUL_OPS", "DENSE_OPS",
 ]

@@ -27,7 +27,8 @@ from ...events import BinaryArray, event_operand
 from .functions import as_seed, check_prob
 from .ops import LAWS, generated_shape, host_structure
 
-__all__ = ["JITCMatrix", "JITCScalarR", "JITCScalarC", "JITCNormalR", "JITCNormalC", "JITCUniformR", "JITCUniformC"]
+__all__ = ["JITCMatrix", "JITCScalarR", "JITCScalarC", "JITCNormalR", "JITCNormalC", "JITCUniformR", "JITCUniformC",
+           "JITCHomoR", "JITCHomoC"]
 
 
 def _ops(law: str):
@@ -233,5 +234,8 @@ JITCNormalR = _make("JITCNormalR", "normal", ("loc", "scale"), False, "A matrix 
 JITCNormalC = _make("JITCNormalC", "normal", ("loc", "scale"), True, "A matrix of N(loc, scale) weights", "0.5, 0.1")
 JITCUniformR = _make("JITCUniformR", "uniform", ("low", "high"), False, "A matrix of U[low, high) weights", "0.0, 1.0")
 JITCUniformC = _make("JITCUniformC", "uniform", ("low", "high"), True, "A matrix of U[low, high) weights", "0.0, 1.0")
+# brainevent's older (deprecated there) names for the homogeneous-weight classes, so code written for them runs
+JITCHomoR = JITCScalarR
+JITCHomoC = JITCScalarC
 _PARTNER = {JITCScalarR: JITCScalarC, JITCScalarC: JITCScalarR, JITCNormalR: JITCNormalC, JITCNormalC: JITCNormalR,
             JITCUniformR: JITCUniformC, JITCUniformC: JITCUniformR}
