@@ -24,6 +24,7 @@ from .ops import (
 )
 
 __all__ = [
-    "FixedPostNumConn", "FixedPreNumConn", "FixedNumPerPre", "FixedNumPerPost", "OPS", "fcnmv", "fcnmm", "binary_fcnmv", "binary_fcnmm", "fcn_sddmm",
+    "FixedPostNumConn", "FixedPreNumConn", "FixedNumPerPre", "FixedNumPerPost", "OPS",
+    "fcnmv", "fcnmm", "binary_fcnmv", "binary_fcnmm", "fcn_sddmm",
     "fcnmv_p", "fcnmm_p", "binary_fcnmv_p", "binary_fcnmm_p", "fcn_sddmm_p", "validate_table",
 ]
