@@ -6,8 +6,6 @@ pools. Each thread's result is compared with the same op run alone beforehand.
 """
 from __future__ import annotations
 
-import threading
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -16,6 +14,7 @@ import pytest
 import evjax
 
 from .test_sharding import _run
+from .threads import check_in_threads
 
 N = 4000
 
@@ -36,21 +35,12 @@ def test_concurrent_calls_from_threads(family):
     spikes = [jnp.asarray(rng.random(N) < 0.2) for _ in range(4)]
     forward = jax.jit(lambda W, s: evjax.BinaryArray(s) @ W)
     expected = [np.asarray(forward(W, s)) for s in spikes]
-    errors = []
 
     def worker(k):
-        try:
-            for _ in range(10):
-                np.testing.assert_allclose(np.asarray(forward(W, spikes[k])), expected[k], rtol=1e-6, atol=1e-5)
-        except Exception as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
+        for _ in range(10):
+            np.testing.assert_allclose(np.asarray(forward(W, spikes[k])), expected[k], rtol=1e-6, atol=1e-5)
 
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    check_in_threads(worker)
 
 
 SHARD_MAP_FAMILIES = """

@@ -13,6 +13,7 @@ import pytest
 import evjax
 from evjax.backends import numba_cpu
 from tests import kernels_for_tests as K
+from tests.threads import check_in_threads
 
 S = jax.ShapeDtypeStruct
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -162,22 +163,13 @@ def test_concurrent_calls_from_threads_are_correct():
     n = 50_000
     call = jax.jit(evjax.numba_kernel(K.parallel_scale_kernel, S((n,), jnp.float32)))
     x = jnp.arange(n, dtype=jnp.float32)
-    errors = []
 
     def worker(k):
-        try:
-            for _ in range(20):
-                out = call(x, jnp.array([float(k)], jnp.float32))
-                np.testing.assert_allclose(out, k * np.arange(n, dtype=np.float32))
-        except Exception as exc:  # noqa: BLE001
-            errors.append(exc)
+        for _ in range(20):
+            out = call(x, jnp.array([float(k)], jnp.float32))
+            np.testing.assert_allclose(out, k * np.arange(n, dtype=np.float32))
 
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    check_in_threads(worker)
 
 
 def _run_python(code: str, env_extra: dict) -> subprocess.CompletedProcess:

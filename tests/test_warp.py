@@ -3,7 +3,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import threading
 from typing import Any
 
 import jax
@@ -17,6 +16,7 @@ wp = pytest.importorskip("warp")
 
 import evjax  # noqa: E402
 from evjax.backends import warp as bridge  # noqa: E402
+from tests.threads import check_in_threads  # noqa: E402
 
 wp.config.quiet = True
 S = jax.ShapeDtypeStruct
@@ -239,21 +239,12 @@ def test_concurrent_calls_from_threads():
     f = jax.jit(_add(1000))
     a = jnp.arange(1000, dtype=jnp.float32)
     f(a, a).block_until_ready()
-    errors = []
 
     def work(k):
-        try:
-            for _ in range(20):
-                np.testing.assert_allclose(f(a, a * k), np.arange(1000) * (1 + k))
-        except Exception as exc:  # noqa: BLE001
-            errors.append(exc)
+        for _ in range(20):
+            np.testing.assert_allclose(f(a, a * k), np.arange(1000) * (1 + k))
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    check_in_threads(work)
 
 
 def test_hlo_is_one_custom_call_to_the_compiled_handler():
