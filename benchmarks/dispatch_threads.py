@@ -118,9 +118,11 @@ def run_numba_case(other_threads: int, calls: int) -> dict:
 
 def numba_only_table(calls: int, repeats: int) -> tuple[str, int]:
     """Numba alone: the main thread's parallel kernel, alone or beside another thread's pool."""
-    threads = run_numba_case(0, 10)["threads"]
-    cases = [("none", 0), (f"{threads} threads", threads), ("1 thread", 1)]
-    medians = {label: [run_numba_case(other, calls)["median"] for _ in range(repeats)] for label, other in cases}
+    alone = [run_numba_case(0, calls) for _ in range(repeats)]
+    threads = alone[0]["threads"]
+    medians = {"none": [res["median"] for res in alone]}
+    for label, other in ((f"{threads} threads", threads), ("1 thread", 1)):
+        medians[label] = [run_numba_case(other, calls)["median"] for _ in range(repeats)]
     base = min(medians["none"])
     rows = [[label, f"{min(m):.0f}-{max(m):.0f}", f"{min(m) / base:.2f}x"] for label, m in medians.items()]
     table = markdown_table(["another live thread holds an OpenMP pool of", "median (us)", "ratio"], rows)

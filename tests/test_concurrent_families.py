@@ -19,18 +19,19 @@ from .threads import check_in_threads
 N = 4000
 
 
-def _matrices():
-    rng = np.random.default_rng(0)
+def _matrix(family):
+    """The family's N x N matrix (only that one: the dense one alone is 64 MB)."""
+    if family == "dense":
+        return evjax.Dense(jnp.asarray(np.random.default_rng(0).standard_normal((N, N)), jnp.float32))
+    if family == "jitc":
+        return evjax.JITCScalarR((0.5, 0.05, 7), shape=(N, N))
     fixed = evjax.FixedPostNumConn.random(jax.random.key(1), N, N, 200, weight=0.5)
-    dense = evjax.Dense(jnp.asarray(rng.standard_normal((N, N)), jnp.float32))
-    csr = fixed.tocsr()
-    jitc = evjax.JITCScalarR((0.5, 0.05, 7), shape=(N, N))
-    return {"fixed": fixed, "dense": dense, "csr": csr, "jitc": jitc}
+    return fixed if family == "fixed" else fixed.tocsr()
 
 
 @pytest.mark.parametrize("family", ["fixed", "dense", "csr", "jitc"])
 def test_concurrent_calls_from_threads(family):
-    W = _matrices()[family]
+    W = _matrix(family)
     rng = np.random.default_rng(2)
     spikes = [jnp.asarray(rng.random(N) < 0.2) for _ in range(4)]
     forward = jax.jit(lambda W, s: evjax.BinaryArray(s) @ W)
@@ -59,21 +60,19 @@ matrices = {
 }
 matrices["csr"] = matrices["fixed"].tocsr()
 spikes = jnp.asarray(rng.random((8, n)) < 0.2)
-weights = {"fixed": matrices["fixed"].data, "dense": matrices["dense"].data, "jitc": jnp.float32(0.5),
-           "csr": matrices["csr"].data}
 for name, W in matrices.items():
-    with_weights = lambda w, W=W: W.with_data(w)  # noqa: E731
+    weights = W.params[0] if name == "jitc" else W.data  # JITC: its one weight parameter
 
     def loss(w, s):
-        return jnp.sum((evjax.BinaryArray(s) @ with_weights(w)) ** 2)
+        return jnp.sum((evjax.BinaryArray(s) @ W.with_data(w)) ** 2)
 
     def local(w, s):  # each device: its two samples. w is replicated, so the transpose of its implicit
         value, grad = jax.value_and_grad(loss)(w, s)  # broadcast to the devices sums its gradient over them
         return jax.lax.psum(value, "data"), grad
 
     value4, grad4 = jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(P(), P("data")), out_specs=(P(), P())))(
-        weights[name], spikes)
-    value1, grad1 = jax.value_and_grad(loss)(weights[name], spikes)
+        weights, spikes)
+    value1, grad1 = jax.value_and_grad(loss)(weights, spikes)
     np.testing.assert_allclose(value4, value1, rtol=1e-5)
     assert float(jnp.abs(grad1).max()) > 0
     np.testing.assert_allclose(grad4, grad1, rtol=1e-4, atol=1e-2)

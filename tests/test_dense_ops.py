@@ -134,6 +134,18 @@ def test_dense_properties(rank, transpose, weighted, backend):
                   skip=("nested_vmap",) if backend == "reference" else ())()
 
 
+def one_example(rank, transpose, weighted, seed, k=3, m=2):
+    """One ``(weights, events)`` example for check_all: event 0 silent, event 1 active, the rest drawn;
+    weighted events are graded (0.5 to 2)."""
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((k, m) if transpose else (m, k)).astype(np.float32)
+    s = rng.random((k,) if rank == 1 else (k, 2)) < 0.5
+    s[0], s[1] = False, True
+    if weighted:
+        s = (s * rng.uniform(0.5, 2.0, s.shape)).astype(np.float32)
+    return w, s
+
+
 SWEEP = [(case, backend) for case in CASES for backend in BACKENDS if backend != "numba" and case not in DIAGONAL]
 
 
@@ -142,13 +154,8 @@ def test_dense_every_backend_once(case, backend):
     """The cases the diagonal leaves out, one example under every transform (nested vmap and finite
     differences left to the property tests): every op x orientation x event kind on every backend in CI."""
     rank, transpose, weighted = case
-    rng = np.random.default_rng(SWEEP.index((case, backend)))
-    k, m = 5, 3
-    w = rng.standard_normal((k, m) if transpose else (m, k)).astype(np.float32)
-    s = rng.random((k,) if rank == 1 else (k, 2)) < 0.5
-    s[0], s[1] = False, True
-    s = (s * rng.uniform(0.5, 2.0, s.shape)).astype(np.float32) if weighted else s
-    check_all(dense_spec(rank, transpose, weighted, backend, float_events=weighted), (w, s),
+    example = one_example(rank, transpose, weighted, seed=SWEEP.index((case, backend)), k=5, m=3)
+    check_all(dense_spec(rank, transpose, weighted, backend, float_events=weighted), example,
               skip=("nested_vmap", "check_grads"))
 
 

@@ -24,18 +24,6 @@ for _op in dense.OPS:
 BACKEND = "numba_cuda"
 
 
-def case(rank, transpose, weighted, seed):
-    """Weights (3, 2) or (2, 3) with a nan in the row of a silent event; events with one silent, one active."""
-    rng = np.random.default_rng(seed)
-    k, m = 3, 2
-    w = rng.standard_normal((k, m) if transpose else (m, k)).astype(np.float32)
-    s = rng.random((k,) if rank == 1 else (k, 2)) < 0.5
-    s[0], s[1] = False, True
-    if weighted:
-        s = (s * rng.uniform(0.5, 2.0, s.shape)).astype(np.float32)
-    return w, s
-
-
 # every kernel (compact, scatter, gather, outer_rows, outer_cols) with bool and weighted events;
 # vmap (which runs the same kernels on a matrix of events) once
 SIM_CASES = [(1, True, False, True), (1, False, True, False), (2, True, True, False), (2, False, False, False)]
@@ -45,7 +33,8 @@ SIM_CASES = [(1, True, False, True), (1, False, True, False), (2, True, True, Fa
 def test_dense_ops_in_simulator(rank, transpose, weighted, vmap):
     spec = dense_tests.dense_spec(rank, transpose, weighted, BACKEND, float_events=weighted)
     skip = ("check_grads", "nested_vmap") + (() if vmap else ("vmap", "jit_grad_vmap"))
-    dense_tests.check_all(spec, case(rank, transpose, weighted, seed=rank + 2 * transpose), skip=skip)
+    example = dense_tests.one_example(rank, transpose, weighted, seed=rank + 2 * transpose)
+    dense_tests.check_all(spec, example, skip=skip)
 
 
 @pytest.mark.parametrize("transpose", [True, False])
