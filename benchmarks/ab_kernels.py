@@ -75,7 +75,7 @@ print("RESULT" + json.dumps(out))
 
 def run_tree(tree: str, cache: str) -> dict[str, float]:
     env = dict(os.environ, PYTHONPATH=tree, NUMBA_CACHE_DIR=os.path.join(cache, "numba"),
-               EVJAX_CACHE_DIR=os.path.join(cache, "evjax"), EVJAX_BACKGROUND_COMPILE="0")
+               EVJAX_CACHE_DIR=os.path.join(cache, "evjax"))
     result = subprocess.run([sys.executable, "-c", CHILD, tree], env=env, cwd=tree, capture_output=True, text=True,
                             timeout=3600)
     line = [ln for ln in result.stdout.splitlines() if ln.startswith("RESULT")]

@@ -39,7 +39,6 @@ mode, worker_first, rate, rounds = sys.argv[1], sys.argv[2] == "1", float(sys.ar
 if mode == "sync":
     jax.config.update("jax_cpu_enable_async_dispatch", False)
 import numba, scipy.sparse as sp, evjax
-evjax.set_background_compile(False)
 n = 20000
 m = sp.random(n, n, density=0.005, format="csr", random_state=0, dtype=np.float32)
 W = evjax.CSR((jnp.asarray(m.data), jnp.asarray(m.indices), jnp.asarray(m.indptr)), shape=(n, n))

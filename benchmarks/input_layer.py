@@ -54,10 +54,7 @@ def steps():
                               ("Dense", dense_input, dict(params, w_in=s_in.to_dense(params["w_in"])))):
         args = (p, optimizer.init(p), jnp.asarray(x), jnp.asarray(y))
         step = ex.make_train_step(ex.make_loss(cfg, ex.make_trial(cfg, synapses)), optimizer)
-        jax.block_until_ready(step(*args))
-        evjax.wait_for_kernels()  # then trace again: the compiled kernels, not the references
-        step = ex.make_train_step(ex.make_loss(cfg, ex.make_trial(cfg, synapses)), optimizer)
-        jax.block_until_ready(step(*args))
+        jax.block_until_ready(step(*args))  # the first call compiles the kernels
         out[name] = (step, args)
     return out
 

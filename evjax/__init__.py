@@ -56,14 +56,13 @@ from .rules.batching import general_batching_rule
 from .surrogate import SURROGATES, Surrogate, surrogate_grad
 from .warp_kernel import jaxinfo_to_warpinfo, jaxtype_to_warptype, warp_kernel
 from .xla_custom_kernel import XLACustomKernel
-
-# cold start: kernels compiling in the background (evjax.backends.compile_queue)
-from .backends.compile_queue import set_background_compile, wait_for_kernels
+from .precompile import precompile
 
 __version__ = "0.1.0"
 
 __all__ = [
     "XLACustomKernel",
+    "precompile",
     "config",
     "errors",
     "defjvp",
@@ -101,9 +100,6 @@ __all__ = [
     "Dense",
     "binary_densemv",
     "binary_densemm",
-    # cold start
-    "set_background_compile",
-    "wait_for_kernels",
     # fixed fan-in / fan-out connectivity
     "FixedPostNumConn",
     "FixedPreNumConn",

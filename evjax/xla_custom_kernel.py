@@ -28,7 +28,7 @@ import jax
 import numpy as np
 
 from . import _compat, config, registry
-from .backends import compile_queue
+from .backends import compile_log
 from .errors import BackendNotAvailableError, KernelCompilationError, KernelError, KernelNotFoundError
 from .outs import normalize_outs
 from .rules import ad as ad_rules
@@ -39,10 +39,6 @@ REFERENCE = registry.REFERENCE
 _LOWERING_PLATFORMS = {"cpu": "cpu", "cuda": "gpu", "rocm": "gpu"}
 
 __all__ = ["XLACustomKernel", "KernelGenerator", "REFERENCE", "PLATFORMS"]
-
-# Kernels compiled in the background: jitted functions that ran the reference meanwhile
-# are traced again on their next call (the bump is part of jax.jit's cache key).
-compile_queue.on_ready(config.defaults_changed)
 
 
 def call_with_accepted(fn: Callable, *args, **kwargs):
@@ -144,7 +140,6 @@ class XLACustomKernel:
         self._chosen: dict[str, str] = {}  # defaults chosen lazily from the candidates
         self._lock = threading.RLock()
         self._reference: Callable | None = None
-        self._stand_in: Callable[..., bool] | None = None  # may the reference run while the kernel compiles
         self._jvp_whole: Callable | None = None
         self._jvp_per_input: tuple[Callable | None, ...] | None = None
         self._transpose: Callable | None = None
@@ -228,25 +223,21 @@ class XLACustomKernel:
         self.def_kernel("warp", "cpu", generator, default=default)
         return self.def_kernel("warp", "gpu", generator, default=default)
 
-    def def_reference(self, fn: Callable, *, stand_in: Callable[..., bool] | None = None):
+    def def_reference(self, fn: Callable):
         """Register the pure-JAX reference: ``fn(*args, outs=..., **params)``.
 
-        It runs on every platform, is the fallback when no backend is
-        available, is selectable as ``backend="reference"`` and is the tests'
-        oracle.
+        It runs on every platform, is the backend of a platform where the op
+        has no kernel (or none whose library is installed), is selectable as
+        ``backend="reference"`` and is the tests' oracle.  It never stands in
+        for a kernel that is still compiling: a first call waits for its
+        kernel, so a jitted function returns the same bits on every call.
 
         Args:
             fn: the reference.
-            stand_in: ``stand_in(**params) -> bool``, whether the reference may run while
-                the default kernel compiles in the background (:mod:`evjax.backends.compile_queue`;
-                default: always). For references far costlier than the kernel at some sizes.
         """
         if not callable(fn):
             raise TypeError(f"op '{self.name}': the reference must be callable, got {type(fn).__name__}")
-        if stand_in is not None and not callable(stand_in):
-            raise TypeError(f"op '{self.name}': stand_in must be callable, got {type(stand_in).__name__}")
         self._reference = fn
-        self._stand_in = stand_in
         return fn
 
     def declare_backends(self, package: str, table: Mapping[str, Mapping[str, bool]]) -> None:
@@ -356,16 +347,12 @@ class XLACustomKernel:
             KernelNotFoundError: (also a ``NotImplementedError``) no backend at
                 all for ``platform`` and no reference.
         """
-        return self._resolve(platform, requested)[0]
-
-    def _resolve(self, platform: str, requested) -> tuple[str, bool]:
-        """``(backend, whether it is the op's default rather than a choice of the user)``."""
         platform = registry.platform_of(platform, who=f"op '{self.name}'")
         if isinstance(requested, str):
-            return self._usable(platform, requested, "backend="), False
+            return self._usable(platform, requested, "backend=")
         for entry_platform, name in requested or ():
             if entry_platform == platform and name is not None and self._has(platform, name):
-                return self._usable(platform, name, "evjax.use_backend / evjax.set_backend"), False
+                return self._usable(platform, name, "evjax.use_backend / evjax.set_backend")
         name = self.default_backend(platform)
         if name == REFERENCE and self._reference is None:
             has = [p for p in PLATFORMS if self._has_any(p)]
@@ -374,7 +361,7 @@ class XLACustomKernel:
                 f"on: {has or 'no platform'}). Register one with def_numba_kernel / def_warp_kernel / "
                 f"def_numba_cuda_kernel, or def_reference."
             )
-        return self._usable(platform, name, "the op's default"), True
+        return self._usable(platform, name, "the op's default")
 
     def _usable(self, platform: str, name: str, how: str) -> str:
         if not self._has(platform, name):
@@ -536,17 +523,11 @@ class XLACustomKernel:
         return [_compat.output_aval(o.shape, o.dtype, avals) for o in outs]
 
     def _lower(self, platform, ctx, *args, outs, backend, **params):
-        # A kernel that is not compiled yet (in this process or on disk) compiles in the background
-        # while this program runs the reference, where the backend is the op's default (a backend the
-        # user chose is never second-guessed); see evjax.backends.compile_queue.
-        name, by_default = self._resolve(platform, backend)
-        deferrable = (by_default and name != REFERENCE and self._reference is not None
-                      and (self._stand_in is None or bool(self._stand_in(**params))))
-        try:
-            with compile_queue.lowering(self.name, deferrable):
-                return self._lower_with(name, platform, ctx, *args, outs=outs, params=params)
-        except compile_queue.CompileDeferred:
-            return self._lower_with(REFERENCE, platform, ctx, *args, outs=outs, params=params)
+        # The resolved backend is lowered, compiling its kernel on the spot if needed: no stand-in
+        # ever runs in its place, so a program's numerics never depend on how far a compile got.
+        name = self.resolve_backend(platform, backend)
+        with compile_log.lowering(self.name):
+            return self._lower_with(name, platform, ctx, *args, outs=outs, params=params)
 
     def _lower_with(self, name, platform, ctx, *args, outs, params):
         name, kernel = self._kernel(platform, None, ctx.avals_in, outs, params, name=name)

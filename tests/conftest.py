@@ -8,10 +8,6 @@ if not os.environ.get("EVJAX_TEST_FULL_OPT"):
         + " --xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
     ).strip()
 
-# Tests check the kernels: an op's first call waits for its kernel to compile rather than
-# running the reference meanwhile (tests/test_cold_start.py turns background compiles on).
-os.environ.setdefault("EVJAX_BACKGROUND_COMPILE", "0")
-
 import pytest  # noqa: E402
 
 from evjax.testing import register_profiles  # noqa: E402

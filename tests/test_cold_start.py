@@ -1,4 +1,4 @@
-"""Cold start: an op's first calls run its reference while its kernel compiles in the background.
+"""Cold start: an op's first call compiles its kernel on the spot, and nothing else ever runs.
 
 Each scenario runs in a fresh process with its own empty ``NUMBA_CACHE_DIR`` and
 ``EVJAX_CACHE_DIR`` (or, to test sharing, the same ones), on a small op whose
@@ -21,19 +21,19 @@ import pytest
 
 import evjax
 from evjax import _kernel_compat
-from evjax.backends import compile_queue, numba_cpu
+from evjax.backends import compile_log, numba_cpu
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# The op: y = 2 * x + 1 (float32 vector), a Numba kernel and a pure-JAX reference.  The worker can be
-# held behind a gate, so that what a first call runs does not depend on how fast the kernel compiles.
+# The op: y = 2 * x + 1 (float32 vector), a Numba kernel and a pure-JAX reference whose float
+# arithmetic differs (x + x + 1 rounds like 2 * x + 1, but a different jaxpr), and a trace counter.
 PRELUDE = '''
 import json, logging, os, sys, threading
 import jax, jax.numpy as jnp, numba, numpy as np
 import evjax
-from evjax.backends import compile_queue
+from evjax.backends import compile_log
 
-compile_queue.SLOW_COMPILE_S = 0.0  # log every compile, to count them
+compile_log.SLOW_COMPILE_S = 0.0  # log every compile, to count them
 records = []
 handler = logging.Handler()
 handler.emit = lambda record: records.append(record.getMessage())
@@ -53,10 +53,11 @@ def affine(x, backend=None):
 
 x = jnp.arange(5, dtype=jnp.float32)
 expected = 2 * np.arange(5, dtype=np.float32) + 1
-gate = threading.Event()
+traces = []
 
-def hold_worker():
-    compile_queue.submit("gate", gate.wait)
+def traced_affine(x):
+    traces.append(1)  # runs once per trace, never per call
+    return affine(x)
 
 def runs_kernel(f, *args):
     return "evjax_numba_affine_kernel" in f.lower(*args).as_text()
@@ -85,7 +86,7 @@ def run_script(body: str, cache: str, *, env: dict | None = None, wait: bool = T
         f.write("from coldop import *\n" + textwrap.dedent(body) + "\nprint(json.dumps(result))\n")
     full_env = {**os.environ, "NUMBA_CACHE_DIR": os.path.join(cache, "numba"),
                 "EVJAX_CACHE_DIR": os.path.join(cache, "evjax"), "JAX_PLATFORMS": "cpu",
-                "EVJAX_BACKGROUND_COMPILE": "1", "PYTHONPATH": ROOT, **(env or {})}
+                "PYTHONPATH": ROOT, **(env or {})}
     process = subprocess.Popen([sys.executable, script], env=full_env, cwd=ROOT, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
     if not wait:
@@ -100,92 +101,45 @@ def finish(process) -> dict:
 
 
 FIRST_CALL = '''
-f = jax.jit(affine)
-hold_worker()
-result["first"] = np.asarray(f(x)).tolist()
-result["first_runs_kernel"] = runs_kernel(f, x)
-result["pending"] = compile_queue.pending()
-gate.set()
-result["ready"] = evjax.wait_for_kernels(timeout=120)
-result["after"] = np.asarray(f(x)).tolist()
-result["after_runs_kernel"] = runs_kernel(f, x)
+f = jax.jit(traced_affine)
+outputs = [np.asarray(f(x)) for _ in range(3)]
+result["first"] = outputs[0].tolist()
+result["same_bits"] = all(o.tobytes() == outputs[0].tobytes() for o in outputs)
+result["traces"] = len(traces)
+result["runs_kernel"] = runs_kernel(f, x)
 result["compiles"] = compiles()
+result["threads"] = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
 '''
 
 
-def test_first_call_runs_the_reference_then_the_kernel_and_the_next_process_finds_it_cached(tmp_path):
+def test_first_call_runs_the_kernel_once_traced_and_the_next_process_finds_it_cached(tmp_path):
     cache = str(tmp_path)
     first = run_script(FIRST_CALL, cache)
     expected = [1.0, 3.0, 5.0, 7.0, 9.0]
-    assert first["first"] == expected and first["after"] == expected
-    assert not first["first_runs_kernel"] and first["pending"] == 2  # the gate and the kernel
-    assert first["ready"] and first["after_runs_kernel"]
+    assert first["first"] == expected and first["same_bits"] and first["runs_kernel"]
+    assert first["traces"] == 1  # nothing bumps jit's cache key: three calls, one trace
+    assert first["threads"] == []  # no compile thread outlives the call
     (line,) = first["compiles"]  # compiled once, announced once, with where it is cached
     assert line.startswith("evjax: compiling cold_affine (numba kernel 'affine_kernel') for (float32[:]) -> ")
     assert f"cached in {os.path.join(cache, 'numba')}" in line
 
-    second = run_script(FIRST_CALL, cache)  # same caches: the handler loads from disk, nothing deferred
-    assert second["first"] == expected and second["first_runs_kernel"]
-    assert second["pending"] == 1 and second["compiles"] == []
+    second = run_script(FIRST_CALL, cache)  # same caches: the handler loads from disk
+    assert second["first"] == expected and second["runs_kernel"] and second["compiles"] == []
 
 
-def test_a_backend_the_user_chose_compiles_on_the_spot(tmp_path):
+def test_an_ahead_of_time_compile_runs_the_kernel(tmp_path):
     body = '''
-    hold_worker()  # the worker is held: only a compile on the calling thread can give the kernel
-    named = jax.jit(lambda x: affine(x, backend="numba"))
-    result["named"] = np.asarray(named(x)).tolist()
-    result["named_runs_kernel"] = runs_kernel(named, x)
-    with evjax.use_backend("numba"):
-        result["block_runs_kernel"] = runs_kernel(jax.jit(lambda x: affine(x) + 0), x)
-    evjax.set_background_compile(False)
-    @numba.njit
-    def other_kernel(x, out):
-        for i in range(x.shape[0]):
-            out[i] = 2 * x[i] + 1
-    op.def_numba_kernel(lambda outs: (lambda x: [evjax.numba_kernel(other_kernel, outs[0])(x)]))
-    result["switched_off_runs_kernel"] = "evjax_numba_other_kernel" in jax.jit(affine).lower(x).as_text()
-    gate.set()
+    compiled = jax.jit(affine).lower(x).compile()
+    result["text_has_kernel"] = "evjax_numba_affine_kernel" in compiled.as_text()
+    result["out"] = np.asarray(compiled(x)).tolist()
     '''
     result = run_script(body, str(tmp_path))
-    assert result["named"] == [1.0, 3.0, 5.0, 7.0, 9.0]
-    assert result["named_runs_kernel"] and result["block_runs_kernel"] and result["switched_off_runs_kernel"]
-
-
-def test_a_reference_that_may_not_stand_in_leaves_the_first_call_to_the_kernel(tmp_path):
-    # JITC's reference builds the whole matrix: at large shapes its first call must wait for the kernel
-    body = '''
-    big = evjax.XLACustomKernel("cold_affine_sized")
-    seen = []
-    def stand_in(**params):
-        seen.append(sorted(params))
-        return params["small"]
-    big.def_reference(lambda x, outs, small: [2 * x + 1], stand_in=stand_in)
-    big.def_numba_kernel(lambda outs, small: (lambda x: [evjax.numba_kernel(affine_kernel, outs[0])(x)]))
-    def call(x, small):
-        return big(x, outs=[jax.ShapeDtypeStruct(x.shape, x.dtype)], small=small)[0]
-    hold_worker()
-    small, large = jax.jit(lambda x: call(x, True)), jax.jit(lambda x: call(x, False))
-    result["small_runs_kernel"] = runs_kernel(small, x)
-    result["large_runs_kernel"] = runs_kernel(large, x)
-    result["large"] = np.asarray(large(x)).tolist()
-    result["seen"] = seen[0]
-    gate.set()
-    '''
-    result = run_script(body, str(tmp_path))
-    assert not result["small_runs_kernel"] and result["large_runs_kernel"]
-    assert result["large"] == [1.0, 3.0, 5.0, 7.0, 9.0] and result["seen"] == ["small"]
-
-
-def test_stand_in_must_be_callable():
-    op = evjax.XLACustomKernel("stand_in_check")
-    with pytest.raises(TypeError, match="stand_in must be callable"):
-        op.def_reference(lambda x, outs: [x], stand_in=True)
+    assert result["text_has_kernel"] and result["out"] == [1.0, 3.0, 5.0, 7.0, 9.0]
 
 
 def test_concurrent_first_calls_from_threads_compile_once(tmp_path):
     body = '''
     f = jax.jit(affine)
-    hold_worker()
     barrier = threading.Barrier(4)
     outputs, errors = [], []
     def call(k):
@@ -199,23 +153,18 @@ def test_concurrent_first_calls_from_threads_compile_once(tmp_path):
     [t.join() for t in threads]
     result["outputs"] = sorted(outputs)
     result["errors"] = errors
-    result["pending"] = compile_queue.pending()
-    gate.set()
-    evjax.wait_for_kernels()
-    result["after"] = np.asarray(f(x)).tolist()
-    result["after_runs_kernel"] = runs_kernel(f, x)
+    result["runs_kernel"] = runs_kernel(f, x)
     result["compiles"] = len(compiles())
     '''
     result = run_script(body, str(tmp_path))
     assert result["errors"] == []
     assert result["outputs"] == [[2.0 * (i + k) + 1 for i in range(5)] for k in range(4)]
-    assert result["pending"] == 2 and result["compiles"] == 1  # one background compile for the four calls
-    assert result["after"] == [1.0, 3.0, 5.0, 7.0, 9.0] and result["after_runs_kernel"]
+    assert result["compiles"] == 1 and result["runs_kernel"]  # one compile for the four calls
 
 
 def test_processes_sharing_one_empty_cache_both_run_and_fill_it(tmp_path):
-    """Two processes start together on the same empty caches and exit without waiting: the
-    worker finishes its compile before the process ends, so a third process finds it cached."""
+    """Two processes start together on the same empty caches: both compile and run the kernel,
+    and a third process finds it cached."""
     body = '''
     result["first"] = np.asarray(jax.jit(affine)(x)).tolist()
     '''
@@ -225,27 +174,68 @@ def test_processes_sharing_one_empty_cache_both_run_and_fill_it(tmp_path):
     for process in processes:
         assert finish(process)["first"] == [1.0, 3.0, 5.0, 7.0, 9.0]
     third = run_script(FIRST_CALL, cache)
-    assert third["first_runs_kernel"] and third["compiles"] == []
+    assert third["runs_kernel"] and third["compiles"] == []
 
 
-def test_a_kernel_that_fails_to_compile_in_the_background_fails_the_next_call(tmp_path):
+def test_a_kernel_that_fails_to_compile_fails_the_first_call(tmp_path):
+    """No silent reference: the user sees Numba's error at once."""
     body = '''
     @numba.njit
     def broken_kernel(x, out):
         out[0] = undefined_name
     op.def_numba_kernel(lambda outs: (lambda x: [evjax.numba_kernel(broken_kernel, outs[0])(x)]))
-    f = jax.jit(affine)
-    result["first"] = np.asarray(f(x)).tolist()  # the reference, while the kernel fails to compile
-    evjax.wait_for_kernels()
     try:
-        f(x)
+        jax.jit(affine)(x)
         result["error"] = None
     except Exception as exc:
         result["error"] = type(exc).__name__ + ": " + str(exc)
     '''
     result = run_script(body, str(tmp_path))
-    assert result["first"] == [1.0, 3.0, 5.0, 7.0, 9.0]
     assert result["error"] and "TypingError" in result["error"] and "undefined_name" in result["error"]
+
+
+EXIT_SCRIPT = '''
+import time
+import jax, jax.numpy as jnp, numpy as np
+import evjax
+n = 300
+rng = np.random.default_rng(0)
+W = evjax.CSR.fromdense(((rng.random((n, n)) < 0.05) * rng.standard_normal((n, n))).astype(np.float32))
+spikes = jnp.asarray(rng.random(n) < 0.2)
+loss = jax.jit(jax.grad(lambda d: jnp.sum((spikes @ W.with_data(d)) ** 2)))
+loss(W.data).block_until_ready()
+print(repr(time.time()), flush=True)
+'''
+
+
+@pytest.mark.slow
+def test_a_script_with_empty_caches_exits_within_a_second_of_its_last_statement(tmp_path):
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba"), "EVJAX_CACHE_DIR": str(tmp_path / "evjax"),
+           "JAX_PLATFORMS": "cpu", "PYTHONPATH": ROOT}
+    process = subprocess.Popen([sys.executable, "-c", EXIT_SCRIPT], env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    out, err = process.communicate(timeout=1200)  # a hang guard only: the compiles take about 20 s
+    ended = __import__("time").time()
+    assert process.returncode == 0, err[-3000:]
+    last_statement = float(out.strip().splitlines()[-1])
+    assert ended - last_statement < 1.0, f"exited {ended - last_statement:.2f} s after its last statement"
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_a_cold_compile_stops_the_process(tmp_path):
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba"), "EVJAX_CACHE_DIR": str(tmp_path / "evjax"),
+           "JAX_PLATFORMS": "cpu", "PYTHONPATH": ROOT}
+    script = EXIT_SCRIPT.replace("loss(W.data)", "print('compiling', flush=True); loss(W.data)")
+    process = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    assert process.stdout.readline().strip() == "compiling"
+    __import__("time").sleep(1.0)  # inside the compile of the first kernel (several seconds)
+    process.send_signal(__import__("signal").SIGINT)
+    start = __import__("time").monotonic()
+    out, err = process.communicate(timeout=120)  # a hang guard only
+    waited = __import__("time").monotonic() - start
+    assert process.returncode != 0 and "KeyboardInterrupt" in err, err[-2000:]
+    assert waited < 5.0, f"took {waited:.1f} s to stop after Ctrl-C"
 
 
 # ---------------------------------------------------------------------------
@@ -253,39 +243,31 @@ def test_a_kernel_that_fails_to_compile_in_the_background_fails_the_next_call(tm
 # ---------------------------------------------------------------------------
 def test_a_slow_compile_logs_one_line_and_a_fast_one_none(caplog):
     caplog.set_level(logging.WARNING, logger="evjax")
-    with compile_queue.announce_slow_compile("op_a", "(float32[:]) -> (float32[:])", "/cache", after=0.05):
+    with compile_log.announce_slow_compile("op_a", "(float32[:]) -> (float32[:])", "/cache", after=0.05):
         threading.Event().wait(0.3)
-    with compile_queue.announce_slow_compile("op_b", "(int32[:]) -> (int32[:])", "/cache", after=5.0):
+    with compile_log.announce_slow_compile("op_b", "(int32[:]) -> (int32[:])", "/cache", after=5.0):
         pass
     messages = [r.getMessage() for r in caplog.records if r.name == "evjax"]
     assert messages == ["evjax: compiling op_a for (float32[:]) -> (float32[:]) (first use; cached in /cache)"]
 
 
-def test_wait_for_kernels_times_out_while_a_compile_runs():
-    gate = threading.Event()
-    compile_queue.submit("gate", gate.wait)
-    try:
-        assert compile_queue.pending() >= 1
-        assert evjax.wait_for_kernels(timeout=0.05) is False
-    finally:
-        gate.set()
-    assert evjax.wait_for_kernels(timeout=30) is True and compile_queue.pending() == 0
+def test_the_lowering_context_names_the_op_on_its_thread_only():
+    assert compile_log.current_op() is None
+    seen = []
+    with compile_log.lowering("op_a"):
+        worker = threading.Thread(target=lambda: seen.append(compile_log.current_op()))
+        worker.start()
+        worker.join()
+        with compile_log.lowering("op_b"):
+            assert compile_log.current_op() == "op_b"
+        assert compile_log.current_op() == "op_a"
+    assert compile_log.current_op() is None and seen == [None]
 
 
-def test_background_compile_switch():
-    with pytest.raises(TypeError, match="True, False or None"):
-        evjax.set_background_compile("yes")
-    try:
-        evjax.set_background_compile(True)
-        assert compile_queue.background_enabled()
-        with compile_queue.lowering("op", deferrable=True):
-            assert compile_queue.may_defer() and compile_queue.current_op() == "op"
-        assert not compile_queue.may_defer()  # outside an op's lowering: never
-        evjax.set_background_compile(False)
-        with compile_queue.lowering("op", deferrable=True):
-            assert not compile_queue.may_defer()
-    finally:
-        evjax.set_background_compile(None)
+def test_the_background_compile_is_gone():
+    assert not hasattr(evjax, "wait_for_kernels") and not hasattr(evjax, "set_background_compile")
+    with pytest.raises(TypeError):
+        evjax.XLACustomKernel("no_stand_in").def_reference(lambda x, outs: [x], stand_in=lambda **_: True)
 
 
 @numba.njit(parallel={"prange": True, "numpy": False})

@@ -27,7 +27,7 @@ import jax
 import numpy as np
 
 from .. import _kernel_compat
-from . import compile_queue, ffi_abi, ffi_core
+from . import compile_log, ffi_abi, ffi_core
 
 # Numba's type names are numpy's, except for bool.
 NUMBA_TYPE_NAMES = {
@@ -38,7 +38,7 @@ NUMBA_TYPE_NAMES = {
 _lock = threading.RLock()
 _handlers: dict[tuple, "CompiledHandler"] = {}  # (kernel object, signature) -> handler
 _by_target: dict[str, "CompiledHandler"] = {}  # content-named target -> handler
-_jobs: dict[str, "_Job"] = {}  # content-named target -> its compile, until registered
+_jobs: dict[str, "_Job"] = {}  # content-named target -> its compile, until registered (shared by threads)
 
 
 def cache_dir() -> str:
@@ -177,7 +177,6 @@ class _Job:
         self.what = what
         self.signature = signature
         self.cached = cached  # in Numba's disk cache: loading it takes milliseconds
-        self.queued = False  # handed to the background worker
         self.done = False
         self.error: BaseException | None = None
         self.lock = threading.Lock()  # held while compiling
@@ -199,7 +198,7 @@ def _new_job(kernel, in_types, out_types, traits) -> _Job:
         fingerprint=fingerprint, lazy=True,
     )
     name = getattr(kernel, "__name__", "kernel")
-    op = compile_queue.current_op()
+    op = compile_log.current_op()
     what = f"{op} (numba kernel '{name}')" if op else f"numba kernel '{name}'"
     cached = cacheable and _kernel_compat.cfunc_in_disk_cache(module.handler)
     return _Job(module, digest, name, what, _signature_text(in_types, out_types), cached)
@@ -213,7 +212,7 @@ def _compile(job: _Job) -> None:
         try:
             where = _kernel_compat.cfunc_cache_dir(job.module.handler)
             announce = contextlib.nullcontext() if job.cached else \
-                compile_queue.announce_slow_compile(job.what, job.signature, where)
+                compile_log.announce_slow_compile(job.what, job.signature, where)
             with announce, _kernel_compat.quiet_numba_compile():
                 _kernel_compat.launch_numba_threads()  # before any call of a (maybe parallel) kernel
                 _kernel_compat.compile_cfunc(job.module.handler)
@@ -225,10 +224,9 @@ def _compile(job: _Job) -> None:
 def get_handler(kernel, in_types: Sequence[tuple[np.dtype, int]], out_types, traits: int = 0):
     """The (cached) compiled handler of ``kernel`` for these argument types.
 
-    Inside a deferrable lowering (see :mod:`evjax.backends.compile_queue`), a
-    handler that is in neither this process nor Numba's disk cache is queued
-    for the background worker and :class:`~evjax.backends.compile_queue.CompileDeferred`
-    is raised; otherwise it is compiled (or loaded) here.
+    Compiled (or loaded from Numba's disk cache) on the calling thread, once
+    per process: threads asking for the same handler at once wait for one
+    compile.
 
     Args:
         kernel: a numba ``CPUDispatcher`` (``@numba.njit`` function).
@@ -247,13 +245,7 @@ def get_handler(kernel, in_types: Sequence[tuple[np.dtype, int]], out_types, tra
             _handlers[signature] = handler
             return handler
         job = _jobs.setdefault(job.target, job)  # ... and its compile
-        defer = not job.done and (job.queued or not job.cached) and compile_queue.may_defer()
-        if defer and not job.queued:
-            job.queued = True
-            compile_queue.submit(job.what, lambda: _compile(job))
-    if defer:
-        raise compile_queue.CompileDeferred(job.what)
-    _compile(job)  # waits while the worker compiles it; at once when done
+    _compile(job)  # waits while another thread compiles it; at once when done
     with _lock:
         if job.error is not None:
             if _jobs.get(job.target) is job:

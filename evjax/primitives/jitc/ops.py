@@ -230,16 +230,6 @@ def _matmul_batching(law: str, rank: int, event: bool):
     return rule
 
 
-# The reference generates every synapse in XLA (about 15-35 ns each on one CPU core, where the kernels
-# take 1-3); above this many expected synapses a first call waits for its Numba kernel instead of
-# running the reference while the kernel compiles (compile_queue).
-REFERENCE_STAND_IN_MAX_SYNAPSES = 1 << 24
-
-
-def _small_enough_for_reference(*, shape, prob, **_) -> bool:
-    return shape[0] * shape[1] * prob <= REFERENCE_STAND_IN_MAX_SYNAPSES
-
-
 def _define_matmul(law: str, rank: int, event: bool) -> XLACustomKernel:
     """One matmul op: reference, JVPs, transpose and batching rules, declared backends."""
     kind = "mv" if rank == 1 else "mm"
@@ -248,7 +238,7 @@ def _define_matmul(law: str, rank: int, event: bool) -> XLACustomKernel:
     def reference(*args, weighted=False, **params):
         return _reference_matmul(*args, law=law, mode=_mode(event, weighted), **params)
 
-    op.def_reference(reference, stand_in=_small_enough_for_reference)
+    op.def_reference(reference)
     jvps, transpose = _matmul_rules(op, law, rank, event)
     op.def_jvp_rule2(*jvps)
     op.def_transpose_rule(transpose)
