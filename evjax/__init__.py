@@ -57,12 +57,15 @@ from .surrogate import SURROGATES, Surrogate, surrogate_grad
 from .warp_kernel import jaxinfo_to_warpinfo, jaxtype_to_warptype, warp_kernel
 from .xla_custom_kernel import XLACustomKernel
 from .precompile import precompile
+from .backends.threads import get_num_threads, set_num_threads
 
 __version__ = "0.1.0"
 
 __all__ = [
     "XLACustomKernel",
     "precompile",
+    "set_num_threads",
+    "get_num_threads",
     "config",
     "errors",
     "defjvp",

@@ -464,10 +464,10 @@ def test_vector_scatter_kernel_split_between_thresholds(pool, weighted):
     np.add.at(want, indices[x[rows]], data[x[rows]].astype(np.float64))
     out = np.full(n_out, np.nan, np.float32)
     if weighted:  # graded events of value 1 (silent: 0)
-        numba_weighted.weighted_scatter_mv(np.array([pool], np.int32), data, indices, indptr, x.astype(np.float32),
+        numba_weighted.weighted_scatter_mv(pool, data, indices, indptr, x.astype(np.float32),
                                            out)
     else:
-        csr_numba.scatter_mv(np.array([pool], np.int32), data, indices, indptr, x, out)
+        csr_numba.scatter_mv(pool, data, indices, indptr, x, out)
     np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-4)
 
 

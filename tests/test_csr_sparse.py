@@ -299,7 +299,7 @@ def test_weight_gradient_is_event_driven():
 
 
 def test_direct_kernels_with_any_pool_size():
-    """The Numba kernels split work by the pool size operand; every split gives the same result."""
+    """The Numba kernels split work by their thread-count argument; every split gives the same result."""
     a = sp.random(1000, 400, density=1.0, format="csr", random_state=2, dtype=np.float32)
     d, i, p = a.data, a.indices.astype(np.int32), a.indptr.astype(np.int32)
     rng = np.random.default_rng(0)
@@ -312,7 +312,6 @@ def test_direct_kernels_with_any_pool_size():
     ct = rng.standard_normal(400).astype(np.float32)
     CT = rng.standard_normal((400, 5)).astype(np.float32)
     for pool in (1, 2, 3, 8):
-        pool = np.array([pool], np.int32)
         out = np.empty(400, np.float32)
         csr_numba.scatter_mv(pool, d, i, p, s, out)
         np.testing.assert_allclose(out, a.T @ s, rtol=1e-5, atol=1e-5)
@@ -359,7 +358,6 @@ def test_batch_scatter_and_gradient_kernels_with_any_pool_size(active_rows):
     want_g = np.sum(np.where(V.T[rows] != 0, V.T[rows] * CT[indices], 0), axis=1)
     assert numba_rows._sddmm_serial(n_rows * k * width, n_rows * k) is False  # the weighted gradient
     for pool in (1, 2, 3, 8):
-        pool = np.array([pool], np.int32)
         out = np.full((width, n_out), np.nan, np.float32)
         csr_numba.scatter_mm_batch_major(pool, data, indices, indptr, S, out)
         np.testing.assert_allclose(out, S @ dense, rtol=1e-5, atol=1e-5)

@@ -81,5 +81,5 @@ def test_scatter_kernel_splits(pool, n, rate):
     assert int(x.sum()) * m >= dense_numba.PARALLEL_MIN_WORK
     w = rng.standard_normal((k, m)).astype(np.float32)
     out_t = np.full((n, m), np.nan, np.float32)  # every entry must be written
-    dense_numba.scatter(np.array([pool], np.int32), w, x, out_t)
+    dense_numba.scatter(pool, w, x, out_t)
     np.testing.assert_allclose(out_t, x.T.astype(np.float64) @ w, rtol=1e-5, atol=1e-3)

@@ -131,15 +131,20 @@ def _option_text(value) -> str:
     return repr(value)
 
 
-def _handler_source(in_types, out_types, cache: bool) -> tuple[str, str]:
-    """``(preamble, body)`` of a handler calling ``KERNEL`` on the frame's buffers."""
+def _handler_source(in_types, out_types, cache: bool, threads: bool) -> tuple[str, str]:
+    """``(preamble, body)`` of a handler calling ``KERNEL`` on the frame's buffers.
+
+    With ``threads``, the kernel's first argument is the thread count in
+    force (:func:`evjax.backends.threads.thread_count`, read at every call).
+    """
     names = [f"a{i}" for i in range(len(in_types))] + [f"r{i}" for i in range(len(out_types))]
     arglist = ", ".join(names)
+    params = ("threads, " if threads else "") + arglist
     preamble = "\n".join([
         f"@numba.njit(cache={cache}, nogil=True)",
-        f"def guarded({arglist}):",
+        f"def guarded({params}):",
         "    try:",
-        f"        KERNEL({arglist})",
+        f"        KERNEL({params})",
         "    except Exception:",
         "        return 1",
         "    return 0",
@@ -148,6 +153,8 @@ def _handler_source(in_types, out_types, cache: bool) -> tuple[str, str]:
         f"    args = load_i64(frame + {ffi_abi.FRAME_ARGS})",
         f"    rets = load_i64(frame + {ffi_abi.FRAME_RETS})",
     ]
+    if threads:
+        body.append("    threads = numba.int64(thread_count())")
     for name, table, index, (dtype, rank) in (
         [(f"a{i}", "args", i, t) for i, t in enumerate(in_types)]
         + [(f"r{i}", "rets", i, t) for i, t in enumerate(out_types)]
@@ -160,7 +167,7 @@ def _handler_source(in_types, out_types, cache: bool) -> tuple[str, str]:
             f"types.{NUMBA_TYPE_NAMES[dtype]}), {shape})",
         ]
     body += [
-        f"    if guarded({arglist}) != 0:",
+        f"    if guarded({params}) != 0:",
         f"        return as_voidptr(report(frame, HANDLER_KEY, 0, {ffi_abi.ERRC_INTERNAL}))",
         "    return as_voidptr(0)",
     ]
@@ -189,13 +196,14 @@ def _signature_text(in_types, out_types) -> str:
     return f"({', '.join(one(*t) for t in in_types)}) -> ({', '.join(one(*t) for t in out_types)})"
 
 
-def _new_job(kernel, in_types, out_types, traits) -> _Job:
+def _new_job(kernel, in_types, out_types, traits, threads: bool) -> _Job:
     compiled = prepare_kernel(kernel)
     fingerprint, cacheable = _kernel_fingerprint(compiled)
-    preamble, body = _handler_source(in_types, out_types, cacheable)
+    preamble, body = _handler_source(in_types, out_types, cacheable, threads)
+    imports = "from evjax.backends.threads import thread_count" if threads else ""
     module, digest = ffi_core.compile_handler(
-        body, traits=traits, preamble=preamble, namespace={"KERNEL": compiled}, cache=cacheable,
-        fingerprint=fingerprint, lazy=True,
+        body, traits=traits, imports=imports, preamble=preamble, namespace={"KERNEL": compiled},
+        cache=cacheable, fingerprint=fingerprint, lazy=True,
     )
     name = getattr(kernel, "__name__", "kernel")
     op = compile_log.current_op()
@@ -221,7 +229,8 @@ def _compile(job: _Job) -> None:
         job.done = True
 
 
-def get_handler(kernel, in_types: Sequence[tuple[np.dtype, int]], out_types, traits: int = 0):
+def get_handler(kernel, in_types: Sequence[tuple[np.dtype, int]], out_types, traits: int = 0, *,
+                threads: bool = False):
     """The (cached) compiled handler of ``kernel`` for these argument types.
 
     Compiled (or loaded from Numba's disk cache) on the calling thread, once
@@ -233,13 +242,15 @@ def get_handler(kernel, in_types: Sequence[tuple[np.dtype, int]], out_types, tra
         in_types: ``(dtype, rank)`` per input buffer.
         out_types: ``(dtype, rank)`` per output buffer.
         traits: FFI handler traits to declare (0 on CPU).
+        threads: pass the kernel the thread count in force as its first
+            argument (an int64, read at every call; see :mod:`evjax.backends.threads`).
     """
-    signature = (kernel, tuple(in_types), tuple(out_types), traits)
+    signature = (kernel, tuple(in_types), tuple(out_types), traits, threads)
     with _lock:
         handler = _handlers.get(signature)
         if handler is not None:
             return handler
-        job = _new_job(kernel, in_types, out_types, traits)
+        job = _new_job(kernel, in_types, out_types, traits, threads)
         handler = _by_target.get(job.target)
         if handler is not None:  # a kernel of the same content shares the handler registered first
             _handlers[signature] = handler
@@ -254,6 +265,28 @@ def get_handler(kernel, in_types: Sequence[tuple[np.dtype, int]], out_types, tra
         handler = _handlers[signature] = _register(job)
         _jobs.pop(job.target, None)
         return handler
+
+
+def call(kernel, args: Sequence, out_shape: Sequence[int], out_dtype, *, threads: bool = True):
+    """Call ``kernel(threads, *args, out)`` (or ``kernel(*args, out)``) through its FFI handler.
+
+    The one call path of the operator families' Numba CPU kernels: the
+    handler is compiled (or loaded) once per kernel and signature, and a call
+    from jitted code runs no Python.
+
+    Args:
+        kernel: a ``@numba.njit`` kernel writing its one output in place.
+        args: its input arrays.
+        out_shape, out_dtype: the output.
+        threads: pass the thread count in force as the first argument.
+
+    Returns:
+        The output array.
+    """
+    in_types = [(np.dtype(a.dtype), a.ndim) for a in args]
+    handler = get_handler(kernel, in_types, [(np.dtype(out_dtype), len(out_shape))], threads=threads)
+    ffi = jax.ffi.ffi_call(handler.target_name, [jax.ShapeDtypeStruct(tuple(out_shape), out_dtype)])
+    return ffi(*args)[0]
 
 
 def _register(job: _Job) -> CompiledHandler:

@@ -50,8 +50,8 @@ Low-precision weights (float16, bfloat16) are converted to float32 around the
 call and the op rounds the result back to the weight dtype.  Gathers
 accumulate in the compute dtype (float32 or float64) with four independent
 partial sums, dot products of batches in float64.  Bool events are read as
-their uint8 bytes.  Every kernel takes the thread-pool size as a first,
-one-element operand (see :func:`pool_size`).
+their uint8 bytes.  Every kernel takes the thread count first: its handler
+passes the one in force at each call (:mod:`evjax.backends.threads`).
 """
 from __future__ import annotations
 
@@ -102,14 +102,13 @@ _REASSOC = {"reassoc", "contract"}  # let LLVM vectorise the batch dot products
 # kernels: y = A @ x (gather) and y = A.T @ x (scatter), vector and batch
 # ---------------------------------------------------------------------------
 @numba.njit(parallel=_PARALLEL, cache=True, nogil=True)
-def gather_mv(pool, data, indices, indptr, x, out):
+def gather_mv(threads, data, indices, indptr, x, out):
     """``out[i] = sum_{k in row i} data[k] * x[indices[k]]``; x float or bool."""
     x = _numeric(x)
     zero = _zero_of(out)
     n_rows = out.shape[0]
     nnz = indices.shape[0]
     homogeneous = data.shape[0] != nnz
-    threads = pool[0]
     if threads < 2 or nnz < PARALLEL_MIN_WORK:
         for i in range(n_rows):
             a, b = _span(indptr, i, nnz)
@@ -123,7 +122,7 @@ def gather_mv(pool, data, indices, indptr, x, out):
 
 
 @numba.njit(parallel=_PARALLEL, cache=True, nogil=True)
-def scatter_mv(pool, data, indices, indptr, x, out):
+def scatter_mv(threads, data, indices, indptr, x, out):
     """``out[j] = sum_i x[i] * sum_{k in row i, indices[k] = j} data[k]``, skipping silent events."""
     x = _numeric(x)
     n_rows = x.shape[0]
@@ -131,7 +130,6 @@ def scatter_mv(pool, data, indices, indptr, x, out):
     nnz = indices.shape[0]
     homogeneous = data.shape[0] != nnz
     _zero(out, 0, out.shape[0])
-    threads = pool[0]
     expected = _count_active(x) * (nnz // max(n_rows, 1)) if threads > 1 else 0  # cheap: spikes only
     serial = _vector_scatter_serial(2 * expected, n)  # an estimate: allow rows twice the mean
     work = 0
@@ -177,13 +175,12 @@ def _gather_mm_rows(data, indices, indptr, x, out, lo, hi, homogeneous):
 
 
 @numba.njit(parallel=_PARALLEL, cache=True, nogil=True)
-def gather_mm(pool, data, indices, indptr, x, out):
+def gather_mm(threads, data, indices, indptr, x, out):
     """``out[i, :] = sum_{k in row i} data[k] * x[indices[k], :]``; x (n_cols, K) row-major."""
     x = _numeric(x)
     n_rows = out.shape[0]
     nnz = indices.shape[0]
     homogeneous = data.shape[0] != nnz
-    threads = pool[0]
     if threads < 2 or nnz * max(x.shape[1], 1) < PARALLEL_MIN_WORK:
         _gather_mm_rows(data, indices, indptr, x, out, 0, n_rows, homogeneous)
         return
@@ -201,7 +198,7 @@ def _scatter_samples(data, indices, indptr, xt, out_t, lo, hi, homogeneous):
 
 
 @numba.njit(parallel=_PARALLEL, cache=True, nogil=True)
-def scatter_mm_batch_major(pool, data, indices, indptr, xt, out_t):
+def scatter_mm_batch_major(threads, data, indices, indptr, xt, out_t):
     """``out_t[c] = A.T @ xt[c]`` for each sample ``c``; xt (K, n_rows), out_t (K, n_cols)."""
     samples = xt  # as given: scatter_mv below then shares the vector kernel's signature (and its cache)
     xt = _numeric(xt)
@@ -209,10 +206,9 @@ def scatter_mm_batch_major(pool, data, indices, indptr, xt, out_t):
     n_rows = xt.shape[1]
     nnz = indices.shape[0]
     homogeneous = data.shape[0] != nnz
-    threads = pool[0]
     if 1 < width < threads:  # few samples: parallel inside each one
         for c in range(width):
-            scatter_mv(pool, data, indices, indptr, samples[c], out_t[c])
+            scatter_mv(threads, data, indices, indptr, samples[c], out_t[c])
         return
     active = 0
     if threads > 1:
@@ -292,27 +288,26 @@ def _sddmm_rows_mat(indices, indptr, r, q, g, lo, hi):
 
 
 @numba.njit(cache=True, nogil=True)
-def _sddmm_parts(pool, indices, indptr, n_rows, active_rows, width, g):
+def _sddmm_parts(threads, indices, indptr, n_rows, active_rows, width, g):
     """Zero g if the structure leaves holes; the row boundaries of the parallel parts
     (one part unless the entries to compute, about ``active_rows * nnz / n_rows * width``,
     and to zero-fill are many, see ``_sddmm_serial``)."""
     nnz = indices.shape[0]
     if n_rows == 0 or indptr[0] != 0 or indptr[n_rows] != nnz:
         _zero(g, 0, nnz)  # malformed (or no rows): some entries may belong to no row
-    threads = pool[0]
     computed = active_rows * (nnz // max(n_rows, 1)) * width
     parts = 1 if threads < 2 or _sddmm_serial(computed, nnz) else threads
     return _balanced_rows(indptr, n_rows, nnz, parts)
 
 
 @numba.njit(parallel=_PARALLEL, cache=True, nogil=True)
-def sddmm_mv(pool, indices, indptr, r, q, g):
+def sddmm_mv(threads, indices, indptr, r, q, g):
     """``g[k] = r[i] * q[indices[k]]`` for k in row i (an event operand selects, see ``_product``);
     with an event operand, rows with r[i] == 0 are not read, only zeroed."""
     r = _numeric(r)
     q = _numeric(q)
     active = _count_nonzero(r) if _skips_zero_rows(r, q) else r.shape[0]
-    bounds = _sddmm_parts(pool, indices, indptr, r.shape[0], active, 1, g)
+    bounds = _sddmm_parts(threads, indices, indptr, r.shape[0], active, 1, g)
     if bounds.shape[0] == 2:
         if r.shape[0]:
             _sddmm_rows_vec(indices, indptr, r, q, g, 0, r.shape[0])
@@ -323,7 +318,7 @@ def sddmm_mv(pool, indices, indptr, r, q, g):
 
 
 @numba.njit(parallel=_PARALLEL, cache=True, nogil=True)
-def sddmm_mm(pool, indices, indptr, r, q, g):
+def sddmm_mm(threads, indices, indptr, r, q, g):
     """``g[k] = sum_c r[i, c] * q[indices[k], c]`` for k in row i (row-major; an event operand
     selects, see ``_product``); with an event operand, all-zero rows of r are skipped."""
     r = _numeric(r)
@@ -333,7 +328,7 @@ def sddmm_mm(pool, indices, indptr, r, q, g):
         active = 0
         for i in range(r.shape[0]):
             active += _any(r[i])
-    bounds = _sddmm_parts(pool, indices, indptr, r.shape[0], active, max(r.shape[1], 1), g)
+    bounds = _sddmm_parts(threads, indices, indptr, r.shape[0], active, max(r.shape[1], 1), g)
     if bounds.shape[0] == 2:
         if r.shape[0]:
             _sddmm_rows_mat(indices, indptr, r, q, g, 0, r.shape[0])
@@ -350,22 +345,6 @@ def _as_compute(x, dtype):
     return x if x.dtype == jnp.bool_ or x.dtype == dtype else x.astype(dtype)
 
 
-def pool_size() -> int:
-    """Threads the kernels split their work into: numba's pool size.
-
-    It reaches the kernels as a one-element operand rather than through
-    ``numba.get_num_threads()``, which would keep Numba from caching them.
-    """
-    return max(int(numba.config.NUMBA_NUM_THREADS), 1)
-
-
-def _ffi(kernel, args, out_shape, out_dtype):
-    """Call a numba kernel through its compiled FFI handler (no Python per call)."""
-    args = (jnp.asarray(np.array([pool_size()], np.int32)),) + tuple(args)
-    in_types = [(np.dtype(a.dtype), a.ndim) for a in args]
-    handler = numba_cpu.get_handler(kernel, in_types, [(np.dtype(out_dtype), len(out_shape))])
-    call = jax.ffi.ffi_call(handler.target_name, [jax.ShapeDtypeStruct(tuple(out_shape), out_dtype)])
-    return call(*args)[0]
 
 
 def _matmul_generator(outs, transpose: bool, event: bool, batched: bool, weighted: bool = False):
@@ -379,13 +358,13 @@ def _matmul_generator(outs, transpose: bool, event: bool, batched: bool, weighte
         data = _as_compute(data, dtype)
         x = as_bool_events(x) if event else _as_compute(x, dtype)
         if not batched:
-            y = _ffi(scatter_mv if transpose else gather_mv, (data, indices, indptr, x), out.shape, dtype)
+            y = numba_cpu.call(scatter_mv if transpose else gather_mv, (data, indices, indptr, x), out.shape, dtype)
         elif transpose:
             # batch-major inside: x.T and y.T cancel with the caller's transposes
             # (e.g. ``spikes (K, n) @ W``) under XLA's algebraic simplifier.
-            y = _ffi(scatter_mm_batch_major, (data, indices, indptr, x.T), out.shape[::-1], dtype).T
+            y = numba_cpu.call(scatter_mm_batch_major, (data, indices, indptr, x.T), out.shape[::-1], dtype).T
         else:
-            y = _ffi(gather_mm, (data, indices, indptr, x), out.shape, dtype)
+            y = numba_cpu.call(gather_mm, (data, indices, indptr, x), out.shape, dtype)
         return [y.astype(out.dtype)]
 
     return kernel
@@ -395,9 +374,9 @@ def _weighted_matmul_generator(out, dtype, kernel_fn, batch_major: bool):
     def kernel(data, indices, indptr, v):
         args = (_as_compute(data, dtype), indices, indptr, _as_compute(v, dtype))
         if batch_major:  # as for spikes: the transposes cancel with the caller's
-            y = _ffi(kernel_fn, args[:3] + (args[3].T,), out.shape[::-1], dtype).T
+            y = numba_cpu.call(kernel_fn, args[:3] + (args[3].T,), out.shape[::-1], dtype).T
         else:
-            y = _ffi(kernel_fn, args, out.shape, dtype)
+            y = numba_cpu.call(kernel_fn, args, out.shape, dtype)
         return [y.astype(out.dtype)]
 
     return kernel
@@ -439,7 +418,7 @@ def sddmm_generator(outs, ins, weighted=None):
 
     def kernel(indices, indptr, r, q):
         args = (indices, indptr, as_matrix(_as_compute(r, dtype)), as_matrix(_as_compute(q, dtype)))
-        return [_ffi(kernel_fn, args, out.shape, dtype).astype(out.dtype)]
+        return [numba_cpu.call(kernel_fn, args, out.shape, dtype).astype(out.dtype)]
 
     return kernel
 

@@ -21,7 +21,7 @@ its weights hold (a select, never ``0 * w``):
 
 Parallel above the work thresholds of ``numba_rows``, like the binary kernels;
 malformed structures are clamped the same way (spans to ``[0, nnz]``, columns
-outside the matrix ignored).  Every kernel takes the thread-pool size first.
+outside the matrix ignored).  Every kernel takes the thread count first (see numba.py).
 """
 from __future__ import annotations
 
@@ -106,13 +106,12 @@ def _nonzero_work(indptr, v):
 # kernels: y = A @ v (gather) and y = A.T @ v (scatter), vector and batch
 # ---------------------------------------------------------------------------
 @numba.njit(parallel=_PARALLEL, cache=True, nogil=True)
-def weighted_gather_mv(pool, data, indices, indptr, v, out):
+def weighted_gather_mv(threads, data, indices, indptr, v, out):
     """``out[i] = sum_{k in row i} where(v[j_k] != 0, data[k] * v[j_k], 0)``."""
     zero = _zero_of(out)
     n_rows = out.shape[0]
     nnz = indices.shape[0]
     homogeneous = data.shape[0] != nnz
-    threads = pool[0]
     if threads < 2 or nnz < PARALLEL_MIN_WORK:
         for i in range(n_rows):
             a, b = _span(indptr, i, nnz)
@@ -126,7 +125,7 @@ def weighted_gather_mv(pool, data, indices, indptr, v, out):
 
 
 @numba.njit(parallel=_PARALLEL, cache=True, nogil=True)
-def weighted_scatter_mv(pool, data, indices, indptr, v, out):
+def weighted_scatter_mv(threads, data, indices, indptr, v, out):
     """``out[j] = sum_{i: v[i] != 0} v[i] * sum_{k in row i, j_k = j} data[k]``; zero rows skipped.
 
     Parallel over row ranges of equal synapse count, each thread into its own
@@ -137,7 +136,6 @@ def weighted_scatter_mv(pool, data, indices, indptr, v, out):
     nnz = indices.shape[0]
     homogeneous = data.shape[0] != nnz
     _zero(out, 0, n)
-    threads = pool[0]
     work = _nonzero_work(indptr, v) if threads > 1 else 0
     if _vector_scatter_serial(work, n):
         _scatter_rows(data, indices, indptr, v, out, 0, n_rows, homogeneous)
@@ -157,12 +155,11 @@ def weighted_scatter_mv(pool, data, indices, indptr, v, out):
 
 
 @numba.njit(parallel=_PARALLEL, cache=True, nogil=True)
-def weighted_gather_mm(pool, data, indices, indptr, v, out):
+def weighted_gather_mm(threads, data, indices, indptr, v, out):
     """``out[i, :] = sum_{k in row i} where(v[j_k, :] != 0, data[k] * v[j_k, :], 0)``; v (n_cols, K)."""
     n_rows = out.shape[0]
     nnz = indices.shape[0]
     homogeneous = data.shape[0] != nnz
-    threads = pool[0]
     if threads < 2 or nnz * max(v.shape[1], 1) < PARALLEL_MIN_WORK:
         _gather_rows_mm(data, indices, indptr, v, out, 0, n_rows, homogeneous)
         return
@@ -180,15 +177,14 @@ def _scatter_samples(data, indices, indptr, vt, out_t, lo, hi, homogeneous):
 
 
 @numba.njit(parallel=_PARALLEL, cache=True, nogil=True)
-def weighted_scatter_mm_batch_major(pool, data, indices, indptr, vt, out_t):
+def weighted_scatter_mm_batch_major(threads, data, indices, indptr, vt, out_t):
     """``out_t[c] = A.T @ vt[c]`` for each sample ``c`` (zero rows skipped); vt (K, n_rows)."""
     width = vt.shape[0]
     nnz = indices.shape[0]
     homogeneous = data.shape[0] != nnz
-    threads = pool[0]
     if 1 < width < threads:  # few samples: parallel inside each one
         for c in range(width):
-            weighted_scatter_mv(pool, data, indices, indptr, vt[c], out_t[c])
+            weighted_scatter_mv(threads, data, indices, indptr, vt[c], out_t[c])
         return
     work = 0
     if threads > 1:
@@ -244,21 +240,20 @@ def _sddmm_rows(indices, indptr, r, q, g, lo, hi, r_selects):
 
 
 @numba.njit(cache=True, nogil=True)
-def _sddmm_parts(pool, indices, indptr, n_rows, width, g):
+def _sddmm_parts(threads, indices, indptr, n_rows, width, g):
     """Zero g if the structure leaves holes; the row boundaries of the parallel parts (one part
     unless the entries to compute, at most ``nnz * width``, are many: see ``_sddmm_serial``)."""
     nnz = indices.shape[0]
     if n_rows == 0 or indptr[0] != 0 or indptr[n_rows] != nnz:
         _zero(g, 0, nnz)  # malformed (or no rows): some entries may belong to no row
-    threads = pool[0]
     parts = 1 if threads < 2 or _sddmm_serial(nnz * width, nnz) else threads
     return _balanced_rows(indptr, n_rows, nnz, parts)
 
 
 @numba.njit(parallel=_PARALLEL, cache=True, nogil=True)
-def sddmm_r_weighted(pool, indices, indptr, r, q, g):
+def sddmm_r_weighted(threads, indices, indptr, r, q, g):
     """``g[k] = sum_c where(r[i, c] != 0, r[i, c] * q[j, c], 0)``; all-zero rows of r skipped."""
-    bounds = _sddmm_parts(pool, indices, indptr, r.shape[0], max(r.shape[1], 1), g)
+    bounds = _sddmm_parts(threads, indices, indptr, r.shape[0], max(r.shape[1], 1), g)
     if bounds.shape[0] == 2:
         if r.shape[0]:
             _sddmm_rows(indices, indptr, r, q, g, 0, r.shape[0], True)
@@ -269,9 +264,9 @@ def sddmm_r_weighted(pool, indices, indptr, r, q, g):
 
 
 @numba.njit(parallel=_PARALLEL, cache=True, nogil=True)
-def sddmm_q_weighted(pool, indices, indptr, r, q, g):
+def sddmm_q_weighted(threads, indices, indptr, r, q, g):
     """``g[k] = sum_c where(q[j, c] != 0, r[i, c] * q[j, c], 0)``, every row (IEEE where q selects)."""
-    bounds = _sddmm_parts(pool, indices, indptr, r.shape[0], max(r.shape[1], 1), g)
+    bounds = _sddmm_parts(threads, indices, indptr, r.shape[0], max(r.shape[1], 1), g)
     if bounds.shape[0] == 2:
         if r.shape[0]:
             _sddmm_rows(indices, indptr, r, q, g, 0, r.shape[0], False)

@@ -29,8 +29,9 @@ Events select (``docs/semantics.md``): only active events are visited, so an
 inactive one contributes nothing whatever its weights hold.  Bool events are
 read as their bytes and their value is 1 (``w * 1`` is ``w`` exactly, nan and
 inf included); graded (weighted) events arrive as floats and scale.  float16
-and bfloat16 are computed in float32.  Each kernel takes the pool size as a
-first, one-element operand (see :func:`pool_size`).
+and bfloat16 are computed in float32.  Each kernel takes the thread count
+first: its handler passes the one in force at each call
+(:mod:`evjax.backends.threads`).
 """
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ from ...dtypes import compute_dtype
 from ...events import as_bool_events
 from . import ops
 
-__all__ = ["matmul_generator", "outer_generator", "KERNELS", "PARALLEL_MIN_WORK", "pool_size"]
+__all__ = ["matmul_generator", "outer_generator", "KERNELS", "PARALLEL_MIN_WORK"]
 
 # Below this many multiply-adds (or written entries; about 80 us of serial work) a kernel stays on
 # the calling thread: waking the pool costs more than it saves, and on a busy machine a descheduled
@@ -239,12 +240,12 @@ def _scatter_vector(w, xf, idx, total, o, lo, hi):
 
 
 @numba.njit(parallel=_PARALLEL, cache=True, nogil=True)
-def scatter(pool, w, x, out_t):
+def scatter(threads, w, x, out_t):
     """``out_t (n, m) = (e(x).T @ w)``: w (k, m), x (k, n) events; only active events visited."""
     xf = _bytes(x).reshape(x.size)
     idx, total = _active(xf)
     m = out_t.shape[1]
-    parts = numba.int64(_parts_of(pool[0], total * m))
+    parts = numba.int64(_parts_of(threads, total * m))
     n = out_t.shape[0]
     if parts == 1:
         if n == 1:
@@ -325,13 +326,13 @@ def _gather_row_dots(w, xf, ptr, rows, out, lo, hi):
 
 
 @numba.njit(parallel=_PARALLEL, cache=True, nogil=True)
-def gather(pool, w, x, out):
+def gather(threads, w, x, out):
     """``out (m, n) = w @ e(x)``: w (m, k), x (k, n) events; each row sums only the active columns."""
     xf = _bytes(x).reshape(x.size)
     idx, total = _active(xf)
     ptr, rows = _by_sample(idx, total, x.shape[1])
     m = out.shape[0]
-    parts = numba.int64(_parts_of(pool[0], total * m * _GATHER_COST))
+    parts = numba.int64(_parts_of(threads, total * m * _GATHER_COST))
     # sparse (under one active event in _DENSE_GATHER): strided columns; else row dots
     by_columns = total * _DENSE_GATHER < x.shape[0] * x.shape[1]
     if parts == 1:
@@ -376,13 +377,13 @@ def _outer_rows_block(xf, idx, ptr, n, g_t, out, lo, hi):
 
 
 @numba.njit(parallel=_PARALLEL, cache=True, nogil=True)
-def outer_rows(pool, x, g_t, out):
+def outer_rows(threads, x, g_t, out):
     """``out (k, m) = e(x) @ g_t``: x (k, n) events, g_t (n, m); the rows of inactive events are zeros."""
     xf = _bytes(x).reshape(x.size)
     idx, total = _active(xf)
     k, n = x.shape
     ptr, _, _ = _by_row(idx, total, n, k)
-    parts = numba.int64(_parts_of(pool[0], k * out.shape[1]))
+    parts = numba.int64(_parts_of(threads, k * out.shape[1]))
     if parts == 1:
         _outer_rows_block(xf, idx, ptr, n, g_t, out, 0, k)
         return
@@ -409,14 +410,14 @@ def _outer_cols_block(xf, idx, ptr, rows, n_rows, n, g, out, lo, hi):
 
 
 @numba.njit(parallel=_PARALLEL, cache=True, nogil=True)
-def outer_cols(pool, x, g, out):
+def outer_cols(threads, x, g, out):
     """``out (m, k) = g @ e(x).T``: x (k, n) events, g (m, n); the columns of inactive events are zeros."""
     xf = _bytes(x).reshape(x.size)
     idx, total = _active(xf)
     k, n = x.shape
     ptr, rows, n_rows = _by_row(idx, total, n, k)
     m = out.shape[0]
-    parts = numba.int64(_parts_of(pool[0], m * out.shape[1]))
+    parts = numba.int64(_parts_of(threads, m * out.shape[1]))
     if parts == 1:
         _outer_cols_block(xf, idx, ptr, rows, n_rows, n, g, out, 0, m)
         return
@@ -438,18 +439,6 @@ KERNELS = {("matmul", True): scatter, ("matmul", False): gather,
 # ---------------------------------------------------------------------------
 # generators (the ops' backend slot)
 # ---------------------------------------------------------------------------
-def pool_size() -> int:
-    """Threads the kernels split their work into: Numba's pool size (an operand, so kernels cache)."""
-    return max(int(numba.config.NUMBA_NUM_THREADS), 1)
-
-
-def _ffi(kernel, args, out_shape, out_dtype):
-    """Call a kernel through its compiled FFI handler (no Python per call)."""
-    args = (jnp.asarray(np.array([pool_size()], np.int32)),) + tuple(args)
-    in_types = [(np.dtype(a.dtype), a.ndim) for a in args]
-    handler = numba_cpu.get_handler(kernel, in_types, [(np.dtype(out_dtype), len(out_shape))])
-    call = jax.ffi.ffi_call(handler.target_name, [jax.ShapeDtypeStruct(tuple(out_shape), out_dtype)])
-    return call(*args)[0]
 
 
 def events_for_kernel(x, weighted: bool, dtype):
@@ -471,9 +460,9 @@ def matmul_generator(outs, transpose: bool, weighted: bool):
         x2 = x if x.ndim == 2 else x.reshape(x.shape[0], 1)
         m, n = (w.shape[1] if transpose else w.shape[0]), x2.shape[1]
         if transpose:  # batch-major inside; the transposes cancel with callers' ``S (n, k) @ W``
-            y = _ffi(kernel_fn, (w, x2), (n, m), dtype).T
+            y = numba_cpu.call(kernel_fn, (w, x2), (n, m), dtype).T
         else:
-            y = _ffi(kernel_fn, (w, x2), (m, n), dtype)
+            y = numba_cpu.call(kernel_fn, (w, x2), (m, n), dtype)
         return [y.reshape(out.shape).astype(out.dtype)]
 
     return kernel
@@ -490,7 +479,7 @@ def outer_generator(outs, transpose: bool, weighted: bool):
         g = g if g.dtype == dtype else g.astype(dtype)
         x2 = x if x.ndim == 2 else x.reshape(x.shape[0], 1)
         g2 = g if g.ndim == 2 else g.reshape(g.shape[0], 1)
-        y = _ffi(kernel_fn, (x2, g2.T if transpose else g2), out.shape, dtype)
+        y = numba_cpu.call(kernel_fn, (x2, g2.T if transpose else g2), out.shape, dtype)
         return [y.astype(out.dtype)]
 
     return kernel

@@ -20,7 +20,7 @@ its own law) are drawn together, then visits the synapses of the block in order:
   each thread scattering into a private copy of ``y``, summed at the end;
 * ``dense``: ``G`` (gather) or ``G.T`` (scatter) written into a zeroed matrix.
 
-Every kernel takes ``pool`` (the thread count, one int32), ``params`` (the two
+Every kernel takes ``threads`` (the thread count in force, an int64 its handler passes), ``params`` (the two
 weight parameters, compute dtype), ``seed`` (one uint32) and ``cfg`` (uint32:
 the gap multiplier ``R``, its shift ``S``, whether zeros are skipped, the
 expected fan-out).  Events are passed as floats (1.0 for a spike, the value
@@ -55,7 +55,7 @@ from .numba_stream import (  # the generation scheme, inlined: keys, gaps, weigh
     _wb_uniform,
 )
 
-__all__ = ["KERNELS", "matmul_generator", "dense_generator", "pool_size", "generated_structure"]
+__all__ = ["KERNELS", "matmul_generator", "dense_generator", "generated_structure"]
 
 # Below this many synapses (expected) a kernel stays on the calling thread.
 PARALLEL_MIN_WORK = 65536
@@ -199,8 +199,7 @@ def _fill_zero(flat):
 # the kernels' bodies: serial below PARALLEL_MIN_WORK, else split over the pool
 # ---------------------------------------------------------------------------
 @numba.njit(**_INLINE)
-def _threads(pool, work):
-    threads = pool[0]
+def _threads(threads, work):
     return 1 if threads < 2 or work < PARALLEL_MIN_WORK else threads
 
 
@@ -215,10 +214,10 @@ def _nonzero_row(v):
 
 
 @numba.njit(**_INLINE)
-def _gather(rows, weight, pool, params, seed, cfg, x, out):
+def _gather(rows, weight, threads, params, seed, cfg, x, out):
     n_outer = out.shape[0]
     width = x.size // max(x.shape[0], 1)
-    threads = _threads(pool, n_outer * np.int64(cfg[3]) * width)
+    threads = _threads(threads, n_outer * np.int64(cfg[3]) * width)
     if threads == 1:
         rows(weight, params, seed, cfg, x, out, 0, n_outer)
         return
@@ -249,13 +248,13 @@ def _active_bounds(is_active, x, skip, threads):
 
 
 @numba.njit(**_INLINE)
-def _scatter(rows, is_active, weight, pool, params, seed, cfg, x, out):
+def _scatter(rows, is_active, weight, threads, params, seed, cfg, x, out):
     flat = out.reshape(-1)
     _fill_zero(flat)
-    threads = max(pool[0], 1)
+    threads = max(threads, 1)
     bounds, active = _active_bounds(is_active, x, cfg[2] != 0, threads)
     work = active * np.int64(cfg[3]) * (x.size // max(x.shape[0], 1))
-    if _threads(pool, work) == 1 or 4 * work < flat.shape[0]:  # summing private copies would dominate
+    if _threads(threads, work) == 1 or 4 * work < flat.shape[0]:  # summing private copies would dominate
         rows(weight, params, seed, cfg, x, out, 0, x.shape[0])
         return
     private = np.zeros((threads - 1,) + out.shape, out.dtype)
@@ -273,11 +272,11 @@ def _scatter(rows, is_active, weight, pool, params, seed, cfg, x, out):
 
 
 @numba.njit(**_INLINE)
-def _dense(weight, pool, params, seed, cfg, out):
+def _dense(weight, threads, params, seed, cfg, out):
     _fill_zero(out.reshape(-1))
     direct = cfg[2] != 0
     n_outer, n_inner = (out.shape[0], out.shape[1]) if direct else (out.shape[1], out.shape[0])
-    threads = _threads(pool, n_outer * np.int64(cfg[3]))
+    threads = _threads(threads, n_outer * np.int64(cfg[3]))
     if threads == 1 or not direct:  # G.T: rows of out are shared between outer indices
         _dense_rows(weight, params, seed, cfg, out, n_outer, n_inner, direct, 0, n_outer)
         return
@@ -290,78 +289,78 @@ def _dense(weight, pool, params, seed, cfg, out):
 # kernels: one per (kind, law), each one line
 # ---------------------------------------------------------------------------
 @numba.njit(**_KERNEL)
-def gather_mv_scalar(pool, params, seed, cfg, x, out):
-    _gather(_gather_rows, _wb_scalar, pool, params, seed, cfg, x, out)
+def gather_mv_scalar(threads, params, seed, cfg, x, out):
+    _gather(_gather_rows, _wb_scalar, threads, params, seed, cfg, x, out)
 
 
 @numba.njit(**_KERNEL)
-def gather_mm_scalar(pool, params, seed, cfg, x, out):
-    _gather(_gather_mm_rows, _wb_scalar, pool, params, seed, cfg, x, out)
+def gather_mm_scalar(threads, params, seed, cfg, x, out):
+    _gather(_gather_mm_rows, _wb_scalar, threads, params, seed, cfg, x, out)
 
 
 @numba.njit(**_KERNEL)
-def scatter_mv_scalar(pool, params, seed, cfg, x, out):
-    _scatter(_scatter_rows, _nonzero, _wb_scalar, pool, params, seed, cfg, x, out)
+def scatter_mv_scalar(threads, params, seed, cfg, x, out):
+    _scatter(_scatter_rows, _nonzero, _wb_scalar, threads, params, seed, cfg, x, out)
 
 
 @numba.njit(**_KERNEL)
-def scatter_mm_scalar(pool, params, seed, cfg, x, out):
-    _scatter(_scatter_mm_rows, _nonzero_row, _wb_scalar, pool, params, seed, cfg, x, out)
+def scatter_mm_scalar(threads, params, seed, cfg, x, out):
+    _scatter(_scatter_mm_rows, _nonzero_row, _wb_scalar, threads, params, seed, cfg, x, out)
 
 
 @numba.njit(**_KERNEL)
-def dense_scalar(pool, params, seed, cfg, out):
-    _dense(_wb_scalar, pool, params, seed, cfg, out)
+def dense_scalar(threads, params, seed, cfg, out):
+    _dense(_wb_scalar, threads, params, seed, cfg, out)
 
 
 @numba.njit(**_KERNEL)
-def gather_mv_normal(pool, params, seed, cfg, x, out):
-    _gather(_gather_rows, _wb_normal, pool, params, seed, cfg, x, out)
+def gather_mv_normal(threads, params, seed, cfg, x, out):
+    _gather(_gather_rows, _wb_normal, threads, params, seed, cfg, x, out)
 
 
 @numba.njit(**_KERNEL)
-def gather_mm_normal(pool, params, seed, cfg, x, out):
-    _gather(_gather_mm_rows, _wb_normal, pool, params, seed, cfg, x, out)
+def gather_mm_normal(threads, params, seed, cfg, x, out):
+    _gather(_gather_mm_rows, _wb_normal, threads, params, seed, cfg, x, out)
 
 
 @numba.njit(**_KERNEL)
-def scatter_mv_normal(pool, params, seed, cfg, x, out):
-    _scatter(_scatter_rows, _nonzero, _wb_normal, pool, params, seed, cfg, x, out)
+def scatter_mv_normal(threads, params, seed, cfg, x, out):
+    _scatter(_scatter_rows, _nonzero, _wb_normal, threads, params, seed, cfg, x, out)
 
 
 @numba.njit(**_KERNEL)
-def scatter_mm_normal(pool, params, seed, cfg, x, out):
-    _scatter(_scatter_mm_rows, _nonzero_row, _wb_normal, pool, params, seed, cfg, x, out)
+def scatter_mm_normal(threads, params, seed, cfg, x, out):
+    _scatter(_scatter_mm_rows, _nonzero_row, _wb_normal, threads, params, seed, cfg, x, out)
 
 
 @numba.njit(**_KERNEL)
-def dense_normal(pool, params, seed, cfg, out):
-    _dense(_wb_normal, pool, params, seed, cfg, out)
+def dense_normal(threads, params, seed, cfg, out):
+    _dense(_wb_normal, threads, params, seed, cfg, out)
 
 
 @numba.njit(**_KERNEL)
-def gather_mv_uniform(pool, params, seed, cfg, x, out):
-    _gather(_gather_rows, _wb_uniform, pool, params, seed, cfg, x, out)
+def gather_mv_uniform(threads, params, seed, cfg, x, out):
+    _gather(_gather_rows, _wb_uniform, threads, params, seed, cfg, x, out)
 
 
 @numba.njit(**_KERNEL)
-def gather_mm_uniform(pool, params, seed, cfg, x, out):
-    _gather(_gather_mm_rows, _wb_uniform, pool, params, seed, cfg, x, out)
+def gather_mm_uniform(threads, params, seed, cfg, x, out):
+    _gather(_gather_mm_rows, _wb_uniform, threads, params, seed, cfg, x, out)
 
 
 @numba.njit(**_KERNEL)
-def scatter_mv_uniform(pool, params, seed, cfg, x, out):
-    _scatter(_scatter_rows, _nonzero, _wb_uniform, pool, params, seed, cfg, x, out)
+def scatter_mv_uniform(threads, params, seed, cfg, x, out):
+    _scatter(_scatter_rows, _nonzero, _wb_uniform, threads, params, seed, cfg, x, out)
 
 
 @numba.njit(**_KERNEL)
-def scatter_mm_uniform(pool, params, seed, cfg, x, out):
-    _scatter(_scatter_mm_rows, _nonzero_row, _wb_uniform, pool, params, seed, cfg, x, out)
+def scatter_mm_uniform(threads, params, seed, cfg, x, out):
+    _scatter(_scatter_mm_rows, _nonzero_row, _wb_uniform, threads, params, seed, cfg, x, out)
 
 
 @numba.njit(**_KERNEL)
-def dense_uniform(pool, params, seed, cfg, out):
-    _dense(_wb_uniform, pool, params, seed, cfg, out)
+def dense_uniform(threads, params, seed, cfg, out):
+    _dense(_wb_uniform, threads, params, seed, cfg, out)
 
 
 KERNELS = {(kind, law): globals()[f"{kind}_{law}"]
@@ -421,18 +420,6 @@ def generated_structure(law: str, params, seed: int, prob: float, n_outer: int, 
 # ---------------------------------------------------------------------------
 # generators (the ops' backend slot)
 # ---------------------------------------------------------------------------
-def pool_size() -> int:
-    """Numba's pool size, passed to the kernels as an operand (so they stay cacheable)."""
-    return max(int(numba.config.NUMBA_NUM_THREADS), 1)
-
-
-def _ffi(kernel, args, out_shape, out_dtype):
-    """Call a kernel through its compiled FFI handler (no Python per call)."""
-    args = (jnp.asarray(np.array([pool_size()], np.int32)),) + tuple(args)
-    in_types = [(np.dtype(a.dtype), a.ndim) for a in args]
-    handler = numba_cpu.get_handler(kernel, in_types, [(np.dtype(out_dtype), len(out_shape))])
-    call = jax.ffi.ffi_call(handler.target_name, [jax.ShapeDtypeStruct(tuple(out_shape), out_dtype)])
-    return call(*args)[0]
 
 
 def matmul_generator(law: str, event: bool):
@@ -449,7 +436,8 @@ def matmul_generator(law: str, event: bool):
 
         def run(*args):
             x = operand_values(args[n + 1], event, weighted, dtype)
-            y = _ffi(kernel, (params_array(args[:n], n, dtype), args[n], jnp.asarray(cfg), x), out.shape, dtype)
+            y = numba_cpu.call(kernel, (params_array(args[:n], n, dtype), args[n], jnp.asarray(cfg), x),
+                               out.shape, dtype)
             return [y.astype(out.dtype)]
 
         return run
@@ -468,7 +456,7 @@ def dense_generator(law: str):
         cfg = config(prob, corder, n_inner)  # flag: G written directly (corder) or transposed
 
         def run(*args):
-            y = _ffi(KERNELS[("dense", law)], (params_array(args[:n], n, dtype), args[n], jnp.asarray(cfg)),
+            y = numba_cpu.call(KERNELS[("dense", law)], (params_array(args[:n], n, dtype), args[n], jnp.asarray(cfg)),
                      out.shape, dtype)
             return [y.astype(out.dtype)]
 
