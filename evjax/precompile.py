@@ -28,6 +28,20 @@ from typing import Callable, Iterable, Sequence
 
 __all__ = ["precompile", "FAMILIES", "cases"]
 
+
+def _api():
+    """The public types and ops the cases use, from their home modules (``evjax`` imports this module)."""
+    from types import SimpleNamespace
+
+    from .events import WeightedArray
+    from .primitives.csr import CSR
+    from .primitives.dense import Dense
+    from .primitives.fixed import FixedPostNumConn, FixedPreNumConn
+    from .primitives.jitc import JITCNormalR, JITCScalarR, JITCUniformR
+    from .primitives.neuron import detect_spikes, exp_trace, lif_step, spike
+
+    return SimpleNamespace(**{k: v for k, v in locals().items() if k != "SimpleNamespace"})
+
 FAMILIES = ("csr", "fixed", "dense", "jitc", "neuron")
 DTYPES = ("float32",)
 N_PRE, N_POST, BATCH = 6, 5, 3
@@ -41,14 +55,14 @@ def _operand(kind: str, batched: bool, n: int, dtype):
     import jax.numpy as jnp
     import numpy as np
 
-    import evjax
+    api = _api()
 
     shape = (BATCH, n) if batched else (n,)
     pattern = (np.arange(int(np.prod(shape))).reshape(shape) % 3) == 0
     if kind == "bool":
         return jnp.asarray(pattern)
     values = jnp.asarray(np.where(pattern, 1.5, 0.0), dtype)
-    return evjax.WeightedArray(values) if kind == "weighted" else values
+    return api.WeightedArray(values) if kind == "weighted" else values
 
 
 def _matrix_cases(family: str, make: Callable, initial, dtype, float_x_grad: bool = True) -> list:
@@ -60,7 +74,7 @@ def _matrix_cases(family: str, make: Callable, initial, dtype, float_x_grad: boo
     import jax
     import jax.numpy as jnp
 
-    import evjax
+    api = _api()
 
     out = []
     for name, kind, batched in _OPERANDS:
@@ -70,7 +84,7 @@ def _matrix_cases(family: str, make: Callable, initial, dtype, float_x_grad: boo
             def run(name=name, kind=kind, batched=batched, side=side, n=n):
                 x = _operand(kind, batched, n, dtype)
                 if side == "M @ x" and batched:
-                    x = x.T if not isinstance(x, evjax.WeightedArray) else evjax.WeightedArray(x.value.T)
+                    x = x.T if not isinstance(x, api.WeightedArray) else api.WeightedArray(x.value.T)
 
                 def forward(params, x):
                     m = make(params)
@@ -93,12 +107,12 @@ def _csr_cases(dtype) -> list:
     import jax.numpy as jnp
     import numpy as np
 
-    import evjax
+    api = _api()
 
     dense = np.zeros((N_PRE, N_POST), np.float32)
     dense[np.arange(N_PRE), np.arange(N_PRE) % N_POST] = 1.0
     dense[0, 2] = dense[3, 4] = 2.0
-    W = evjax.CSR.fromdense(dense.astype(dtype))
+    W = api.CSR.fromdense(dense.astype(dtype))
 
     def make(data):
         return W.with_data(data)
@@ -110,12 +124,12 @@ def _fixed_cases(dtype) -> list:
     import jax
     import jax.numpy as jnp
 
-    import evjax
+    api = _api()
 
     out = []
-    for cls in (evjax.FixedPostNumConn, evjax.FixedPreNumConn):
+    for cls in (api.FixedPostNumConn, api.FixedPreNumConn):
         k = 2
-        rows = N_PRE if cls is evjax.FixedPostNumConn else N_POST
+        rows = N_PRE if cls is api.FixedPostNumConn else N_POST
         C = cls.random(jax.random.PRNGKey(0), N_PRE, N_POST, k, weight=jnp.ones((rows, k), dtype))
 
         def make(data, C=C):
@@ -129,10 +143,10 @@ def _dense_cases(dtype) -> list:
     import jax.numpy as jnp
     import numpy as np
 
-    import evjax
+    api = _api()
 
     def make(data):
-        return evjax.Dense(data)
+        return api.Dense(data)
 
     initial = jnp.asarray(np.linspace(-1, 1, N_PRE * N_POST).reshape(N_PRE, N_POST), dtype)
     # float operands of a Dense go to XLA's own dot: their operand gradient needs no evjax kernel
@@ -142,14 +156,14 @@ def _dense_cases(dtype) -> list:
 def _jitc_cases(dtype) -> list:
     import jax.numpy as jnp
 
-    import evjax
+    api = _api()
 
     out = []
-    laws = (("scalar", lambda p, corder: evjax.JITCScalarR(p[0], prob=0.5, seed=3, shape=(N_PRE, N_POST),
+    laws = (("scalar", lambda p, corder: api.JITCScalarR(p[0], prob=0.5, seed=3, shape=(N_PRE, N_POST),
                                                           corder=corder), (0.5,)),
-            ("normal", lambda p, corder: evjax.JITCNormalR(p[0], p[1], prob=0.5, seed=3, shape=(N_PRE, N_POST),
+            ("normal", lambda p, corder: api.JITCNormalR(p[0], p[1], prob=0.5, seed=3, shape=(N_PRE, N_POST),
                                                           corder=corder), (0.1, 0.2)),
-            ("uniform", lambda p, corder: evjax.JITCUniformR(p[0], p[1], prob=0.5, seed=3,
+            ("uniform", lambda p, corder: api.JITCUniformR(p[0], p[1], prob=0.5, seed=3,
                                                             shape=(N_PRE, N_POST), corder=corder), (0.0, 1.0)))
     for law, build, initial in laws:
         for corder in (False, True):
@@ -165,16 +179,16 @@ def _neuron_cases(dtype) -> list:
     import jax
     import jax.numpy as jnp
 
-    import evjax
+    api = _api()
 
     v = jnp.linspace(-1.0, 2.0, 7, dtype=dtype)
 
     def run():
         def loss(v):
-            v_next, spikes = evjax.lif_step(v, v * 0.5)
-            trace = evjax.exp_trace(v, spikes, 0.9)
-            v_out, detected = evjax.detect_spikes(v, 1.0)
-            return jnp.sum(evjax.spike(v - 1.0) + v_next + trace + v_out + detected)
+            v_next, spikes = api.lif_step(v, v * 0.5)
+            trace = api.exp_trace(v, spikes, 0.9)
+            v_out, detected = api.detect_spikes(v, 1.0)
+            return jnp.sum(api.spike(v - 1.0) + v_next + trace + v_out + detected)
 
         jax.block_until_ready(jax.jit(loss)(v))
         jax.block_until_ready(jax.jit(jax.grad(loss))(v))
