@@ -18,11 +18,13 @@ from typing import Any
 
 import numpy as np
 
+from . import _disk_cache
+
 __all__ = [
     # Numba (CPU)
     "quiet_numba_compile", "is_cpu_dispatcher", "kernel_options", "can_compile", "declared_signatures",
     "serial_clone", "prange_only", "threadsafe_layer", "launch_numba_threads", "lazy_cfunc", "cfunc_in_disk_cache",
-    "compile_cfunc", "cfunc_cache_dir", "kernel_source_stamp", "stamp_kernel_caches",
+    "compile_cfunc", "cfunc_cache_dir", "kernel_source_stamp", "stamp_kernel_caches", "guard_numba_cache",
     # Numba CUDA
     "cuda_simulator_enabled", "cuda_simulator_threadsafe_shared", "is_cuda_dispatcher", "is_cuda_device_function", "cuda_overload", "cuda_function", "cuda_kernel_limits",
     "cuda_packing", "cuda_launch", "cuda_needs_python_launch",
@@ -167,8 +169,9 @@ def lazy_cfunc(sig, cache: bool = False, **options):
 
 
 def compile_cfunc(cfunc) -> None:
-    """Compile a :func:`lazy_cfunc` (or load it from the disk cache); its ``address`` is then valid."""
-    cfunc.compile()
+    """Compile (or load from disk: :func:`guard_numba_cache`) a :func:`lazy_cfunc`; its ``address`` is then valid."""
+    with _disk_cache.compiling():
+        cfunc.compile()
 
 
 def cfunc_in_disk_cache(cfunc) -> bool:
@@ -180,7 +183,7 @@ def cfunc_in_disk_cache(cfunc) -> bool:
     """
     cache = getattr(cfunc, "_cache", None)
     index = getattr(cache, "_cache_file", None)
-    if index is None:  # caching disabled (a NullCache)
+    if index is None:  # caching disabled (a NullCache); compiled in memory, its index path is no file
         return False
     try:
         overloads = index._load_index()
@@ -199,7 +202,8 @@ def cfunc_in_disk_cache(cfunc) -> bool:
 def cfunc_cache_dir(cfunc) -> str:
     """The folder where Numba caches this cfunc (or ``"memory only"`` when it is not cached)."""
     cache = getattr(cfunc, "_cache", None)
-    return str(getattr(cache, "cache_path", None) or "memory only")
+    in_memory = getattr(_cache_locator(cache), "_evjax_memory", False)
+    return "memory only" if in_memory else str(getattr(cache, "cache_path", None) or "memory only")
 
 
 # ---------------------------------------------------------------------------
@@ -258,12 +262,14 @@ def stamp_kernel_caches(root: str = _ROOT, support=KERNEL_SUPPORT) -> None:
     Registers a cache locator ahead of Numba's own: for a file under ``root``
     it takes the locator Numba would have chosen (same cache folder) and adds
     the stamp to that locator's source stamp, which Numba stores in the cache
-    index and compares on load.
+    index and compares on load.  It also locates (and guards: :func:`guard_numba_cache`) what
+    is declared within :func:`evjax._disk_cache.compiling` (handlers) or compiled in memory.
     """
     from numba.core import caching
 
     root = os.path.abspath(root)
     impl = getattr(caching, "CacheImpl", None) or getattr(caching, "_CacheImpl")
+    guard_numba_cache()
     with _stamp_lock:
         if root in _stamped_roots:
             return
@@ -275,18 +281,54 @@ def stamp_kernel_caches(root: str = _ROOT, support=KERNEL_SUPPORT) -> None:
 
         @classmethod
         def from_function(cls, py_func, py_file):
+            if _disk_cache.is_in_memory(py_file):
+                return _disk_cache.MemoryLocator(py_func, py_file)
             stamp = kernel_source_stamp(py_file, root, support)
-            if stamp is None:
+            if stamp is None and not _disk_cache.in_scope():
                 return None
             for base in numba_locators:
                 locator = base.from_function(py_func, py_file)
                 if locator is not None:
-                    own = locator.get_source_stamp
-                    locator.get_source_stamp = lambda: (own(), stamp)
+                    if stamp is not None:
+                        own = locator.get_source_stamp
+                        locator.get_source_stamp = lambda: (own(), stamp)
+                    locator._evjax_guarded = True
                     return locator
-            return None
+            _disk_cache.unwritable(os.environ.get("NUMBA_CACHE_DIR") or os.path.dirname(py_file),  # Numba would raise
+                                   PermissionError(f"no writable folder for Numba's cache of {py_file}"))
+            return _disk_cache.MemoryLocator(py_func, py_file)
 
     impl._locator_classes.insert(0, StampedLocator)
+
+
+def _cache_locator(cache):  # the Numba cache locator that chose the folder of ``cache``
+    return getattr(getattr(cache, "_impl", None), "locator", None)
+
+
+def guard_numba_cache() -> None:
+    """Guard the loads and saves of Numba's disk cache that evjax makes (idempotent): see
+    :func:`evjax._disk_cache.guard_cache_methods`.  Other caches behave exactly as Numba's."""
+    from numba.core import caching
+
+    with _stamp_lock:
+        if not getattr(caching.Cache.load_overload, "_evjax_guard", False):
+            caching.Cache.load_overload, caching.Cache.save_overload = _disk_cache.guard_cache_methods(
+                caching.Cache.load_overload, caching.Cache.save_overload, _cache_locator, _discard_cache_entry)
+
+
+def _discard_cache_entry(cache, sig, target_context) -> str | None:
+    """Delete the entry of ``sig`` that failed to load; the broken file (None: no entry for ``sig``)."""
+    index = cache._cache_file
+    try:
+        overloads = index._load_index()
+    except Exception:  # noqa: BLE001 - the index is broken: it goes, with the keys it held
+        return _disk_cache.remove(index._index_path)
+    name = overloads.pop(cache._index_key(sig, target_context.codegen()), None)
+    if name is None:
+        return None
+    with contextlib.suppress(Exception):  # read-only: Numba reads a missing data file as a miss
+        index._save_index(overloads)
+    return _disk_cache.remove(index._data_path(name))
 
 
 # ---------------------------------------------------------------------------
@@ -438,21 +480,36 @@ def cuda_launch(overload, arrays, grid, block, stream, shared_mem) -> None:
 # ---------------------------------------------------------------------------
 # Warp (imported by these functions only)
 # ---------------------------------------------------------------------------
-def warp_initialize(cache_folder: str):
-    """Import and initialise Warp, pointing its kernel cache at ``cache_folder`` unless Warp is
-    already initialised or the user chose a folder.  Returns the ``warp`` module."""
+def warp_initialize(cache_folder):
+    """Import and initialise Warp, pointing its kernel cache at ``cache_folder`` (or what it returns, if a
+    function) unless Warp is already initialised or the user chose a folder.  Returns the ``warp`` module."""
     import warp as wp
     from warp._src import context as wp_context
 
     if getattr(wp_context, "runtime", None) is None:
         if not wp.config.kernel_cache_dir and not os.environ.get("WARP_CACHE_PATH"):
-            wp.config.kernel_cache_dir = cache_folder
+            wp.config.kernel_cache_dir = cache_folder() if callable(cache_folder) else cache_folder
         wp.init()
     return wp
 
 
 def _warp_load(kernel, device, block_dim: int) -> tuple[Any, Any]:
-    exe = kernel.module.load(device, block_dim)
+    """Load the kernel's module on ``device``, compiled again (one logged line) if its cached files do not load."""
+    import warp as wp
+
+    module, cached = kernel.module, []
+    with contextlib.suppress(Exception):  # the binary and metadata files Module.load reads, if both are cached
+        folder = os.path.join(wp.config.kernel_cache_dir, module.get_module_identifier(block_dim))
+        cached = [os.path.join(folder, module._get_compile_output_name(device, block_dim=block_dim)),
+                  os.path.join(folder, module._get_meta_name(block_dim=block_dim))]
+        cached = cached if all(os.path.exists(f) for f in cached) else []
+    try:
+        exe = module.load(device, block_dim)
+    except Exception as exc:  # noqa: BLE001
+        if not cached:  # compiled, not loaded from the cache: Warp's own error
+            raise
+        _disk_cache.discarded(" and ".join(_disk_cache.remove(f) for f in cached), exc)
+        exe = module.load(device, block_dim)
     if exe is None:  # pragma: no cover - Warp reports its own build errors
         raise RuntimeError(f"Warp could not load the module of kernel '{kernel.key}' on {device}")
     return exe, exe.get_kernel_hooks(kernel)

@@ -90,6 +90,7 @@ class Frame:
         self.keep: list = []
         self.raw = (ctypes.c_int64 * 24)()
         base = ctypes.addressof(self.raw)
+        self.raw[0] = ffi_abi.CALL_FRAME_STRUCT_SIZE
         self.raw[ffi_abi.FRAME_API // 8] = ctypes.addressof(api.table)
         self.raw[ffi_abi.FRAME_CTX // 8] = 0x77
         ctypes.c_int32.from_address(base + ffi_abi.FRAME_STAGE).value = stage
@@ -118,7 +119,9 @@ class Frame:
             self.raw[ffi_abi.FRAME_ATTRS // 8] = ctypes.addressof(table)
         if metadata:
             self.metadata = (ctypes.c_int32 * 16)()
+            ctypes.c_int64.from_address(ctypes.addressof(self.metadata)).value = ffi_abi.METADATA_STRUCT_SIZE
             ext = (ctypes.c_int64 * 4)()
+            ext[0] = ffi_abi.METADATA_EXTENSION_STRUCT_SIZE
             ctypes.c_int32.from_address(ctypes.addressof(ext) + ffi_abi.EXT_TYPE).value = ffi_abi.EXT_TYPE_METADATA
             ext[ffi_abi.EXT_METADATA_PTR // 8] = ctypes.addressof(self.metadata)
             self.keep.append(ext)

@@ -80,6 +80,7 @@ class FakeXla:
 
     def frame(self, args, rets, attr: np.ndarray, stage=ffi_abi.STAGE_EXECUTE, metadata=None) -> int:
         frame = (ctypes.c_uint8 * 176)()
+        self._i64(frame, 0, ffi_abi.CALL_FRAME_STRUCT_SIZE)
         arg_ptrs = (ctypes.c_int64 * max(1, len(args)))(*[self.buffer(a) for a in args])
         ret_ptrs = (ctypes.c_int64 * max(1, len(rets)))(*[self.buffer(r) for r in rets])
         attr = np.ascontiguousarray(attr, np.int64)
@@ -190,7 +191,9 @@ def test_handlers_reject_buffers_that_do_not_match_the_parameters():
 def test_metadata_query_declares_command_buffer_compatibility_on_cuda_only(name, traits):
     fake = FakeXla()
     metadata = (ctypes.c_uint8 * 48)()
+    ctypes.c_int64.from_address(ctypes.addressof(metadata)).value = ffi_abi.METADATA_STRUCT_SIZE
     extension = (ctypes.c_uint8 * 32)()
+    ctypes.c_int64.from_address(ctypes.addressof(extension)).value = ffi_abi.METADATA_EXTENSION_STRUCT_SIZE
     ctypes.c_int32.from_address(ctypes.addressof(extension) + ffi_abi.EXT_TYPE).value = ffi_abi.EXT_TYPE_METADATA
     ctypes.c_int64.from_address(ctypes.addressof(extension) + ffi_abi.EXT_METADATA_PTR).value = ctypes.addressof(metadata)
     ctypes.c_uint32.from_address(ctypes.addressof(metadata) + ffi_abi.METADATA_TRAITS).value = 99

@@ -1,13 +1,19 @@
 """The FFI core: what every XLA FFI handler of evjax does before its own work, written once.
 
 Every handler is a ``@numba.cfunc`` taking XLA's call frame.  They are all made
-by :func:`compile_handler`, which writes a small module: the same prologue,
-then the bridge's own body.  The prologue
+by :func:`compile_handler`, which first checks the installed jaxlib's FFI
+header against evjax's offsets (:func:`evjax.backends.ffi_abi.handler_api_version`,
+once per process) and then writes a small module: the same prologue, then the
+bridge's own body.  The prologue
 
-1. answers XLA's metadata query: the API version (the caller's, or the
-   installed jaxlib header's when XLA passes no API table) and the handler's
+1. checks the ABI: a call frame whose ``struct_size`` is not the one evjax
+   reads, or an API table of another major version, gets an XLA error
+   (``FAILED_PRECONDITION``, naming the jaxlib range evjax supports) instead
+   of a handler reading garbage;
+2. answers XLA's metadata query: the API version the handlers were built for
+   (never XLA's own, which XLA would then accept blindly) and the handler's
    traits;
-2. returns at once for a stage other than EXECUTE.
+3. returns at once for a stage other than EXECUTE.
 
 Errors are created here too: :func:`create_error` from a C string, and
 :func:`report` from a message that Python composes (a kernel's exception, a
@@ -28,6 +34,7 @@ import functools
 import hashlib
 import importlib.util
 import itertools
+import linecache
 import os
 import sys
 import threading
@@ -35,8 +42,11 @@ from typing import Callable
 
 import numba
 import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
 
-from .. import _compat, _kernel_compat
+from .. import _disk_cache, _kernel_compat
 from . import ffi_abi as abi
 from .intrinsics import (
     call_ptr_ptr, load_i32, load_i64, stack_bytes, store_i32, store_i64,
@@ -45,43 +55,107 @@ from .intrinsics import (
 __all__ = [
     "cache_dir", "prologue", "create_error", "report", "register_describer", "query_stream",
     "query_device_ordinal", "scalar_attribute", "array_attribute", "compile_handler", "PythonHandler",
-    "python_target",
+    "python_target", "PROCEED",
 ]
 
-HANDLER_FORMAT = 3  # bump when the generated handler layout changes
+HANDLER_FORMAT = 4  # bump when the generated handler layout changes
 
 
 def cache_dir() -> str:
-    """The evjax cache folder (``$EVJAX_CACHE_DIR``, else ``~/.cache/evjax``)."""
+    """The evjax cache folder (``$EVJAX_CACHE_DIR``, else ``~/.cache/evjax``).
+
+    Created if it can be; a folder that cannot be written is reported where
+    evjax first writes to it, and evjax then compiles in memory.
+    """
     root = os.environ.get("EVJAX_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "evjax"
     )
-    os.makedirs(root, exist_ok=True)
+    try:
+        os.makedirs(root, exist_ok=True)
+    except OSError:
+        pass
     return root
 
 
 # ---------------------------------------------------------------------------
 # Compiled helpers (inlined into every handler)
 # ---------------------------------------------------------------------------
+PROCEED = -1  # the prologue's answer when the handler has its work to do
+
+# The prologue's error messages (constant C strings: the failure path composes nothing).
+_FIX = f"Install a jax and jaxlib that evjax supports ({abi.SUPPORTED_JAX})."
+_ABI_MESSAGES = (
+    f"evjax: XLA passed a call frame (XLA_FFI_CallFrame) whose struct_size is not the "
+    f"{abi.CALL_FRAME_STRUCT_SIZE} bytes of the XLA FFI API {abi.API_MAJOR}.{abi.API_MINOR} evjax's handlers "
+    f"were built for: the installed jaxlib has another FFI ABI, and the handler would read garbage. {_FIX}",
+    f"evjax: XLA's FFI API table (XLA_FFI_Api) has a major version other than {abi.API_MAJOR}, the XLA FFI API "
+    f"{abi.API_MAJOR}.{abi.API_MINOR} evjax's handlers were built for: the installed jaxlib has another FFI ABI. "
+    f"{_FIX}",
+    f"evjax: XLA's metadata query passed an XLA_FFI_Metadata_Extension or XLA_FFI_Metadata smaller than the "
+    f"{abi.METADATA_EXTENSION_STRUCT_SIZE} and {abi.METADATA_STRUCT_SIZE} bytes of the XLA FFI API "
+    f"{abi.API_MAJOR}.{abi.API_MINOR} evjax's handlers were built for. {_FIX}",
+)
+FRAME_MISMATCH, API_MISMATCH, METADATA_MISMATCH = range(3)
+
+
+@intrinsic(prefer_literal=True)
+def _abi_message(typingctx, which):
+    """The int64 address of the constant C string ``_ABI_MESSAGES[which]`` (``which``: a literal)."""
+    if not isinstance(which, types.IntegerLiteral):
+        return None
+    data = bytearray(_ABI_MESSAGES[which.literal_value].encode("utf-8")) + b"\0"
+
+    def codegen(context, builder, signature, args):
+        name = "evjax_abi_message_" + hashlib.sha1(bytes(data)).hexdigest()[:16]
+        try:
+            variable = builder.module.get_global(name)
+        except KeyError:
+            constant = ir.Constant(ir.ArrayType(ir.IntType(8), len(data)), data)
+            variable = ir.GlobalVariable(builder.module, constant.type, name=name)
+            variable.global_constant = True
+            variable.linkage = "internal"
+            variable.initializer = constant
+        return builder.ptrtoint(variable, ir.IntType(64))
+
+    return types.int64(which), codegen
+
+
+@numba.njit(nogil=True, cache=True)
+def _abi_mismatch(frame, message):
+    """XLA's error for a frame evjax cannot read; 0 (no error, no answer) where the frame has no API
+    table to create one with, which leaves a metadata query unanswered: XLA then refuses the handler
+    (API version 0.0)."""
+    if load_i64(frame + abi.FRAME_API) == 0:
+        return 0
+    return create_error(frame, message, abi.ERRC_FAILED_PRECONDITION)
+
+
 @numba.njit(nogil=True, cache=True)
 def prologue(frame, traits, major, minor):
-    """True when the handler has nothing more to do: XLA's metadata query (answered
-    here, with API version ``(major, minor)`` where XLA passes no API table) or a
-    stage other than EXECUTE."""
+    """What every handler does first; :data:`PROCEED` when it has its own work to do, else what it returns.
+
+    Checks the call frame's ``struct_size`` (XLA's own C++ handlers want it exact too) and, where
+    XLA passes an API table, its major version; answers XLA's metadata query with API version
+    ``(major, minor)``, the one the handlers were built for (:func:`ffi_abi.handler_api_version`),
+    and ``traits``; returns 0 at once for a stage other than EXECUTE.
+    """
+    if load_i64(frame) != abi.CALL_FRAME_STRUCT_SIZE:
+        return _abi_mismatch(frame, _abi_message(FRAME_MISMATCH))
+    api = load_i64(frame + abi.FRAME_API)
+    if api != 0 and load_i32(api + abi.API_VERSION_MAJOR) != abi.API_MAJOR:
+        return _abi_mismatch(frame, _abi_message(API_MISMATCH))
     ext = load_i64(frame + abi.FRAME_EXTENSION_START)
     if ext != 0 and load_i32(ext + abi.EXT_TYPE) == abi.EXT_TYPE_METADATA:
         metadata = load_i64(ext + abi.EXT_METADATA_PTR)
-        api = load_i64(frame + abi.FRAME_API)
-        version_major = numba.int32(major)
-        version_minor = numba.int32(minor)
-        if api != 0:
-            version_major = load_i32(api + abi.API_VERSION_MAJOR)
-            version_minor = load_i32(api + abi.API_VERSION_MINOR)
-        store_i32(metadata + abi.METADATA_API_MAJOR, version_major)
-        store_i32(metadata + abi.METADATA_API_MINOR, version_minor)
+        if load_i64(ext) < abi.METADATA_EXTENSION_STRUCT_SIZE or load_i64(metadata) < abi.METADATA_STRUCT_SIZE:
+            return _abi_mismatch(frame, _abi_message(METADATA_MISMATCH))
+        store_i32(metadata + abi.METADATA_API_MAJOR, numba.int32(major))
+        store_i32(metadata + abi.METADATA_API_MINOR, numba.int32(minor))
         store_i32(metadata + abi.METADATA_TRAITS, numba.int32(traits))
-        return True
-    return load_i32(frame + abi.FRAME_STAGE) != abi.STAGE_EXECUTE
+        return 0
+    if load_i32(frame + abi.FRAME_STAGE) != abi.STAGE_EXECUTE:
+        return 0
+    return PROCEED
 
 
 @numba.njit(nogil=True, cache=True)
@@ -90,9 +164,9 @@ def create_error(frame, message, errc):
     api = load_i64(frame + abi.FRAME_API)
     args = stack_bytes(32)  # XLA_FFI_Error_Create_Args {struct_size, extension_start, message, errc}
     store_i64(args, abi.ERROR_CREATE_ARGS_SIZE)
-    store_i64(args + 8, 0)
-    store_i64(args + 16, message)
-    store_i32(args + 24, numba.int32(errc))
+    store_i64(args + abi.ARGS_EXTENSION_START, 0)
+    store_i64(args + abi.ERROR_CREATE_MESSAGE, message)
+    store_i32(args + abi.ERROR_CREATE_ERRC, numba.int32(errc))
     return call_ptr_ptr(load_i64(api + abi.API_ERROR_CREATE), args)
 
 
@@ -101,12 +175,12 @@ def query_stream(frame):
     """``(error, stream)``: XLA's stream for this call (``XLA_FFI_Stream_Get``; GPU only)."""
     args = stack_bytes(32)  # XLA_FFI_Stream_Get_Args {struct_size, extension_start, ctx, stream (out)}
     store_i64(args, abi.STREAM_GET_ARGS_SIZE)
-    store_i64(args + 8, 0)
-    store_i64(args + 16, load_i64(frame + abi.FRAME_CTX))
-    store_i64(args + 24, 0)
+    store_i64(args + abi.ARGS_EXTENSION_START, 0)
+    store_i64(args + abi.STREAM_GET_CTX, load_i64(frame + abi.FRAME_CTX))
+    store_i64(args + abi.STREAM_GET_STREAM, 0)
     api = load_i64(frame + abi.FRAME_API)
     error = call_ptr_ptr(load_i64(api + abi.API_STREAM_GET), args)
-    return error, load_i64(args + 24)
+    return error, load_i64(args + abi.STREAM_GET_STREAM)
 
 
 @numba.njit(nogil=True, cache=True)
@@ -118,11 +192,11 @@ def query_device_ordinal(frame):
         return 0, 0
     args = stack_bytes(32)  # XLA_FFI_DeviceOrdinal_Get_Args {struct_size, extension_start, ctx, int32 (out)}
     store_i64(args, abi.DEVICE_ORDINAL_GET_ARGS_SIZE)
-    store_i64(args + 8, 0)
-    store_i64(args + 16, load_i64(frame + abi.FRAME_CTX))
-    store_i64(args + 24, 0)
+    store_i64(args + abi.ARGS_EXTENSION_START, 0)
+    store_i64(args + abi.DEVICE_ORDINAL_GET_CTX, load_i64(frame + abi.FRAME_CTX))
+    store_i64(args + abi.DEVICE_ORDINAL_GET_ORDINAL, 0)
     error = call_ptr_ptr(load_i64(api + abi.API_DEVICE_ORDINAL_GET), args)
-    return error, np.int64(load_i32(args + 24))
+    return error, np.int64(load_i32(args + abi.DEVICE_ORDINAL_GET_ORDINAL))
 
 
 @numba.njit(nogil=True, cache=True)
@@ -131,7 +205,7 @@ def scalar_attribute(frame):
     if load_i64(frame + abi.FRAME_ATTRS_SIZE) != 1:
         return 0
     scalar = load_i64(load_i64(frame + abi.FRAME_ATTRS))  # XLA_FFI_Scalar {int32 dtype, void* value}
-    if load_i32(scalar) != abi.FFI_DTYPE_CODES_S64:
+    if load_i32(scalar + abi.ATTR_DTYPE) != abi.FFI_DTYPE_CODES_S64:
         return 0
     return load_i64(load_i64(scalar + abi.SCALAR_VALUE))
 
@@ -142,9 +216,9 @@ def array_attribute(frame):
     if load_i64(frame + abi.FRAME_ATTRS_SIZE) != 1:
         return 0, 0
     array = load_i64(load_i64(frame + abi.FRAME_ATTRS))  # XLA_FFI_Array {int32 dtype, size, data}
-    if load_i32(array) != abi.FFI_DTYPE_CODES_S64:
+    if load_i32(array + abi.ATTR_DTYPE) != abi.FFI_DTYPE_CODES_S64:
         return 0, 0
-    return load_i64(array + 8), load_i64(array + 16)
+    return load_i64(array + abi.ARRAY_SIZE), load_i64(array + abi.ARRAY_DATA)
 
 
 # ---------------------------------------------------------------------------
@@ -201,16 +275,17 @@ _TEMPLATE = '''\
 import numba
 from numba import types
 from evjax.backends.intrinsics import *  # noqa: F403
-from evjax.backends.ffi_core import prologue, create_error, report, query_stream, query_device_ordinal, \\
-    scalar_attribute, array_attribute
+from evjax.backends.ffi_core import prologue, PROCEED, create_error, report, query_stream, \\
+    query_device_ordinal, scalar_attribute, array_attribute
 {imports}
 {preamble}
 
 @{decorator}(types.voidptr(types.voidptr), cache={cache}, nogil=True)
 def handler(frame_pointer):
     frame = as_int(frame_pointer)
-    if prologue(frame, {traits}, {major}, {minor}):
-        return as_voidptr(0)
+    prologue_result = prologue(frame, {traits}, {major}, {minor})
+    if prologue_result != PROCEED:
+        return as_voidptr(prologue_result)
 {body}
 '''
 _CORE_SOURCES = ("ffi_abi.py", "intrinsics.py", "ffi_core.py")
@@ -257,8 +332,12 @@ def compile_handler(body: str, *, traits: int = 0, imports: str = "", preamble: 
         ``(module, digest)``; the compiled handler is ``module.handler``, and
         ``module.HANDLER_KEY`` (an int derived from the digest, the same in every
         process) is the key to register a describer of its errors under.
+
+    Raises:
+        evjax.backends.ffi_abi.FFIABIError: the installed jaxlib's FFI header lays
+            out the call frame differently from evjax's offsets.
     """
-    major, minor = _compat.ffi_api_header_version()
+    major, minor = abi.handler_api_version()  # raises FFIABIError for a jaxlib of another ABI
     decorator = "_lazy_cfunc" if lazy else "numba.cfunc"
     if lazy:
         imports = "from evjax._kernel_compat import lazy_cfunc as _lazy_cfunc\n" + imports
@@ -281,34 +360,66 @@ def compile_handler(body: str, *, traits: int = 0, imports: str = "", preamble: 
 
 
 def _load(module_name: str, source: str, namespace: dict, *, keep_file: bool):
-    folder = os.path.join(cache_dir(), "handlers")
-    os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, module_name + ".py")
-    if not _file_has(path, source):
-        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-        with open(tmp, "w") as f:
-            f.write(source)
-        os.replace(tmp, path)
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    module = importlib.util.module_from_spec(spec)
+    """Run the handler module ``module_name`` from its file in the cache folder (written if
+    missing or corrupted), or in memory where that folder cannot be written.
+
+    The module's code is compiled from ``source`` itself, never from the file
+    or a ``.pyc``: the file is there for Numba's cache, which is keyed by it.
+    """
+    path = _write_module(module_name, source)
+    if path is None:  # not writable: compiled in memory, and Numba caches none of it
+        filename = _disk_cache.in_memory_filename(module_name)
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        module = importlib.util.module_from_spec(importlib.util.spec_from_loader(module_name, None, origin=filename))
+        module.__file__ = filename
+    else:
+        filename = path
+        module = importlib.util.module_from_spec(importlib.util.spec_from_file_location(module_name, path))
     module.__dict__.update(namespace)
     sys.modules[module_name] = module
-    with _kernel_compat.quiet_numba_compile():
-        spec.loader.exec_module(module)
-    if not keep_file:
-        try:
-            os.remove(path)
-        except OSError:
-            pass
+    try:
+        code = compile(source, filename, "exec")
+        with _kernel_compat.quiet_numba_compile(), _disk_cache.compiling():
+            exec(code, module.__dict__)
+    except BaseException:
+        sys.modules.pop(module_name, None)
+        raise
+    if not keep_file and path is not None:
+        _disk_cache.remove(path)
     return module
 
 
-def _file_has(path: str, text: str) -> bool:
+def _write_module(module_name: str, source: str) -> str | None:
+    """The path of the module's file in the cache folder, written unless it holds ``source``
+    already; None (with one logged line per process) where the folder cannot be written.
+
+    A file of that name holding anything else is corrupted (the name is a
+    digest of the content): it is replaced, with one logged line.
+    """
+    root = cache_dir()
+    folder = os.path.join(root, "handlers")
+    path = os.path.join(folder, module_name + ".py")
+    text = source.encode("utf-8")
     try:
-        with open(path) as f:
-            return f.read() == text
+        with open(path, "rb") as f:
+            found = f.read()
     except OSError:
-        return False
+        found = None
+    if found == text:
+        return path
+    if found is not None:
+        _disk_cache.discarded(path, ValueError("it does not hold the module's generated source"))
+    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with open(tmp, "wb") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        _disk_cache.remove(tmp)
+        _disk_cache.unwritable(root, exc)
+        return None
+    return path
 
 
 # ---------------------------------------------------------------------------

@@ -32,13 +32,16 @@ when Warp has not been initialised yet.  Warp's private API is reached through
 """
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 import threading
 from typing import Any
 
 import numpy as np
 
-from .. import _kernel_compat
+from .. import _disk_cache, _kernel_compat
 from . import ffi_abi, ffi_core, warp_launch
 from .warp_launch import ATTR_VERSION, MAX_PARAMS
 
@@ -75,12 +78,21 @@ def warp_cache_dir() -> str:
     """Warp's kernel cache folder used by evjax.
 
     ``$EVJAX_WARP_CACHE_DIR`` if set, else ``<evjax cache folder>/warp`` (see
-    :func:`evjax.backends.ffi_core.cache_dir`).
+    :func:`evjax.backends.ffi_core.cache_dir`).  Where that folder cannot be
+    written, one line is logged and Warp builds in a temporary folder of this
+    process instead (removed at exit): nothing is cached.
     """
-    folder = os.environ.get("EVJAX_WARP_CACHE_DIR")
+    folder = owner = os.environ.get("EVJAX_WARP_CACHE_DIR")
     if not folder:
-        folder = os.path.join(ffi_core.cache_dir(), "warp")
-    os.makedirs(folder, exist_ok=True)
+        owner = ffi_core.cache_dir()
+        folder = os.path.join(owner, "warp")
+    try:
+        os.makedirs(folder, exist_ok=True)
+        tempfile.TemporaryFile(dir=folder).close()  # Warp writes its builds there
+    except OSError as exc:
+        _disk_cache.unwritable(owner, exc)
+        folder = tempfile.mkdtemp(prefix="evjax-warp-")
+        atexit.register(shutil.rmtree, folder, True)
     return folder
 
 
@@ -106,7 +118,7 @@ def import_warp():
                 "evjax's Warp backend needs warp-lang, which is not installed. Install it with "
                 "`pip install evjax[warp]` (or `pip install warp-lang`)."
             ) from exc
-        _warp = _kernel_compat.warp_initialize(warp_cache_dir())
+        _warp = _kernel_compat.warp_initialize(warp_cache_dir)
         return _warp
 
 
