@@ -169,9 +169,60 @@ def lazy_cfunc(sig, cache: bool = False, **options):
 
 
 def compile_cfunc(cfunc) -> None:
-    """Compile (or load from disk: :func:`guard_numba_cache`) a :func:`lazy_cfunc`; its ``address`` is then valid."""
-    with _disk_cache.compiling():
+    """Compile (or load from disk: :func:`guard_numba_cache`) a :func:`lazy_cfunc`; its ``address`` is then valid.
+
+    Ctrl-C stops the compile within one compiler pass (:func:`interruptible_compile`).
+    """
+    with _disk_cache.compiling(), interruptible_compile():
         cfunc.compile()
+
+
+@contextlib.contextmanager
+def interruptible_compile():
+    """Within the block (a compile on the main thread), Ctrl-C always stops it.
+
+    Python raises KeyboardInterrupt at the next bytecode the main thread runs,
+    and Numba's compiler triggers many garbage collections: when that bytecode
+    is a garbage-collection callback (JAX installs one), the exception is
+    printed as "ignored" and lost, and the compile went on for seconds.  Here
+    the SIGINT handler also records the press, and a listener on Numba's
+    ``numba:run_pass`` events raises KeyboardInterrupt at the next compiler
+    pass.  A handler the user installed, or a thread other than the main
+    one, is left as it is.
+    """
+    import signal
+
+    from numba.core import event
+
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+
+    class InterruptAtNextPass(event.Listener):
+        pressed = False
+
+        def on_start(self, _event):
+            if self.pressed:
+                raise KeyboardInterrupt
+
+        def on_end(self, _event):
+            self.on_start(_event)
+
+    listener = InterruptAtNextPass()
+
+    def on_sigint(signum, frame):
+        listener.pressed = True
+        signal.default_int_handler(signum, frame)
+
+    signal.signal(signal.SIGINT, on_sigint)
+    try:
+        with event.install_listener("numba:run_pass", listener):
+            yield
+        if listener.pressed:  # pressed during a pass that finished the compile
+            raise KeyboardInterrupt
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def cfunc_in_disk_cache(cfunc) -> bool:

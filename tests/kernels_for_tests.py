@@ -110,3 +110,9 @@ def make_add_one():
 
 
 add_one_kernel = make_add_one()
+
+
+@numba.njit(cache=True)
+def report_threads(threads, x, out):
+    """Writes the thread count its handler passed (plus x[0]): evjax.set_num_threads reaches it."""
+    out[0] = threads + x[0]

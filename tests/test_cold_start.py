@@ -22,11 +22,12 @@ import pytest
 import evjax
 from evjax import _kernel_compat
 from evjax.backends import compile_log, numba_cpu
+from tests.helpers import HANG_GUARD_S
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# The op: y = 2 * x + 1 (float32 vector), a Numba kernel and a pure-JAX reference whose float
-# arithmetic differs (x + x + 1 rounds like 2 * x + 1, but a different jaxpr), and a trace counter.
+# The op: y = 2 * x + 1 (float32 vector), a Numba kernel and a pure-JAX reference, and a counter
+# of the traces of the jitted function that calls it.
 PRELUDE = '''
 import json, logging, os, sys, threading
 import jax, jax.numpy as jnp, numba, numpy as np
@@ -95,7 +96,7 @@ def run_script(body: str, cache: str, *, env: dict | None = None, wait: bool = T
 
 
 def finish(process) -> dict:
-    out, err = process.communicate(timeout=300)
+    out, err = process.communicate(timeout=HANG_GUARD_S)
     assert process.returncode == 0, err[-3000:]
     return json.loads(out.strip().splitlines()[-1])
 

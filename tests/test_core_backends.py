@@ -13,6 +13,7 @@ import pytest
 import evjax
 from evjax import XLACustomKernel, registry
 from evjax.primitives import csr
+from tests.helpers import HANG_GUARD_S
 
 S = jax.ShapeDtypeStruct
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -231,7 +232,7 @@ def test_environment_sets_the_global_choice():
     code = "import jax.numpy as jnp, evjax; print(evjax.config.get_backend('cpu'), evjax.spike(jnp.ones(2)))"
     env = {**os.environ, "EVJAX_BACKEND": "reference", "JAX_PLATFORMS": "cpu"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=ROOT,
-                         timeout=300)
+                         timeout=HANG_GUARD_S)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split()[0] == "reference"
 
@@ -266,7 +267,7 @@ IMPORT_CHECK = textwrap.dedent("""
 def test_import_compiles_nothing_clears_nothing_and_loads_no_backend():
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     out = subprocess.run([sys.executable, "-c", IMPORT_CHECK], env=env, capture_output=True, text=True, cwd=ROOT,
-                         timeout=300)
+                         timeout=HANG_GUARD_S)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split("\n")[-2] == "1 0 0 [] [] False", out.stdout
 

@@ -11,6 +11,7 @@ import pytest
 import evjax
 
 from .doc_runner import ROOT, run_markdown
+from tests.helpers import HANG_GUARD_S
 
 PAGES = ["docs/getting_started.md", "docs/concepts.md", "docs/own_op.md", "docs/custom_kernels.md"]
 
@@ -66,7 +67,7 @@ def test_site_builds_strict(tmp_path):
     mkdocs = shutil.which("mkdocs", path=str(pathlib.Path(sys.executable).parent)) or shutil.which("mkdocs")
     assert mkdocs, "mkdocs is not installed: pip install '.[test]' installs it"
     result = subprocess.run([mkdocs, "build", "--strict", "-d", str(tmp_path / "site")], cwd=ROOT,
-                            capture_output=True, text=True, timeout=600,
+                            capture_output=True, text=True, timeout=HANG_GUARD_S,
                             env={"NO_MKDOCS_2_WARNING": "1", **__import__("os").environ})
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert (tmp_path / "site" / "api" / "index.html").exists()

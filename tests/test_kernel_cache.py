@@ -17,6 +17,7 @@ import pytest
 import evjax  # noqa: F401 (registers evjax's own locator)
 from evjax import _kernel_compat
 from evjax.backends import numba_cpu
+from tests.helpers import HANG_GUARD_S
 
 HELPERS = '''
 import numba
@@ -60,7 +61,7 @@ def _write_helpers(pkg, step: int, mtime: float) -> None:
 def _run(pkg, cache, stamp: bool) -> tuple[int, int]:
     env = dict(os.environ, NUMBA_CACHE_DIR=str(cache))
     out = subprocess.run([sys.executable, "-c", SCRIPT.format(pkg=str(pkg), stamp=stamp)], env=env,
-                         capture_output=True, text=True, timeout=300)
+                         capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert out.returncode == 0, out.stderr
     value, hits = out.stdout.split()[-2:]
     return int(value), int(hits)

@@ -14,6 +14,7 @@ from evjax.primitives import neuron
 from evjax.primitives.neuron import numba as neuron_numba
 from evjax.surrogate import smooth_step
 from evjax.testing import OpSpec, property_test
+from tests.helpers import HANG_GUARD_S
 
 BACKENDS = ("numba", "reference")
 
@@ -327,6 +328,6 @@ def test_numba_cuda_kernels_in_the_simulator():
     env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONPATH": path, "JAX_PLATFORMS": "cpu"}
     result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                              "tests/cudasim/test_sim_neuron.py"], cwd=root, env=env, capture_output=True, text=True,
-                            timeout=600)
+                            timeout=HANG_GUARD_S)
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
     assert " passed" in result.stdout and " failed" not in result.stdout

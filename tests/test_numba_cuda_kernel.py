@@ -16,6 +16,7 @@ import evjax
 from evjax import numba_cuda_callable, numba_cuda_kernel
 from evjax.backends import numba_cuda as bridge
 from evjax.numba_cuda_kernel import launch_config
+from tests.helpers import HANG_GUARD_S
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = jax.ShapeDtypeStruct((64,), jnp.float32)
@@ -36,7 +37,7 @@ def _kernel():
 
 def test_import_evjax_does_not_import_numba_cuda():
     code = "import sys, evjax; evjax.numba_cuda_kernel; print('numba.cuda' in sys.modules)"
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=HANG_GUARD_S,
                             env={**os.environ, "PYTHONPATH": ROOT})
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "False"

@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+from tests.helpers import HANG_GUARD_S
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FILES = ["test_sim_wrappers.py", "test_sim_csr.py", "test_sim_tutorial.py", "test_sim_harness.py"]
@@ -22,7 +23,7 @@ def test_under_the_cuda_simulator(name):
     env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONPATH": path, "JAX_PLATFORMS": "cpu"}
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"tests/cudasim/{name}"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=HANG_GUARD_S,
     )
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
     assert " passed" in result.stdout and " failed" not in result.stdout

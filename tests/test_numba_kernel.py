@@ -14,6 +14,7 @@ import evjax
 from evjax.backends import numba_cpu
 from tests import kernels_for_tests as K
 from tests.threads import check_in_threads
+from tests.helpers import HANG_GUARD_S
 
 S = jax.ShapeDtypeStruct
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -175,7 +176,7 @@ def test_concurrent_calls_from_threads_are_correct():
 def _run_python(code: str, env_extra: dict) -> subprocess.CompletedProcess:
     env = dict(os.environ, **env_extra)
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True, timeout=HANG_GUARD_S)
 
 
 def test_workqueue_threading_layer_never_aborts_the_process():

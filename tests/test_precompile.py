@@ -8,6 +8,7 @@ import sys
 import pytest
 
 import evjax
+from tests.helpers import HANG_GUARD_S
 
 precompile_module = importlib.import_module("evjax.precompile")  # (evjax.precompile is the function)
 
@@ -64,9 +65,9 @@ def test_a_process_after_precompile_compiles_no_kernel(tmp_path):
     # only the cases this check needs: bool spikes on the left of a CSR, forward and grad
     run = ("import importlib; p = importlib.import_module('evjax.precompile'); "
            "[r() for label, r in p.cases(['csr']) if label.startswith('csr: x @ M, spikes ')]")
-    done = subprocess.run([sys.executable, "-c", run], env=env, capture_output=True, text=True, timeout=1800)
+    done = subprocess.run([sys.executable, "-c", run], env=env, capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert done.returncode == 0, done.stderr[-3000:]
-    check = subprocess.run([sys.executable, "-c", CHECK], env=env, capture_output=True, text=True, timeout=600)
+    check = subprocess.run([sys.executable, "-c", CHECK], env=env, capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert check.returncode == 0, check.stderr[-3000:]
     values, compiles = check.stdout.strip().splitlines()[-2:]
     assert values == "16.0 16.0" and compiles == "0"

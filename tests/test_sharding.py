@@ -11,12 +11,13 @@ import pathlib
 import subprocess
 import sys
 import textwrap
+from tests.helpers import HANG_GUARD_S
 
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
-def _run(code: str, timeout: int = 300) -> str:
+def _run(code: str, timeout: int = HANG_GUARD_S) -> str:
     env = dict(os.environ)
     env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4").strip()
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "tests"), env.get("PYTHONPATH", "")])

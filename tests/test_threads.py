@@ -5,24 +5,20 @@ import sys
 
 import jax
 import jax.numpy as jnp
-import numba
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
 import evjax
 from evjax.backends import numba_cpu, threads
+from tests import kernels_for_tests as K
+from tests.helpers import HANG_GUARD_S
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@numba.njit(cache=True)
-def report_threads(threads, x, out):
-    out[0] = threads + x[0]
-
-
 def call_report(x):
-    return numba_cpu.call(report_threads, (x,), (1,), np.int32)
+    return numba_cpu.call(K.report_threads, (x,), (1,), np.int32)
 
 
 @pytest.fixture
@@ -52,9 +48,9 @@ def test_the_count_reaches_compiled_programs_at_their_next_call_without_a_retrac
 SCRIPT = '''
 import jax.numpy as jnp, numba, numpy as np, evjax
 from evjax.backends import numba_cpu
-from tests.test_threads import call_report
+from tests import kernels_for_tests as K
 evjax.set_num_threads(1)
-print(int(call_report(jnp.zeros(1, jnp.int32))[0]))
+print(int(numba_cpu.call(K.report_threads, (jnp.zeros(1, jnp.int32),), (1,), np.int32)[0]))
 '''
 
 
@@ -64,7 +60,7 @@ def test_a_handler_loaded_from_the_disk_cache_reads_the_count(tmp_path):
     outputs = []
     for _ in range(2):  # compiled, then loaded from the cache
         done = subprocess.run([sys.executable, "-c", SCRIPT], env=env, cwd=ROOT, capture_output=True, text=True,
-                              timeout=600)
+                              timeout=HANG_GUARD_S)
         assert done.returncode == 0, done.stderr[-3000:]
         outputs.append(done.stdout.strip().splitlines()[-1])
     assert outputs == ["1", "1"]

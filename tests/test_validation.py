@@ -17,6 +17,7 @@ import evjax
 from evjax.primitives.csr import csr_sddmm_p, validate_csr
 from evjax.primitives.csr.numba_rows import _span
 from evjax.primitives.csr.validation import INT32_MAX, check_shape, index_dtypes
+from tests.helpers import HANG_GUARD_S
 
 S = jax.ShapeDtypeStruct
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -197,7 +198,7 @@ def test_numba_cuda_kernels_take_int64_indptr_with_int32_indices():
     env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONPATH": path, "JAX_PLATFORMS": "cpu"}
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/cudasim/test_sim_mixed_indices.py"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=HANG_GUARD_S,
     )
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
     assert " passed" in result.stdout and " failed" not in result.stdout

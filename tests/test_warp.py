@@ -17,6 +17,7 @@ wp = pytest.importorskip("warp")
 import evjax  # noqa: E402
 from evjax.backends import warp as bridge  # noqa: E402
 from tests.threads import check_in_threads  # noqa: E402
+from tests.helpers import HANG_GUARD_S
 
 wp.config.quiet = True
 S = jax.ShapeDtypeStruct
@@ -338,7 +339,7 @@ def test_import_evjax_does_not_import_warp_and_cache_dir_is_overridable(tmp_path
     )
     env = dict(os.environ, EVJAX_WARP_CACHE_DIR=str(tmp_path / "wc"), PYTHONPATH=ROOT)
     env.pop("WARP_CACHE_PATH", None)
-    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1].startswith(str(tmp_path / "wc"))  # Warp adds /<version>
 

@@ -27,7 +27,7 @@ import jax
 import numpy as np
 
 from .. import _kernel_compat
-from . import compile_log, ffi_abi, ffi_core
+from . import compile_log, fast_exit, ffi_abi, ffi_core
 
 # Numba's type names are numpy's, except for bool.
 NUMBA_TYPE_NAMES = {
@@ -250,6 +250,7 @@ def get_handler(kernel, in_types: Sequence[tuple[np.dtype, int]], out_types, tra
         handler = _handlers.get(signature)
         if handler is not None:
             return handler
+        fast_exit.register()  # Numba's compiler state would slow the exit down (see fast_exit)
         job = _new_job(kernel, in_types, out_types, traits, threads)
         handler = _by_target.get(job.target)
         if handler is not None:  # a kernel of the same content shares the handler registered first
