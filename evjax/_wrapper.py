@@ -10,6 +10,7 @@ tuple.  The functions below are the per-call checks that several wrappers make
 """
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import Any, Callable, Collection, Mapping, Sequence
 
@@ -39,6 +40,11 @@ def not_differentiable_message(who: str, name: str, *, register_with: str) -> st
     )
 
 
+def _refuse_jvp(who: str, name: str, register_with: str, primals, tangents):
+    """The JVP rule of a raw kernel call: refuse, naming the fix."""
+    raise TypeError(not_differentiable_message(who, name, register_with=register_with))
+
+
 class RawKernelCall:
     """Common part of the JAX-callables returned by the raw-kernel wrappers.
 
@@ -66,13 +72,15 @@ class RawKernelCall:
         self.outs = outs
         self.single = single
         self._call = jax.custom_jvp(self._forward)
-        self._call.defjvp(self._refuse_jvp)
+        # The JVP rule must not reference ``self``: JAX keeps it in the traced
+        # jaxpr (the ``custom_jvp_call`` equation's ``jvp_jaxpr_fun``), and jit's
+        # caches, keyed weakly by this object, hold that jaxpr strongly, so a
+        # rule bound to ``self`` would keep every ``jax.jit(wrapper)`` alive,
+        # with its compiled executable.
+        self._call.defjvp(functools.partial(_refuse_jvp, self.who, name, self.register_with))
 
     def __repr__(self) -> str:
         return f"{self.who}({self.name}, outs={list(self.outs)})"
-
-    def _refuse_jvp(self, primals, tangents):
-        raise TypeError(not_differentiable_message(self.who, self.name, register_with=self.register_with))
 
     def _forward(self, *args: jax.Array) -> tuple[jax.Array, ...]:  # pragma: no cover - abstract
         raise NotImplementedError

@@ -13,6 +13,7 @@ arbitrary, so a kernel that forgets to write an element is caught.
 """
 from __future__ import annotations
 
+import functools
 import math
 import threading
 from typing import Any, Callable, Mapping, Sequence
@@ -223,18 +224,23 @@ class _CudaCall(RawKernelCall):
         return tuple(call(*args, **handler.attributes))[: len(self.outs)]
 
     def _simulate(self, args):
+        # ``host`` must not reference ``self``: the callback lives in the traced
+        # jaxpr, which jit's caches (keyed weakly by this object) hold strongly,
+        # so a reference to ``self`` would keep every ``jax.jit(wrapper)`` alive.
         outs = list(self.outs)
-        aliases = self.input_output_aliases
+        aliases = dict(self.input_output_aliases)
+        extra = list(self.extra)
+        run = self._host_runner()
 
         def host(*arrays):
             ins = [np.array(a, copy=True) for a in arrays]
             results = [_garbage(o) for o in outs]
             for i_in, i_out in aliases.items():
                 results[i_out][...] = ins[i_in]
-            scratch = [_garbage(o) for o in self.extra]
+            scratch = [_garbage(o) for o in extra]
             _kernel_compat.cuda_simulator_threadsafe_shared()
             with _sim_lock:
-                self._run_host(ins, results, scratch)
+                run(ins, results, scratch)
             return tuple(results)
 
         return tuple(jax.pure_callback(host, tuple(outs), *args, vmap_method="sequential"))
@@ -242,7 +248,8 @@ class _CudaCall(RawKernelCall):
     def _handler(self, in_specs, out_specs):  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def _run_host(self, ins, outs, scratch):  # pragma: no cover - abstract
+    def _host_runner(self) -> Callable[[list, list, list], None]:  # pragma: no cover - abstract
+        """``run(ins, outs, scratch)`` running the callee in the simulator; it holds no reference to ``self``."""
         raise NotImplementedError
 
 
@@ -265,10 +272,8 @@ class NumbaCudaKernelCall(_CudaCall):
             self.kernel, in_specs, out_specs, self.grid, self.block, self.shared_mem, f"{self.who}({self.name!r})"
         )
 
-    def _run_host(self, ins, outs, scratch):
-        if 0 in self.grid:
-            return
-        self.kernel[self.grid, self.block, 0, self.shared_mem](*ins, *outs)
+    def _host_runner(self):
+        return functools.partial(_run_kernel_on_host, self.kernel, self.grid, self.block, self.shared_mem)
 
 
 class NumbaCudaCallableCall(_CudaCall):
@@ -287,9 +292,21 @@ class NumbaCudaCallableCall(_CudaCall):
     def _handler(self, in_specs, out_specs):
         return bridge.callable_handler(self.func, in_specs, out_specs, f"{self.who}({self.name!r})")
 
-    def _run_host(self, ins, outs, scratch):
-        cuda = bridge.cuda_module()
-        self.func(*ins, *outs, *scratch, cuda.stream())
+    def _host_runner(self):
+        return functools.partial(_run_callable_on_host, self.func)
+
+
+def _run_kernel_on_host(kernel, grid, block, shared_mem, ins, outs, scratch) -> None:
+    """Launch a ``@cuda.jit`` kernel in the simulator."""
+    if 0 in grid:
+        return
+    kernel[grid, block, 0, shared_mem](*ins, *outs)
+
+
+def _run_callable_on_host(func, ins, outs, scratch) -> None:
+    """Call a host function in the simulator, with the stream last."""
+    cuda = bridge.cuda_module()
+    func(*ins, *outs, *scratch, cuda.stream())
 
 
 def _check_cuda_kernel(kernel) -> None:
