@@ -172,3 +172,28 @@ def test_fresh_jitted_cuda_wrappers_are_collected_in_the_simulator():
         [sys.executable, "-c", _CUDASIM_SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
     )
     assert result.returncode == 0 and "OK" in result.stdout, result.stdout[-3000:] + result.stderr[-3000:]
+
+
+def test_a_kernel_defined_anew_each_time_is_freed_and_shares_one_handler():
+    """A factory (or a notebook cell run again) defining the same @numba.njit kernel each time."""
+    from evjax.backends import numba_cpu
+
+    def make_times_five():
+        @numba.njit
+        def times_five(x, out):
+            for i in range(out.size):
+                out[i] = 5.0 * x[i]
+
+        return times_five
+
+    x = jnp.ones(4, jnp.float32)
+    targets = len(numba_cpu._by_target)
+    alive = []
+    for _ in range(5):
+        kernel = make_times_five()
+        np.testing.assert_array_equal(evjax.numba_kernel(kernel, outs=jax.ShapeDtypeStruct((4,), jnp.float32))(x), 5.0)
+        alive.append(weakref.ref(kernel))
+        del kernel
+    gc.collect()
+    assert sum(r() is not None for r in alive) <= 1  # the first one lives on in the shared handler
+    assert len(numba_cpu._by_target) <= targets + 1

@@ -20,6 +20,7 @@ import marshal
 import os
 import threading
 import warnings
+import weakref
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -36,7 +37,9 @@ NUMBA_TYPE_NAMES = {
 }
 
 _lock = threading.RLock()
-_handlers: dict[tuple, "CompiledHandler"] = {}  # (kernel object, signature) -> handler
+# kernel object -> {signature: handler}; weak in the kernel, so a kernel defined anew (a factory, a notebook
+# cell run again) is freed with its last reference: the handler lives on in _by_target, shared by content
+_handlers: "weakref.WeakKeyDictionary[Any, dict[tuple, CompiledHandler]]" = weakref.WeakKeyDictionary()
 _by_target: dict[str, "CompiledHandler"] = {}  # content-named target -> handler
 _jobs: dict[str, "_Job"] = {}  # content-named target -> its compile, until registered (shared by threads)
 
@@ -134,8 +137,8 @@ def _option_text(value) -> str:
 def _handler_source(in_types, out_types, cache: bool, threads: bool) -> tuple[str, str]:
     """``(preamble, body)`` of a handler calling ``KERNEL`` on the frame's buffers.
 
-    With ``threads``, the kernel's first argument is the thread count in
-    force (:func:`evjax.backends.threads.thread_count`, read at every call).
+    With ``threads``, the kernel's first argument is the number of threads it
+    may use now (:func:`evjax.backends.threads.threads_now`, read at every call).
     """
     names = [f"a{i}" for i in range(len(in_types))] + [f"r{i}" for i in range(len(out_types))]
     arglist = ", ".join(names)
@@ -154,7 +157,7 @@ def _handler_source(in_types, out_types, cache: bool, threads: bool) -> tuple[st
         f"    rets = load_i64(frame + {ffi_abi.FRAME_RETS})",
     ]
     if threads:
-        body.append("    threads = numba.int64(thread_count())")
+        body.append("    threads = threads_now()")
     for name, table, index, (dtype, rank) in (
         [(f"a{i}", "args", i, t) for i, t in enumerate(in_types)]
         + [(f"r{i}", "rets", i, t) for i, t in enumerate(out_types)]
@@ -200,7 +203,7 @@ def _new_job(kernel, in_types, out_types, traits, threads: bool) -> _Job:
     compiled = prepare_kernel(kernel)
     fingerprint, cacheable = _kernel_fingerprint(compiled)
     preamble, body = _handler_source(in_types, out_types, cacheable, threads)
-    imports = "from evjax.backends.threads import thread_count" if threads else ""
+    imports = "from evjax.backends.threads import threads_now" if threads else ""
     module, digest = ffi_core.compile_handler(
         body, traits=traits, imports=imports, preamble=preamble, namespace={"KERNEL": compiled},
         cache=cacheable, fingerprint=fingerprint, lazy=True,
@@ -242,19 +245,20 @@ def get_handler(kernel, in_types: Sequence[tuple[np.dtype, int]], out_types, tra
         in_types: ``(dtype, rank)`` per input buffer.
         out_types: ``(dtype, rank)`` per output buffer.
         traits: FFI handler traits to declare (0 on CPU).
-        threads: pass the kernel the thread count in force as its first
-            argument (an int64, read at every call; see :mod:`evjax.backends.threads`).
+        threads: pass the kernel the number of threads it may use now as its
+            first argument (an int64, read at every call; see :mod:`evjax.backends.threads`).
     """
-    signature = (kernel, tuple(in_types), tuple(out_types), traits, threads)
+    signature = (tuple(in_types), tuple(out_types), traits, threads)
     with _lock:
-        handler = _handlers.get(signature)
+        known = _handlers.setdefault(kernel, {})
+        handler = known.get(signature)
         if handler is not None:
             return handler
         fast_exit.register()  # Numba's compiler state would slow the exit down (see fast_exit)
         job = _new_job(kernel, in_types, out_types, traits, threads)
         handler = _by_target.get(job.target)
         if handler is not None:  # a kernel of the same content shares the handler registered first
-            _handlers[signature] = handler
+            known[signature] = handler
             return handler
         job = _jobs.setdefault(job.target, job)  # ... and its compile
     _compile(job)  # waits while another thread compiles it; at once when done
@@ -263,7 +267,7 @@ def get_handler(kernel, in_types: Sequence[tuple[np.dtype, int]], out_types, tra
             if _jobs.get(job.target) is job:
                 del _jobs[job.target]  # the next call tries again
             raise job.error
-        handler = _handlers[signature] = _register(job)
+        handler = _handlers.setdefault(kernel, {})[signature] = _register(job)
         _jobs.pop(job.target, None)
         return handler
 
