@@ -38,11 +38,10 @@ def _api():
     from .primitives.dense import Dense
     from .primitives.fixed import FixedPostNumConn, FixedPreNumConn
     from .primitives.jitc import JITCNormalR, JITCScalarR, JITCUniformR
-    from .primitives.neuron import detect_spikes, exp_trace, lif_step, spike
 
     return SimpleNamespace(**{k: v for k, v in locals().items() if k != "SimpleNamespace"})
 
-FAMILIES = ("csr", "fixed", "dense", "jitc", "neuron")
+FAMILIES = ("csr", "fixed", "dense", "jitc")
 DTYPES = ("float32",)
 N_PRE, N_POST, BATCH = 6, 5, 3
 
@@ -175,29 +174,8 @@ def _jitc_cases(dtype) -> list:
     return out
 
 
-def _neuron_cases(dtype) -> list:
-    import jax
-    import jax.numpy as jnp
-
-    api = _api()
-
-    v = jnp.linspace(-1.0, 2.0, 7, dtype=dtype)
-
-    def run():
-        def loss(v):
-            v_next, spikes = api.lif_step(v, v * 0.5)
-            trace = api.exp_trace(v, spikes, 0.9)
-            v_out, detected = api.detect_spikes(v, 1.0)
-            return jnp.sum(api.spike(v - 1.0) + v_next + trace + v_out + detected)
-
-        jax.block_until_ready(jax.jit(loss)(v))
-        jax.block_until_ready(jax.jit(jax.grad(loss))(v))
-
-    return [(f"neuron: spike, lif_step, exp_trace, detect_spikes ({jnp.dtype(dtype).name})", run)]
-
-
-_BUILDERS = {"csr": _csr_cases, "fixed": _fixed_cases, "dense": _dense_cases, "jitc": _jitc_cases,
-             "neuron": _neuron_cases}
+# (The neuron ops are pure JAX, with no kernel to compile: no family here.)
+_BUILDERS = {"csr": _csr_cases, "fixed": _fixed_cases, "dense": _dense_cases, "jitc": _jitc_cases}
 
 
 def cases(families: Sequence[str] = FAMILIES, dtypes: Sequence[str] = DTYPES) -> list[tuple[str, Callable]]:
@@ -236,7 +214,7 @@ def precompile(families: Iterable[str] = FAMILIES, dtypes: Iterable[str] = DTYPE
     """Compile (or load) the kernels of the built-in families into the disk caches.
 
     Args:
-        families: any of ``"csr"``, ``"fixed"``, ``"dense"``, ``"jitc"``, ``"neuron"``.
+        families: any of ``"csr"``, ``"fixed"``, ``"dense"``, ``"jitc"``.
         dtypes: ``"float32"`` and/or ``"float64"`` (float64 needs ``jax_enable_x64``).
         progress: print a progress bar to ``stream``.
         stream: where the progress goes (default ``sys.stderr``).

@@ -259,7 +259,7 @@ IMPORT_CHECK = textwrap.dedent("""
     after = {k: getattr(config, k) for k in dir(config) if k.isupper()}
     changed = sorted(k for k in numba_settings if repr(numba_settings[k]) != repr(after[k]))
     loaded = sorted(m for m in sys.modules if m == "warp" or m.startswith("numba.cuda")
-                    or m.endswith((".csr.numba", ".csr.warp", ".csr.numba_cuda", ".neuron.numba")))
+                    or m.endswith((".csr.numba", ".csr.warp", ".csr.numba_cuda")))
     print(len(traces), len(cleared), len(compiles.buffer), changed, loaded, parallel._is_initialized)
 """)
 
@@ -272,7 +272,7 @@ def test_import_compiles_nothing_clears_nothing_and_loads_no_backend():
     assert out.stdout.split("\n")[-2] == "1 0 0 [] [] False", out.stdout
 
 
-@pytest.mark.parametrize("family", ["csr", "neuron"])
+@pytest.mark.parametrize("family", ["csr"])
 def test_each_backend_module_registers_every_op_of_its_family(family):
     """A family's ops share their backends, so a per-call choice holds for the ops their rules bind."""
     import importlib

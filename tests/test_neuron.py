@@ -10,13 +10,12 @@ import pytest
 from hypothesis import strategies as st
 
 import evjax
+from evjax.errors import BackendNotAvailableError
 from evjax.primitives import neuron
-from evjax.primitives.neuron import numba as neuron_numba
 from evjax.surrogate import smooth_step
 from evjax.testing import OpSpec, property_test
-from tests.helpers import HANG_GUARD_S
 
-BACKENDS = ("numba", "reference")
+BACKENDS = (None, "reference")  # what backend= takes: both are the pure-JAX ops
 
 
 # ---------------------------------------------------------------------------
@@ -80,59 +79,54 @@ def _detect_dense(v, v_th, v_rest, *, surrogate, detach_reset):
 
 
 # ---------------------------------------------------------------------------
-# property tests through the harness: every op on every CPU backend
+# property tests through the harness (the ops are pure JAX: no backend to name)
 # ---------------------------------------------------------------------------
-HARNESS_BACKENDS = ("numba", "warp", "reference")
-
-
-def _spike_spec(backend, surrogate="fast_sigmoid"):
+def _spike_spec(surrogate="fast_sigmoid"):
     return OpSpec(
-        fn=lambda x: evjax.spike(x, surrogate, backend=backend),
+        fn=lambda x: evjax.spike(x, surrogate),
         reference=lambda x: smooth_step(x, surrogate),
-        diff_argnums=(0,), smooth=False, backend=backend, name=f"spike[{backend},{surrogate}]",
+        diff_argnums=(0,), smooth=False, name=f"spike[{surrogate}]",
     )
 
 
-def _lif_spec(backend, detach_reset=False):
+def _lif_spec(detach_reset=False):
     params = dict(tau=5.0, dt=1.0, v_th=1.0, v_reset=-0.2, v_rest=0.1, surrogate="arctan")
     return OpSpec(
-        fn=lambda v, i: evjax.lif_step(v, i, backend=backend, detach_reset=detach_reset, **params),
+        fn=lambda v, i: evjax.lif_step(v, i, detach_reset=detach_reset, **params),
         reference=lambda v, i: _lif_dense(v, i, detach_reset=detach_reset, **params),
-        diff_argnums=(0, 1), smooth=False, backend=backend, name=f"lif_step[{backend},detach={detach_reset}]",
+        diff_argnums=(0, 1), smooth=False, name=f"lif_step[detach={detach_reset}]",
     )
 
 
-def _trace_spec(backend):
+def _trace_spec():
     return OpSpec(
-        fn=lambda t, s, d: evjax.exp_trace(t, s, d, backend=backend),
+        fn=lambda t, s, d: evjax.exp_trace(t, s, d),
         reference=lambda t, s, d: t * d + s,
-        diff_argnums=(0, 1, 2), backend=backend, name=f"exp_trace[{backend}]",
+        diff_argnums=(0, 1, 2), name="exp_trace",
     )
 
 
-def _detect_spec(backend, detach_reset=False):
+def _detect_spec(detach_reset=False):
     return OpSpec(
-        fn=lambda v, th, r: evjax.detect_spikes(v, th, r, surrogate="sigmoid", detach_reset=detach_reset,
-                                                backend=backend),
+        fn=lambda v, th, r: evjax.detect_spikes(v, th, r, surrogate="sigmoid", detach_reset=detach_reset),
         reference=lambda v, th, r: _detect_dense(v, th, r, surrogate="sigmoid", detach_reset=detach_reset),
-        diff_argnums=(0, 1, 2), smooth=False, backend=backend, name=f"detect_spikes[{backend},detach={detach_reset}]",
+        diff_argnums=(0, 1, 2), smooth=False, name=f"detect_spikes[detach={detach_reset}]",
     )
 
 
-test_spike_properties = property_test(_spike_spec, spike_args(), backends=HARNESS_BACKENDS)
-test_lif_properties = property_test(_lif_spec, lif_args(), backends=HARNESS_BACKENDS)
-test_trace_properties = property_test(_trace_spec, trace_args(), backends=HARNESS_BACKENDS)
-test_detect_properties = property_test(_detect_spec, detect_args(), backends=HARNESS_BACKENDS)
-test_lif_properties_detached = property_test(lambda b: _lif_spec(b, True), lif_args(), backends=("numba",))
-test_detect_properties_detached = property_test(lambda b: _detect_spec(b, True), detect_args(), backends=("numba",))
-# 0-d operands: every argument a scalar (vmap then batches scalars; see the report in the commit log)
+test_spike_properties = property_test(_spike_spec(), spike_args())
+test_lif_properties = property_test(_lif_spec(), lif_args())
+test_trace_properties = property_test(_trace_spec(), trace_args())
+test_detect_properties = property_test(_detect_spec(), detect_args())
+test_lif_properties_detached = property_test(_lif_spec(True), lif_args())
+test_detect_properties_detached = property_test(_detect_spec(True), detect_args())
+# 0-d operands: every argument a scalar (vmap then batches scalars)
 scalars = st.just(())
-test_spike_properties_scalar = property_test(_spike_spec, spike_args(scalars), backends=HARNESS_BACKENDS)
-test_lif_properties_scalar = property_test(_lif_spec, lif_args(scalars), backends=HARNESS_BACKENDS)
-test_trace_properties_scalar = property_test(_trace_spec, trace_args(scalars), backends=HARNESS_BACKENDS)
-test_detect_properties_scalar = property_test(_detect_spec, detect_args(scalars), backends=HARNESS_BACKENDS)
-test_spike_properties_triangle = property_test(lambda b: _spike_spec(b, "triangle"), spike_args(),
-                                               backends=("reference",))
+test_spike_properties_scalar = property_test(_spike_spec(), spike_args(scalars))
+test_lif_properties_scalar = property_test(_lif_spec(), lif_args(scalars))
+test_trace_properties_scalar = property_test(_trace_spec(), trace_args(scalars))
+test_detect_properties_scalar = property_test(_detect_spec(), detect_args(scalars))
+test_spike_properties_triangle = property_test(_spike_spec("triangle"), spike_args())
 
 
 # ---------------------------------------------------------------------------
@@ -183,7 +177,7 @@ def test_surrogate_aliases_and_object():
 # ---------------------------------------------------------------------------
 # forward semantics against plain numpy (seed 000 section 6 / seed 001 section 8)
 # ---------------------------------------------------------------------------
-@pytest.mark.parametrize("size", [7, neuron_numba.PARALLEL_MIN_SIZE + 3])  # serial and parallel kernels
+@pytest.mark.parametrize("size", [7, 100_003])  # large enough for XLA to split the loop over threads
 def test_lif_forward_matches_numpy(size):
     rng = np.random.default_rng(size)
     v = rng.uniform(-75, -50, size).astype(np.float32)
@@ -209,7 +203,7 @@ def test_lif_integrates_and_fires():
     assert counts[0] == 0 and 0 < counts[1] < counts[2]
 
 
-@pytest.mark.parametrize("size", [6, neuron_numba.PARALLEL_MIN_SIZE + 1])
+@pytest.mark.parametrize("size", [6, 100_001])
 def test_detect_and_trace_match_numpy(size):
     rng = np.random.default_rng(1)
     v = rng.uniform(-75, -50, size).astype(np.float32)
@@ -233,11 +227,43 @@ def test_trace_steady_state():
     assert abs(float(trace.mean()) - 0.05 / (1 - decay)) < 0.05
 
 
-def test_unsupported_dtype_falls_back_to_reference():
-    x = jnp.linspace(-1, 1, 8, dtype=jnp.bfloat16)
-    out = evjax.spike(x, backend="numba")
-    assert out.dtype == jnp.bfloat16
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+def test_low_precision_dtypes(dtype):
+    x = jnp.linspace(-1, 1, 8, dtype=dtype)
+    out = evjax.spike(x)
+    assert out.dtype == dtype
     np.testing.assert_array_equal(np.asarray(out, np.float32), (np.asarray(x, np.float32) >= 0))
+    v_new, s = evjax.lif_step(x, x)
+    assert v_new.dtype == s.dtype == dtype
+    grad = jax.grad(lambda v: evjax.lif_step(v, x)[0].astype(jnp.float32).sum())(x)
+    assert grad.dtype == dtype and bool(jnp.all(jnp.isfinite(grad)))
+
+
+def test_nonfinite_forward():
+    """IEEE semantics: NaN never spikes and passes through; +inf spikes and resets; -inf does not spike."""
+    nan, inf = float("nan"), float("inf")
+    x = np.array([nan, inf, -inf, 0.0, -0.0, 1.0, -1.0], np.float32)
+    i = x[::-1].copy()
+    fired = np.array([0, 1, 0, 1, 1, 1, 0], np.float32)
+    np.testing.assert_array_equal(evjax.spike(x), fired)
+    # lif_step (tau = 10, dt = 1, v_th = 1, v_reset = v_rest = 0): u = v - 0.1 (v - 0) + i, so v = +-inf
+    # gives inf - inf = nan (as the Numba kernels did), not 0.9 v
+    with np.errstate(invalid="ignore"):
+        u = x - np.float32(0.1) * (x - np.float32(0.0)) + i
+    v_new, s = evjax.lif_step(x, i)
+    np.testing.assert_array_equal(s, (u >= 1.0).astype(np.float32))
+    np.testing.assert_array_equal(v_new, np.where(u >= 1.0, np.float32(0.0), u))
+    nan_at = np.isnan(np.asarray(v_new))
+    assert list(np.flatnonzero(nan_at)) == [0, 1, 2, 6] and not np.asarray(s)[nan_at].any()
+    # detect_spikes: a NaN threshold never fires; v_rest is what a firing neuron gets, NaN included
+    th = np.array([0.5, nan, 0.5, -inf, inf, nan, 0.5], np.float32)
+    s, v_out = evjax.detect_spikes(x, th, x[::-1].copy())
+    with np.errstate(invalid="ignore"):
+        want = x >= th
+    np.testing.assert_array_equal(s, want.astype(np.float32))
+    np.testing.assert_array_equal(v_out, np.where(want, x[::-1], x))
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_array_equal(evjax.exp_trace(x, i, 0.5), x * np.float32(0.5) + i)
 
 
 def test_detach_reset_changes_only_reset_term():
@@ -253,7 +279,7 @@ def test_detach_reset_changes_only_reset_term():
 
 
 # ---------------------------------------------------------------------------
-# vmap is one batched kernel call, not a loop
+# vmap is one batched elementwise loop, not a loop over the batch
 # ---------------------------------------------------------------------------
 @pytest.mark.parametrize("fn, args", [
     (lambda v, i: evjax.lif_step(v, i), (jnp.ones((4, 6)), jnp.ones((4, 6)))),
@@ -264,8 +290,44 @@ def test_detach_reset_changes_only_reset_term():
 def test_vmap_is_native(fn, args):
     jaxpr = jax.make_jaxpr(jax.vmap(fn))(*args)
     text = str(jaxpr)
-    assert "evjax_" in text and "while" not in text and "scan" not in text
-    assert any(e.primitive.name.startswith("evjax_") and e.outvars[0].aval.shape == (4, 6) for e in jaxpr.eqns)
+    assert "while" not in text and "scan" not in text
+    assert all(v.aval.shape == (4, 6) for v in jaxpr.jaxpr.outvars)
+
+
+# ---------------------------------------------------------------------------
+# no custom call: XLA sees (and fuses) the ops
+# ---------------------------------------------------------------------------
+def _lif_spike_update(v, i):
+    v, s = evjax.lif_step(v, i, tau=10.0, v_th=1.0, dt=1.0, detach_reset=True)
+    return evjax.spike(v - 0.5), s
+
+
+def test_lif_spike_update_has_no_custom_call():
+    v, i = jnp.linspace(-1.0, 2.0, 64), jnp.full(64, 0.3)
+    assert "custom_call" not in jax.jit(_lif_spike_update).lower(v, i).as_text()
+    assert "custom-call" not in jax.jit(_lif_spike_update).lower(v, i).compile().as_text()
+
+
+def test_training_update_has_no_custom_call():
+    """Forward and gradient of all four ops, in a time loop, under vmap: still no custom call."""
+    def loss(v0, i, th):
+        def step(carry, _):
+            v, trace = carry
+            v, s = evjax.lif_step(v, i, detach_reset=True)
+            s2, v = evjax.detect_spikes(v, th, 0.0)
+            trace = evjax.exp_trace(trace, s + s2, 0.9)
+            return (v, trace), evjax.spike(trace - 1.0)
+        _, out = jax.lax.scan(step, (v0, jnp.zeros_like(v0)), None, length=5)
+        return out.sum()
+
+    def batch_loss(v0, i, th):
+        return jax.vmap(loss, in_axes=(0, 0, None))(v0, i, th).sum()
+
+    args = (jnp.zeros((3, 16)), jnp.full((3, 16), 0.3), jnp.float32(0.8))
+    f = jax.jit(jax.grad(batch_loss, argnums=(1, 2)))
+    assert "custom_call" not in f.lower(*args).as_text()
+    grads = f(*args)
+    assert all(bool(jnp.all(jnp.isfinite(g))) for g in grads)
 
 
 # ---------------------------------------------------------------------------
@@ -308,26 +370,45 @@ def test_neurons_docs_run():
 
 
 # ---------------------------------------------------------------------------
-# other backends: Warp on its CPU device (its kernels run through the harness
-# above), Numba CUDA in the simulator
+# backend=: kept for compatibility, None or "reference" only
 # ---------------------------------------------------------------------------
-def test_warp_is_a_cpu_backend_but_not_the_default():
-    pytest.importorskip("warp")
-    for op in (neuron.spike_p, neuron.lif_step_p, neuron.exp_trace_p, neuron.detect_spikes_p):
-        assert "warp" in op.backends("cpu") and op.defaults["cpu"] == "numba"
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_backend_none_and_reference_are_the_same(backend):
+    x = jnp.linspace(-1.0, 2.0, 9)
+    np.testing.assert_array_equal(evjax.spike(x, backend=backend), evjax.spike(x))
+    for got, want in zip(evjax.lif_step(x, x, backend=backend), evjax.lif_step(x, x)):
+        np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(evjax.exp_trace(x, x, 0.5, backend=backend), evjax.exp_trace(x, x, 0.5))
+    for got, want in zip(evjax.detect_spikes(x, backend=backend), evjax.detect_spikes(x)):
+        np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.cudasim
-def test_numba_cuda_kernels_in_the_simulator():
-    import os
-    import subprocess
-    import sys
+@pytest.mark.parametrize("call", [
+    lambda b: evjax.spike(jnp.zeros(3), backend=b),
+    lambda b: evjax.lif_step(jnp.zeros(3), jnp.zeros(3), backend=b),
+    lambda b: evjax.exp_trace(jnp.zeros(3), jnp.zeros(3), 0.5, backend=b),
+    lambda b: evjax.detect_spikes(jnp.zeros(3), backend=b),
+])
+def test_removed_and_unknown_backends_name_the_fix(call):
+    for removed in ("numba", "warp", "numba_cuda"):
+        with pytest.raises(BackendNotAvailableError, match=f"backend='{removed}' no longer exists.*Drop the backend="):
+            call(removed)
+    with pytest.raises(BackendNotAvailableError, match="unknown backend 'cuda'.*backend=None or 'reference'"):
+        call("cuda")
+    with pytest.raises(ValueError):  # BackendNotAvailableError is a ValueError
+        call("numba")
+    with pytest.raises(TypeError, match="backend is None or 'reference'"):
+        call(1)
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
-    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONPATH": path, "JAX_PLATFORMS": "cpu"}
-    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                             "tests/cudasim/test_sim_neuron.py"], cwd=root, env=env, capture_output=True, text=True,
-                            timeout=HANG_GUARD_S)
-    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
-    assert " passed" in result.stdout and " failed" not in result.stdout
+
+def test_global_backend_choice_does_not_apply():
+    """evjax.use_backend picks kernels of ops that have them; the neuron ops have none, so nothing changes."""
+    x = jnp.linspace(-1.0, 2.0, 9)
+    with evjax.use_backend("numba"):
+        out = jax.jit(lambda x: evjax.lif_step(x, x))(x)
+    for got, want in zip(out, evjax.lif_step(x, x)):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_package_exports_only_the_ops():
+    assert set(neuron.__all__) == {"spike", "lif_step", "exp_trace", "detect_spikes"}

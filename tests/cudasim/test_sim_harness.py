@@ -1,4 +1,4 @@
-"""The Numba CUDA backends of the CSR and neuron ops through the property harness,
+"""The Numba CUDA backends of the CSR ops through the property harness,
 in Numba's CUDA simulator (started by tests/test_numba_cuda_sim.py).
 
 The simulator runs CUDA kernels on the host, so the ops' ``numba_cuda`` GPU
@@ -6,7 +6,7 @@ generators are registered here as a CPU backend of the same name as well
 (this process only); ``backend="numba_cuda"`` then lowers to them on the CPU,
 where the harness checks that they really run (a host callback into the
 simulator) and compares every transform with the references of
-tests/test_csr_ops.py and tests/test_neuron.py.  Sizes are tiny: each kernel
+tests/test_csr_ops.py.  Sizes are tiny: each kernel
 thread is a Python thread.
 """
 from __future__ import annotations
@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 
 from evjax.backends import numba_cuda as bridge
-from evjax.primitives import csr, neuron
+from evjax.primitives import csr
 from evjax.testing import check_all, random_csr
-from tests import test_csr_ops, test_neuron
+from tests import test_csr_ops
 
 assert bridge.simulator_enabled(), "run with NUMBA_ENABLE_CUDASIM=1"
 
-for _op in (*csr.OPS, *(ops[0] for ops in neuron.OPS.values())):
+for _op in csr.OPS:
     _op.def_kernel("numba_cuda", "cpu", _op.kernel_generator("gpu", "numba_cuda"), default=False)
 
 BACKEND = "numba_cuda"
@@ -70,14 +70,3 @@ def test_csr_weighted_sddmm(mode):
     r, q = ((rng.standard_normal((n, 2)) * (rng.random((n, 2)) < 0.6)).astype(np.float32) for n in (4, 3))
     check_all(test_csr_ops.weighted_sddmm_spec(mode, BACKEND), (indices, indptr, r, q, (4, 3)),
               skip=("check_grads", "nested_vmap"))
-
-
-def test_neuron_ops():
-    rng = np.random.default_rng(2)
-    v, i = (rng.uniform(-0.5, 1.5, (2, 3)).astype(np.float32) for _ in range(2))
-    skip = ("nested_vmap",)
-    check_all(test_neuron._spike_spec(BACKEND, "sigmoid"), (v,), skip=skip)
-    check_all(test_neuron._lif_spec(BACKEND), (v, i), skip=skip)
-    check_all(test_neuron._trace_spec(BACKEND), (v, (i > 0.5).astype(np.float32), np.float32(0.8)), skip=skip)
-    check_all(test_neuron._detect_spec(BACKEND, True), (v, rng.uniform(0.2, 1, 3).astype(np.float32),
-                                                       np.float32(-0.2)), skip=skip)

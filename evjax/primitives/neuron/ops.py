@@ -1,45 +1,69 @@
-"""Neuron primitives: spike, LIF step, exponential trace, spike detection.
+"""Neuron ops: spike, LIF step, exponential trace, spike detection.
 
-Every op is an :class:`evjax.XLACustomKernel` with the pure-JAX reference (the
-GPU default, where XLA fuses it with its neighbours, and the tests' oracle),
-explicit JVP and batching rules, and backends declared in this package:
-``numba`` (the CPU default), ``warp`` (CPU and GPU) and ``numba_cuda`` (GPU),
-each imported the first time it is needed.  All of them are elementwise: the kernels see
-flattened arrays, so any shape works, and vmap is one call on the batched array.
+Every op is a few ``jax.numpy`` expressions, so XLA fuses it with the
+membrane update around it: a jitted step is one loop over the neurons, with
+no custom call and no kernel to compile.  The Heaviside step of ``spike``,
+``lif_step`` and ``detect_spikes`` has a :func:`jax.custom_jvp` whose
+derivative is a surrogate ``g`` (see :mod:`evjax.surrogate`); its tangent
+maths is written next to each rule.  ``exp_trace`` is linear and
+differentiable as it is, so JAX's own derivative is the exact one.
+``jax.vmap`` batches the expressions: one fused loop on the batched array.
 
-Operands that may be a scalar or an array (``decay``, ``v_th``, ``v_rest``) are
-kept as shape ``()`` when scalar and broadcast to the full shape otherwise; a
-kernel reads a size-1 operand with stride 0.
+``backend=``: the ops once ran as Numba (CPU) and Warp/Numba CUDA kernels;
+``benchmarks/neuron_ops.py`` measured the fused pure-JAX step faster, so the
+kernels are gone.  ``backend`` stays in the signatures for compatibility
+and takes ``None`` or ``"reference"``, both this pure-JAX implementation;
+any other name raises :class:`evjax.errors.BackendNotAvailableError` saying
+to drop the argument.  :func:`evjax.set_backend` and :func:`evjax.use_backend`
+do not apply to these ops (they have no backends).
 
-Spikes are floats (0.0 / 1.0) of the membrane's dtype, so they carry surrogate
-gradients and serve directly as events for the CSR ops.
+Operands that may be a scalar or an array (``decay``, ``v_th``, ``v_rest``)
+are kept as shape ``()`` when scalar, and broadcast by XLA inside the fused
+loop.  Spikes are floats (0.0 / 1.0) of the membrane's dtype, so they carry
+surrogate gradients and serve directly as events for the CSR ops.
 """
 from __future__ import annotations
 
+import functools
 import math
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from ... import _compat
-from ...rules import ad as ad_rules
-from ...rules import batching as batching_rules
+from ...errors import BackendNotAvailableError
 from ...surrogate import Surrogate, resolve_surrogate, surrogate_grad
-from ...xla_custom_kernel import XLACustomKernel
 
-__all__ = ["spike", "lif_step", "exp_trace", "detect_spikes", "spike_p", "lif_step_p", "exp_trace_p",
-           "detect_spikes_p", "OPS", "make_generator"]
+__all__ = ["spike", "lif_step", "exp_trace", "detect_spikes"]
 
-# backend -> {platform: default candidate?}: Numba is the CPU default; on GPU the
-# pure-JAX reference stays the default (XLA fuses these elementwise ops).
-BACKENDS = {"numba": {"cpu": True}, "warp": {"cpu": False, "gpu": False}, "numba_cuda": {"gpu": False}}
-_KERNEL_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+# The kernels these ops had before they became pure JAX (benchmarks/neuron_ops.py compares them).
+_REMOVED_BACKENDS = ("numba", "warp", "numba_cuda")
 
 
 # ---------------------------------------------------------------------------
 # shared helpers
 # ---------------------------------------------------------------------------
+def _check_backend(who: str, backend) -> None:
+    """Accept ``None`` and ``"reference"`` (the pure-JAX ops); raise, naming the fix, for anything else."""
+    if backend is None:
+        return
+    if not isinstance(backend, str):
+        raise TypeError(f"{who}: backend is None or 'reference', got {type(backend).__name__} {backend!r}")
+    if backend == "reference":
+        return
+    if backend in _REMOVED_BACKENDS:
+        raise BackendNotAvailableError(
+            f"{who}: backend={backend!r} no longer exists: the neuron ops are pure JAX, which XLA fuses with "
+            f"the code around them (see benchmarks/results/neuron_ops.md). Drop the backend= argument (or pass "
+            f"backend='reference'); the results agree up to rounding."
+        )
+    raise BackendNotAvailableError(
+        f"{who}: unknown backend {backend!r}; the neuron ops are pure JAX and take backend=None or 'reference'"
+    )
+
+
 def _reject_complex(who: str, **operands) -> None:
     """Raise TypeError for a complex operand (casting it to float would silently drop its imaginary part)."""
     for name, x in operands.items():
@@ -80,71 +104,6 @@ def _scalar_or_full(x, shape, dtype):
     return x if x.ndim == 0 else jnp.broadcast_to(x, shape)
 
 
-def make_generator(make_call, reference, kernel_params=None):
-    """A kernel generator for an elementwise op, for any backend.
-
-    The kernels take the flattened inputs, an int32 ``strides`` array (0 for a
-    size-1 input, read with stride 0; else 1), then, if ``kernel_params`` is
-    given, the static floats ``kernel_params(**params)`` as a small array of the
-    op's dtype, then the flattened outputs.  ``make_call(size, flat_outs, dtype)``
-    returns the backend's callable for them.  Dtypes other than float32/float64
-    (float16, bfloat16) and empty arrays use the pure-JAX ``reference``.
-    """
-
-    def generator(outs, ins, **params):
-        dtype = np.dtype(outs[0].dtype)
-        size = int(np.prod(outs[0].shape, dtype=np.int64))
-        if dtype not in _KERNEL_DTYPES or any(np.dtype(i.dtype) != dtype for i in ins) or size == 0:
-            return lambda *a: reference(*a, outs=outs, **params)
-        call = make_call(size, [jax.ShapeDtypeStruct((size,), o.dtype) for o in outs], dtype)
-        strides = np.array([0 if int(np.prod(i.shape)) == 1 else 1 for i in ins], np.int32)
-        values = None if kernel_params is None else np.array(kernel_params(**params), dtype)
-
-        def run(*arrays):
-            flat = [a.reshape(-1) for a in arrays] + [jnp.asarray(strides)]
-            if values is not None:
-                flat.append(jnp.asarray(values))
-            results = call(*flat)
-            results = results if isinstance(results, (list, tuple)) else [results]
-            return [r.reshape(o.shape) for r, o in zip(results, outs)]
-
-        return run
-
-    return generator
-
-
-def _elementwise_batching(op: XLACustomKernel, scalar_operands: tuple[int, ...] = ()):
-    """Batching rule: one call of the same op on the batched arrays (batch at axis 0).
-
-    An unbatched scalar stays a scalar only at the positions ``scalar_operands``,
-    which the kernels read with stride 0; every other operand (unbatched, or a
-    batched scalar) is broadcast to the batched full shape.
-    """
-
-    def rule(args, axes, *, outs, **params):
-        size = batching_rules.batch_size(args, axes)
-        full = (size,) + tuple(outs[0].shape)
-        new_args = []
-        for position, (a, ax) in enumerate(zip(args, axes)):
-            if ax is None:
-                keep = a.ndim == 0 and position in scalar_operands
-                new_args.append(a if keep else jnp.broadcast_to(a, full))
-                continue
-            a = batching_rules.move_batch_axis(a, ax, 0)
-            if a.shape != full:  # a per-example scalar
-                a = jnp.broadcast_to(a.reshape((size,) + (1,) * (len(full) - 1)), full)
-            new_args.append(a)
-        new_outs = tuple(jax.ShapeDtypeStruct(full, o.dtype) for o in outs)
-        return op.primitive.bind(*new_args, outs=new_outs, **params), [0] * len(outs)
-
-    return rule
-
-
-def _tangent(t):
-    """A tangent, or None where it is a symbolic zero."""
-    return None if ad_rules.is_zero(t) else t
-
-
 # ===========================================================================
 # spike
 # ===========================================================================
@@ -152,15 +111,17 @@ def spike(x: jax.Array, surrogate: str | Surrogate = "fast_sigmoid", alpha: floa
           backend: str | None = None) -> jax.Array:
     """Heaviside spike with a surrogate derivative.
 
-    Forward: ``1.0 where x >= 0 else 0.0``.  Derivative: ``g(x)`` of the chosen
-    surrogate (see :mod:`evjax.surrogate`) instead of the Dirac delta.
+    Forward: ``1.0 where x >= 0 else 0.0`` (NaN gives 0.0).  Derivative:
+    ``g(x)`` of the chosen surrogate (see :mod:`evjax.surrogate`) instead of
+    the Dirac delta.
 
     Args:
         x: distance to threshold, any shape (integer inputs become float32).
         surrogate: ``"sigmoid"``, ``"fast_sigmoid"`` (SuperSpike), ``"arctan"``,
             ``"triangle"`` or an :class:`evjax.Surrogate`.
         alpha: the surrogate's sharpness (``None``: its default).
-        backend: force a backend (``"numba"``, ``"warp"``, ``"numba_cuda"``, ``"reference"``).
+        backend: ``None`` or ``"reference"`` (the same: the op is pure JAX);
+            kept for compatibility.
 
     Returns:
         Float spikes (0/1) of ``x``'s float dtype and shape.
@@ -168,44 +129,50 @@ def spike(x: jax.Array, surrogate: str | Surrogate = "fast_sigmoid", alpha: floa
     Raises:
         ValueError: unknown surrogate name or non-positive ``alpha``.
         TypeError: complex ``x``.
+        evjax.errors.BackendNotAvailableError: ``backend`` other than ``None``
+            or ``"reference"`` (the Numba and Warp kernels were removed).
 
     Example:
         >>> v = jnp.array([0.5, 1.2, 0.9])
         >>> evjax.spike(v - 1.0)                                   # [0., 1., 0.]
         >>> jax.grad(lambda v: evjax.spike(v - 1.0).sum())(v)      # the surrogate derivative
     """
+    _check_backend("spike", backend)
     choice = resolve_surrogate(surrogate, alpha)
     _reject_complex("spike", x=x)
     x = jnp.asarray(x)
     x = x.astype(_float_dtype(x))
-    (out,) = spike_p(x, outs=[jax.ShapeDtypeStruct(x.shape, x.dtype)], backend=backend,
-                     surrogate=choice.name, alpha=choice.alpha)
-    return out
+    return _spike(x, choice)
 
 
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
+def _spike(x, surrogate: Surrogate):
+    return (x >= 0).astype(x.dtype)
 
 
-
-
-def _spike_reference(x, *, outs, **params):
-    return [(x >= 0).astype(outs[0].dtype)]
-
-
-# JVP. y = H(x), dy = g(x) dx with g the surrogate; linear in dx (jnp multiply),
-# so JAX transposes it without a rule of ours.
-def _spike_jvp(t, x, *, outs, surrogate, alpha, **params):
-    return [surrogate_grad(x, surrogate, alpha) * t]
-
-
-spike_p = XLACustomKernel("evjax_spike")
-spike_p.def_reference(_spike_reference)
-spike_p.def_jvp_rule2(_spike_jvp)
-spike_p.def_batching_rule(_elementwise_batching(spike_p))
+# y = H(x), so dy = g(x) dx, with g the surrogate in place of H' (a Dirac delta).
+# Linear in dx (a jnp product), so reverse mode is JAX's transpose of it: x_bar = g(x) y_bar.
+@_spike.defjvp
+def _spike_jvp(surrogate, primals, tangents):
+    (x,), (dx,) = primals, tangents
+    return _spike(x, surrogate), surrogate_grad(x, surrogate) * dx
 
 
 # ===========================================================================
 # lif_step
 # ===========================================================================
+class _LifParams(NamedTuple):
+    """The static parameters of a LIF step (hashable: a nondiff argument of the custom JVP)."""
+
+    tau: float
+    dt: float
+    v_th: float
+    v_reset: float
+    v_rest: float
+    surrogate: Surrogate
+    detach_reset: bool
+
+
 def lif_step(v: jax.Array, i_ext: jax.Array, *, tau: float = 10.0, v_th: float = 1.0, v_reset: float = 0.0,
              dt: float = 1.0, v_rest: float | None = None, surrogate: str | Surrogate = "fast_sigmoid",
              alpha: float | None = None, detach_reset: bool = False,
@@ -229,7 +196,8 @@ def lif_step(v: jax.Array, i_ext: jax.Array, *, tau: float = 10.0, v_th: float =
         detach_reset: treat the reset as a constant in the gradient (the
             ``-(u - v_reset) g du`` term is dropped), as commonly done to
             stabilise training.
-        backend: force a backend (``"numba"``, ``"warp"``, ``"numba_cuda"``, ``"reference"``).
+        backend: ``None`` or ``"reference"`` (the same: the op is pure JAX);
+            kept for compatibility.
 
     Returns:
         ``(v_new, spikes)``, both of the float dtype of ``v`` and ``i_ext``.
@@ -239,11 +207,14 @@ def lif_step(v: jax.Array, i_ext: jax.Array, *, tau: float = 10.0, v_th: float =
             unknown surrogate.
         TypeError: a parameter is a traced array (they are static numbers), or
             ``v`` or ``i_ext`` is complex.
+        evjax.errors.BackendNotAvailableError: ``backend`` other than ``None``
+            or ``"reference"``.
 
     Example:
         >>> v = jnp.zeros(100); i_ext = jnp.full(100, 0.3)
         >>> v, spikes = evjax.lif_step(v, i_ext, tau=10.0, v_th=1.0, dt=1.0)
     """
+    _check_backend("lif_step", backend)
     _reject_complex("lif_step", v=v, i_ext=i_ext)
     tau = _static_float("lif_step: tau", tau, positive=True)
     dt = _static_float("lif_step: dt", dt, positive=True)
@@ -255,65 +226,44 @@ def lif_step(v: jax.Array, i_ext: jax.Array, *, tau: float = 10.0, v_th: float =
     shape = jnp.broadcast_shapes(jnp.shape(v), jnp.shape(i_ext))
     v = jnp.broadcast_to(jnp.asarray(v, dtype), shape)
     i_ext = jnp.broadcast_to(jnp.asarray(i_ext, dtype), shape)
-    struct = jax.ShapeDtypeStruct(shape, dtype)
-    v_new, spikes = lif_step_p(v, i_ext, outs=[struct, struct], backend=backend, tau=tau, dt=dt, v_th=v_th,
-                               v_reset=v_reset, v_rest=v_rest, surrogate=choice.name, alpha=choice.alpha,
-                               detach_reset=bool(detach_reset))
-    return v_new, spikes
+    params = _LifParams(tau=tau, dt=dt, v_th=v_th, v_reset=v_reset, v_rest=v_rest, surrogate=choice,
+                        detach_reset=bool(detach_reset))
+    return _lif(v, i_ext, params)
 
 
+def _lif_potential(v, i_ext, p: _LifParams):
+    """The pre-reset potential u = v - (dt/tau) (v - v_rest) + dt i_ext."""
+    return v - (p.dt / p.tau) * (v - p.v_rest) + p.dt * i_ext
 
 
+def _lif_forward(u, p: _LifParams):
+    """(v_new, spikes) from u: spike where u >= v_th (NaN never spikes), reset to v_reset there."""
+    fired = u >= p.v_th
+    return jnp.where(fired, jnp.asarray(p.v_reset, u.dtype), u), fired.astype(u.dtype)
 
 
-def _lif_potential(v, i_ext, *, tau, dt, v_rest, **params):
-    """The pre-reset potential u (same expression, same order as the kernels)."""
-    return v - (dt / tau) * (v - v_rest) + dt * i_ext
+@functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
+def _lif(v, i_ext, p: _LifParams):
+    return _lif_forward(_lif_potential(v, i_ext, p), p)
 
 
-def _lif_reference(v, i_ext, *, outs, tau, dt, v_th, v_reset, v_rest, **params):
-    u = _lif_potential(v, i_ext, tau=tau, dt=dt, v_rest=v_rest)
-    s = u >= v_th
-    return [jnp.where(s, jnp.asarray(v_reset, u.dtype), u), s.astype(u.dtype)]
-
-
-# JVP. u = (1 - dt/tau) v + dt i + (dt/tau) v_rest, so du = (1 - dt/tau) dv + dt di;
-# s = H(u - v_th): ds = g(u - v_th) du;  v_new = u - s (u - v_reset):
-# dv_new = (1 - s) du - (u - v_reset) ds   (the last term is dropped when detach_reset).
-# Every tangent is a jnp product of a primal-only coefficient and du: linear, so
-# JAX transposes it (reverse mode) without a rule of ours.
-def _lif_jvp(primals, tangents, *, outs, tau, dt, v_th, v_reset, v_rest, surrogate, alpha, detach_reset,
-             **params):
+# u = (1 - dt/tau) v + dt i + (dt/tau) v_rest, so du = (1 - dt/tau) dv + dt di;
+# s = H(u - v_th): ds = g(u - v_th) du, with g the surrogate;
+# v_new = u - s (u - v_reset): dv_new = (1 - s) du - (u - v_reset) ds
+#   (the last term is dropped when detach_reset: the reset is a constant then).
+# Both tangents are primal-only coefficients times du: linear, so JAX transposes them (reverse mode).
+@_lif.defjvp
+def _lif_jvp(p: _LifParams, primals, tangents):
     v, i_ext = primals
-    dv, di = (_tangent(t) for t in tangents)
-    v_new, s = lif_step_p.primitive.bind(v, i_ext, outs=outs, tau=tau, dt=dt, v_th=v_th, v_reset=v_reset,
-                                         v_rest=v_rest, surrogate=surrogate, alpha=alpha,
-                                         detach_reset=detach_reset, **params)
-    if dv is None and di is None:
-        return [v_new, s], ad_rules.zero_tangents(outs)
-    du = 0.0
-    if dv is not None:
-        du = du + (1.0 - dt / tau) * dv
-    if di is not None:
-        du = du + dt * di
-    u = _lif_potential(v, i_ext, tau=tau, dt=dt, v_rest=v_rest)
-    g = surrogate_grad(u - v_th, surrogate, alpha)
-    ds = g * du
+    dv, di = tangents
+    u = _lif_potential(v, i_ext, p)
+    v_new, s = _lif_forward(u, p)
+    du = (1.0 - p.dt / p.tau) * dv + p.dt * di
+    g = surrogate_grad(u - p.v_th, p.surrogate)
     coef = 1.0 - s
-    if not detach_reset:
-        coef = coef - (u - v_reset) * g
-    return [v_new, s], [coef * du, ds]
-
-
-lif_step_p = XLACustomKernel("evjax_lif_step")
-def _lif_kernel_params(tau, dt, v_rest, v_th, v_reset, **_):
-    """The kernels' float parameters: (dt / tau, dt, v_rest, v_th, v_reset)."""
-    return (dt / tau, dt, v_rest, v_th, v_reset)
-
-
-lif_step_p.def_reference(_lif_reference)
-lif_step_p.def_jvp_rule(_lif_jvp)
-lif_step_p.def_batching_rule(_elementwise_batching(lif_step_p))
+    if not p.detach_reset:
+        coef = coef - (u - p.v_reset) * g
+    return (v_new, s), (coef * du, g * du)
 
 
 # ===========================================================================
@@ -332,7 +282,8 @@ def exp_trace(trace: jax.Array, spikes: jax.Array, decay: jax.Array | float, *,
         spikes: spikes (bool, int or float), broadcastable to ``trace``.
         decay: a scalar or an array broadcastable to ``trace``; a Python number
             must lie in ``[0, 1]``.
-        backend: force a backend (``"numba"``, ``"warp"``, ``"numba_cuda"``, ``"reference"``).
+        backend: ``None`` or ``"reference"`` (the same: the op is pure JAX);
+            kept for compatibility.
 
     Returns:
         The new trace, with ``trace``'s shape and float dtype.
@@ -341,10 +292,13 @@ def exp_trace(trace: jax.Array, spikes: jax.Array, decay: jax.Array | float, *,
         ValueError: a Python-number ``decay`` outside ``[0, 1]``, or ``spikes``
             not broadcastable to ``trace``.
         TypeError: a complex argument.
+        evjax.errors.BackendNotAvailableError: ``backend`` other than ``None``
+            or ``"reference"``.
 
     Example:
         >>> trace = evjax.exp_trace(trace, spikes, 0.9)         # trace * 0.9 + spikes
     """
+    _check_backend("exp_trace", backend)
     _reject_complex("exp_trace", trace=trace, spikes=spikes, decay=decay)
     if isinstance(decay, (int, float)) and not isinstance(decay, bool):
         if not (0.0 <= decay <= 1.0):
@@ -359,54 +313,14 @@ def exp_trace(trace: jax.Array, spikes: jax.Array, decay: jax.Array | float, *,
             f"exp_trace: spikes of shape {jnp.shape(spikes)} do not broadcast to the trace's {trace.shape}"
         ) from None
     decay = _scalar_or_full(decay, trace.shape, dtype)
-    (out,) = exp_trace_p(trace, spikes, decay, outs=[jax.ShapeDtypeStruct(trace.shape, dtype)], backend=backend)
-    return out
+    return _trace(trace, spikes, decay)
 
 
-
-
-
-
-def _trace_reference(trace, spikes, decay, *, outs, **params):
-    return [trace * decay + spikes]
-
-
-# JVP. out = decay * trace + spikes:
-# d out = (decay * d trace + d spikes)   [the op itself on the tangents: linear]
-#       + trace * d decay                [a jnp product, transposed by JAX].
-def _trace_jvp(primals, tangents, *, outs, **params):
-    trace, spikes, decay = primals
-    d_trace, d_spikes, d_decay = (_tangent(t) for t in tangents)
-    out = exp_trace_p.primitive.bind(trace, spikes, decay, outs=outs, **params)
-    if d_trace is None and d_spikes is None and d_decay is None:
-        return out, ad_rules.zero_tangents(outs)
-    tangent = None
-    if d_trace is not None or d_spikes is not None:
-        d_trace = jnp.zeros_like(trace) if d_trace is None else d_trace
-        d_spikes = jnp.zeros_like(spikes) if d_spikes is None else d_spikes
-        (tangent,) = exp_trace_p.primitive.bind(d_trace, d_spikes, decay, outs=outs, **params)
-    if d_decay is not None:
-        term = trace * d_decay
-        tangent = term if tangent is None else tangent + term
-    return out, [tangent]
-
-
-# Transpose of (trace, spikes) -> decay * trace + spikes (decay a constant):
-# ct_trace = decay * ct, ct_spikes = ct.  decay is never linear here.
-def _trace_transpose(cotangents, trace, spikes, decay, *, outs, **params):
-    (ct,) = cotangents
-    if ad_rules.is_undefined(decay):
-        raise NotImplementedError("exp_trace is not linear in decay; it cannot be transposed w.r.t. it")
-    ct_trace = ct * decay if ad_rules.is_undefined(trace) else None
-    ct_spikes = ct if ad_rules.is_undefined(spikes) else None
-    return [ct_trace, ct_spikes, None]
-
-
-exp_trace_p = XLACustomKernel("evjax_exp_trace")
-exp_trace_p.def_reference(_trace_reference)
-exp_trace_p.def_jvp_rule(_trace_jvp)
-exp_trace_p.def_transpose_rule(_trace_transpose)
-exp_trace_p.def_batching_rule(_elementwise_batching(exp_trace_p, scalar_operands=(2,)))  # decay
+# out = decay * trace + spikes is smooth (no step): JAX's own derivative is exact, no custom rule.
+# d out = decay d trace + d spikes + trace d decay; reverse mode:
+# trace_bar = decay out_bar, spikes_bar = out_bar, decay_bar = trace out_bar (summed where decay is broadcast).
+def _trace(trace, spikes, decay):
+    return trace * decay + spikes
 
 
 # ===========================================================================
@@ -425,7 +339,8 @@ def detect_spikes(v: jax.Array, v_th: jax.Array | float = 1.0, v_rest: jax.Array
         surrogate: surrogate derivative of the step (see :func:`spike`).
         alpha: its sharpness (``None``: default).
         detach_reset: drop the reset's dependence on the spike from the gradient.
-        backend: force a backend (``"numba"``, ``"warp"``, ``"numba_cuda"``, ``"reference"``).
+        backend: ``None`` or ``"reference"`` (the same: the op is pure JAX);
+            kept for compatibility.
 
     Returns:
         ``(spikes, v_out)``: float spikes (0/1) and the reset potentials.
@@ -433,10 +348,13 @@ def detect_spikes(v: jax.Array, v_th: jax.Array | float = 1.0, v_rest: jax.Array
     Raises:
         ValueError: unknown surrogate, or thresholds that do not broadcast to ``v``.
         TypeError: a complex argument.
+        evjax.errors.BackendNotAvailableError: ``backend`` other than ``None``
+            or ``"reference"``.
 
     Example:
         >>> spikes, v = evjax.detect_spikes(v, v_th=1.0, v_rest=0.0)   # spiking neurons reset to v_rest
     """
+    _check_backend("detect_spikes", backend)
     _reject_complex("detect_spikes", v=v, v_th=v_th, v_rest=v_rest)
     choice = resolve_surrogate(surrogate, alpha)
     v = jnp.asarray(v)
@@ -450,66 +368,32 @@ def detect_spikes(v: jax.Array, v_th: jax.Array | float = 1.0, v_rest: jax.Array
             f"detect_spikes: v_th {jnp.shape(v_th)} and v_rest {jnp.shape(v_rest)} must be scalars or "
             f"broadcastable to v {v.shape}"
         ) from None
-    struct = jax.ShapeDtypeStruct(v.shape, dtype)
-    spikes, v_out = detect_spikes_p(v, v_th, v_rest, outs=[struct, struct], backend=backend,
-                                    surrogate=choice.name, alpha=choice.alpha, detach_reset=bool(detach_reset))
-    return spikes, v_out
+    return _detect(v, v_th, v_rest, choice, bool(detach_reset))
 
 
+def _detect_forward(v, v_th, v_rest):
+    """(spikes, v_out): spike where v >= v_th (NaN never spikes), v_rest there, else v."""
+    fired = v >= v_th
+    return fired.astype(v.dtype), jnp.where(fired, v_rest, v)
 
 
+@functools.partial(jax.custom_jvp, nondiff_argnums=(3, 4))
+def _detect(v, v_th, v_rest, surrogate: Surrogate, detach_reset: bool):
+    return _detect_forward(v, v_th, v_rest)
 
 
-def _detect_reference(v, v_th, v_rest, *, outs, **params):
-    s = v >= v_th
-    return [s.astype(v.dtype), jnp.where(s, v_rest, v)]
-
-
-# JVP. s = H(v - v_th): ds = g(v - v_th) (dv - dv_th);
+# s = H(v - v_th): ds = g(v - v_th) (dv - dv_th), with g the surrogate;
 # v_out = v + s (v_rest - v): dv_out = (1 - s) dv + s dv_rest + (v_rest - v) ds
-# (the last term is dropped when detach_reset).
-def _detect_jvp(primals, tangents, *, outs, surrogate, alpha, detach_reset, **params):
+#   (the last term is dropped when detach_reset).
+# Linear in the tangents (primal-only coefficients), so JAX transposes it; a scalar v_th or v_rest
+# is broadcast in these products, and its cotangent is their sum.
+@_detect.defjvp
+def _detect_jvp(surrogate, detach_reset, primals, tangents):
     v, v_th, v_rest = primals
-    dv, d_th, d_rest = (_tangent(t) for t in tangents)
-    s, v_out = detect_spikes_p.primitive.bind(v, v_th, v_rest, outs=outs, surrogate=surrogate, alpha=alpha,
-                                              detach_reset=detach_reset, **params)
-    if dv is None and d_th is None and d_rest is None:
-        return [s, v_out], ad_rules.zero_tangents(outs)
-    shape = outs[0].shape
-    dx = jnp.zeros(shape, v.dtype)
-    if dv is not None:
-        dx = dx + dv
-    if d_th is not None:
-        dx = dx - d_th
-    g = surrogate_grad(v - v_th, surrogate, alpha)
-    ds = g * dx
-    d_out = jnp.zeros(shape, v.dtype)
-    if dv is not None:
-        d_out = d_out + (1.0 - s) * dv
-    if d_rest is not None:
-        d_out = d_out + s * d_rest
+    dv, d_th, d_rest = tangents
+    s, v_out = _detect_forward(v, v_th, v_rest)
+    ds = surrogate_grad(v - v_th, surrogate) * (dv - d_th)
+    d_out = (1.0 - s) * dv + s * d_rest
     if not detach_reset:
         d_out = d_out + (v_rest - v) * ds
-    return [s, v_out], [ds, d_out]
-
-
-detect_spikes_p = XLACustomKernel("evjax_detect_spikes")
-detect_spikes_p.def_reference(_detect_reference)
-detect_spikes_p.def_jvp_rule(_detect_jvp)
-detect_spikes_p.def_batching_rule(_elementwise_batching(detect_spikes_p, scalar_operands=(1, 2)))  # v_th, v_rest
-
-
-# ===========================================================================
-# Backends: declared here, imported on first use (numba.py, warp.py, numba_cuda.py)
-# ===========================================================================
-# name -> (op, reference, kernel_params); the kernels of every backend share the
-# argument order of make_generator.
-OPS = {
-    "spike": (spike_p, _spike_reference, None),
-    "lif_step": (lif_step_p, _lif_reference, _lif_kernel_params),
-    "exp_trace": (exp_trace_p, _trace_reference, None),
-    "detect_spikes": (detect_spikes_p, _detect_reference, None),
-}
-
-for _op, _, _ in OPS.values():
-    _op.declare_backends(__package__, BACKENDS)
+    return (s, v_out), (ds, d_out)
