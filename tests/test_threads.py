@@ -2,9 +2,11 @@
 import os
 import subprocess
 import sys
+import time
 
 import jax
 import jax.numpy as jnp
+import numba
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -84,3 +86,95 @@ def test_a_csr_scatter_above_the_parallel_threshold_is_right_at_every_count(rest
     for n in range(threads.pool_size(), 0, -1):
         evjax.set_num_threads(n)
         np.testing.assert_allclose(f(jnp.asarray(spikes)), a.T @ spikes, rtol=1e-5, atol=1e-4)
+
+
+# ---------------------------------------------------------------------------
+# the fall-back under load: a stalled parallel region sends kernels to one thread for a while
+# ---------------------------------------------------------------------------
+@numba.njit
+def _report_region(ends_after_t0):
+    """One parallel region's bookkeeping, its parts ending at ``t0 + ends_after_t0`` (ns)."""
+    ends, t0 = threads.start_region(ends_after_t0.shape[0])
+    for p in range(ends.shape[0]):
+        ends[p] = t0 + ends_after_t0[p]
+    threads.region_done(ends, t0)
+    return threads.threads_now()
+
+
+@pytest.fixture
+def clean_fallback():
+    _report_region(np.array([1000, 1000], np.int64))  # a clean region forgets past stalls
+    yield
+    _report_region(np.array([1000, 1000], np.int64))
+    threads._cells["evjax_serial_until_ns"].value = 0
+
+
+def test_a_stalled_region_sends_kernels_to_one_thread_and_the_back_off_doubles(clean_fallback):
+    stall = threads.STALL_NS
+    # balanced parts, and parts a few microseconds apart: no stall
+    assert _report_region(np.array([50_000, 52_000], np.int64)) == evjax.get_num_threads()
+    assert threads.fallback_state() == (0.0, 0.0)
+    # the last part ended 10 stall-thresholds after the first (a descheduled worker)
+    first = _report_region(np.array([20_000, 20_000 + 10 * stall], np.int64))
+    remaining, backoff = threads.fallback_state()
+    assert backoff == threads.BACKOFF_MIN_NS / 1e9 and 0 < remaining <= backoff
+    if threads.pool_size() > 1:
+        assert first == 1
+    _report_region(np.array([20_000, 20_000 + 10 * stall], np.int64))
+    assert threads.fallback_state()[1] == 2 * threads.BACKOFF_MIN_NS / 1e9  # doubles while stalls go on
+    # a spread above the threshold but small against the region's own time is imbalance, not a stall
+    _report_region(np.array([1000, 1000], np.int64))
+    _report_region(np.array([100 * stall, 101 * stall], np.int64))
+    assert threads.fallback_state()[1] == 0.0
+
+
+def test_the_back_off_is_bounded(clean_fallback):
+    for _ in range(40):
+        _report_region(np.array([0, 10 * threads.STALL_NS], np.int64))
+    assert threads.fallback_state()[1] == threads.BACKOFF_MAX_NS / 1e9
+
+
+SPLIT_CASES = ["csr spikes @ W", "csr graded @ W", "csr W.T @ values", "csr few-sample batch", "jitc spikes @ M",
+               "dense batch @ W", "csr weight gradient"]
+
+
+def _split_case(name):
+    """A jitted call whose kernel splits its work (above the parallel thresholds at 2+ threads)."""
+    rng = np.random.default_rng(3)
+    a = sp.random(3000, 2000, density=0.05, format="csr", random_state=4, dtype=np.float32)
+    W = evjax.CSR((jnp.asarray(a.data), jnp.asarray(a.indices), jnp.asarray(a.indptr)), shape=a.shape)
+    spikes = jnp.asarray(rng.random(3000) < 0.6)
+    if name == "csr spikes @ W":
+        return jax.jit(lambda: spikes @ W)
+    if name == "csr graded @ W":
+        graded = evjax.WeightedArray(jnp.where(spikes, rng.standard_normal(3000).astype(np.float32), 0))
+        return jax.jit(lambda: graded @ W)
+    if name == "csr W.T @ values":
+        values = jnp.asarray(rng.standard_normal(3000).astype(np.float32))
+        return jax.jit(lambda: W.T @ values)
+    if name == "csr few-sample batch":
+        batch = jnp.asarray(rng.random((2, 3000)) < 0.6)
+        return jax.jit(lambda: batch @ W) if threads.pool_size() > 2 else jax.jit(lambda: spikes @ W)
+    if name == "jitc spikes @ M":
+        M = evjax.JITCNormalR(0.1, 0.05, prob=0.05, seed=5, shape=(3000, 2000))
+        return jax.jit(lambda: spikes @ M)
+    if name == "dense batch @ W":
+        D = jnp.asarray(rng.standard_normal((3000, 500)).astype(np.float32))
+        batch = jnp.asarray(rng.random((8, 3000)) < 0.3)
+        return jax.jit(lambda: batch @ evjax.Dense(D))
+    loss = jax.grad(lambda d: jnp.sum((spikes @ W.with_data(d)) ** 2))
+    return jax.jit(lambda: loss(W.data))
+
+
+@pytest.mark.skipif(threads.pool_size() < 2, reason="needs Numba's pool to have 2+ threads")
+@pytest.mark.parametrize("name", SPLIT_CASES)
+def test_one_thread_and_the_fall_back_give_the_bits_of_the_parallel_kernel(name, restore_threads, clean_fallback):
+    f = _split_case(name)
+    parallel = np.asarray(f())
+    evjax.set_num_threads(1)
+    serial = np.asarray(f())
+    evjax.set_num_threads(threads.pool_size())
+    threads._cells["evjax_serial_until_ns"].value = time.monotonic_ns() + 60 * 10**9  # as after a stall
+    assert threads.threads_now() == 1
+    fallback = np.asarray(f())
+    assert parallel.tobytes() == serial.tobytes() == fallback.tobytes()

@@ -288,7 +288,7 @@ def handler(frame_pointer):
         return as_voidptr(prologue_result)
 {body}
 '''
-_CORE_SOURCES = ("ffi_abi.py", "intrinsics.py", "ffi_core.py")
+_CORE_SOURCES = ("ffi_abi.py", "intrinsics.py", "ffi_core.py", "threads.py")  # what handlers compile in
 _modules: dict[str, object] = {}
 _lock = threading.RLock()
 

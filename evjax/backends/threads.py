@@ -1,15 +1,30 @@
-"""How many threads evjax's parallel Numba kernels split their work into: one process-wide number.
+"""How many threads evjax's parallel Numba kernels use: a process-wide setting and a fall-back under load.
 
-The number lives in one C ``int32`` (``evjax_thread_count``) that compiled
-handlers read at every call through :func:`thread_count`, an intrinsic that
-loads it as an external symbol.  The symbol is resolved when a handler's
-machine code is linked, from a fresh compile or from Numba's disk cache, so
-one cached handler serves every setting and :func:`set_num_threads` takes
-effect at the next call of every compiled program: no retrace, no recompile.
+**The setting.**  The thread count lives in one C ``int32``
+(``evjax_thread_count``) that compiled handlers read at every call through an
+intrinsic that loads it as an external symbol.  The symbol is resolved when
+a handler's machine code is linked, from a fresh compile or from Numba's disk
+cache, so one cached handler serves every setting and
+:func:`set_num_threads` takes effect at the next call of every compiled
+program: no retrace, no recompile.  It starts at Numba's pool size
+(``NUMBA_NUM_THREADS``, all cores by default).  A kernel given ``1`` runs on
+the calling thread and never enters a parallel region.
 
-The count starts at Numba's pool size (``NUMBA_NUM_THREADS``, all cores by
-default).  A kernel given ``1`` runs on the calling thread and never enters a
-parallel region.
+**The fall-back.**  A parallel region is fork-join: the calling thread waits
+for every worker.  On a machine with more runnable threads than cores, a
+worker that the scheduler has put aside makes the whole call wait for a
+time slice (milliseconds), so a 100 us kernel took 1-8 ms on two threads
+where it took 0.1-0.4 ms on one.  Every parallel region of evjax's kernels
+therefore stamps when each of its parts ends (:func:`part_done`) and, at its
+join, compares them (:func:`region_done`): when the last part ended more
+than :data:`STALL_NS` and half the region's own time after the first, a
+worker was held up, and the handlers run kernels on the calling thread
+(:func:`threads_now` returns 1) for a back-off period that doubles, from
+:data:`BACKOFF_MIN_NS` to :data:`BACKOFF_MAX_NS`, while stalls go on, and
+is forgotten at the first clean parallel region.  This only ever changes
+speed, never results: every kernel gives the same bits on one thread as on
+many (the parallel split of a sum depends on the inputs and on Numba's pool
+size, never on the threads that run it).
 
 This module imports Numba and llvmlite, not JAX.
 """
@@ -19,18 +34,33 @@ import ctypes
 import threading
 
 import numba
+import numpy as np
 from llvmlite import binding as llvm
 from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-__all__ = ["SYMBOL", "thread_count", "set_num_threads", "get_num_threads", "pool_size"]
+__all__ = ["thread_count", "pool_chunks", "threads_now", "now_ns", "start_region", "part_done", "region_done",
+           "set_num_threads", "get_num_threads", "pool_size", "STALL_NS", "BACKOFF_MIN_NS", "BACKOFF_MAX_NS"]
 
-SYMBOL = "evjax_thread_count"
+STALL_NS = 100_000  # a part ending this much (and half the region's time) after the first: a stall
+BACKOFF_MIN_NS = 20_000_000  # kernels stay on the calling thread this long after a first stall ...
+BACKOFF_MAX_NS = 1_000_000_000  # ... doubling up to this while stalls go on
+
+I32 = ir.IntType(32)
+I64 = ir.IntType(64)
 
 _lock = threading.Lock()
-_cell = ctypes.c_int32(0)
-llvm.add_symbol(SYMBOL, ctypes.addressof(_cell))  # before any handler that reads it is linked
+# The cells compiled code reads and writes, each under its symbol, registered before any code that
+# reads them is linked.
+_cells = {
+    "evjax_thread_count": ctypes.c_int32(0),  # set_num_threads
+    "evjax_pool_size": ctypes.c_int32(0),  # Numba's pool size: how many parts a sum is split into at most
+    "evjax_serial_until_ns": ctypes.c_int64(0),  # the fall-back: kernels on one thread until then
+    "evjax_backoff_ns": ctypes.c_int64(0),  # the fall-back's current length (0: no recent stall)
+}
+for _symbol, _cell in _cells.items():
+    llvm.add_symbol(_symbol, ctypes.addressof(_cell))
 
 
 def pool_size() -> int:
@@ -38,22 +68,104 @@ def pool_size() -> int:
     return max(int(numba.config.NUMBA_NUM_THREADS), 1)
 
 
-_cell.value = pool_size()
+_cells["evjax_thread_count"].value = _cells["evjax_pool_size"].value = pool_size()
+
+
+def _global(builder, symbol: str, kind):
+    module = builder.module
+    cell = module.globals.get(symbol)
+    if cell is None:
+        cell = ir.GlobalVariable(module, kind, symbol)
+        cell.linkage = "external"
+    return cell
+
+
+def _cell_loader(symbol: str, kind, numba_type, doc: str):
+    def load(typingctx):
+        def codegen(context, builder, signature, args):
+            return builder.load(_global(builder, symbol, kind))
+
+        return numba_type(), codegen
+
+    load.__doc__ = doc
+    return intrinsic(load)
+
+
+def _cell_storer(symbol: str, kind, numba_type, doc: str):
+    def store(typingctx, value):
+        def codegen(context, builder, signature, args):
+            builder.store(args[0], _global(builder, symbol, kind))
+
+        return types.void(numba_type), codegen
+
+    store.__doc__ = doc
+    return intrinsic(store)
+
+
+thread_count = _cell_loader("evjax_thread_count", I32, types.int32, "The thread count set by set_num_threads.")
+pool_chunks = _cell_loader("evjax_pool_size", I32, types.int32, "Numba's pool size (the most parts of a split sum).")
+_serial_until = _cell_loader("evjax_serial_until_ns", I64, types.int64, "The fall-back's end (ns).")
+_set_serial_until = _cell_storer("evjax_serial_until_ns", I64, types.int64, "Set the fall-back's end (ns).")
+_backoff = _cell_loader("evjax_backoff_ns", I64, types.int64, "The fall-back's current length (ns).")
+_set_backoff = _cell_storer("evjax_backoff_ns", I64, types.int64, "Set the fall-back's length (ns).")
 
 
 @intrinsic
-def thread_count(typingctx):
-    """The current thread count (an ``int32`` load of :data:`SYMBOL`), for compiled handlers."""
+def now_ns(typingctx):
+    """``CLOCK_MONOTONIC`` in nanoseconds (libc's ``clock_gettime``, a vDSO call: ~40 ns)."""
 
     def codegen(context, builder, signature, args):
+        timespec = ir.LiteralStructType([I64, I64])
         module = builder.module
-        cell = module.globals.get(SYMBOL)
-        if cell is None:
-            cell = ir.GlobalVariable(module, ir.IntType(32), SYMBOL)
-            cell.linkage = "external"
-        return builder.load(cell)
+        fn = module.globals.get("clock_gettime")
+        if fn is None:
+            fn = ir.Function(module, ir.FunctionType(I32, [I32, timespec.as_pointer()]), "clock_gettime")
+        with builder.goto_entry_block():  # one stack slot per function, not per call
+            ts = builder.alloca(timespec)
+        builder.call(fn, [I32(1), ts])  # CLOCK_MONOTONIC
+        seconds = builder.load(builder.gep(ts, [I32(0), I32(0)], inbounds=True))
+        nanoseconds = builder.load(builder.gep(ts, [I32(0), I32(1)], inbounds=True))
+        return builder.add(builder.mul(seconds, I64(1_000_000_000)), nanoseconds)
 
-    return types.int32(), codegen
+    return types.int64(), codegen
+
+
+@numba.njit(cache=True, nogil=True)
+def threads_now():
+    """The threads a kernel called now may use: the setting, or 1 during a fall-back (handlers call this)."""
+    n = numba.int64(thread_count())
+    if n > 1 and now_ns() < _serial_until():
+        return numba.int64(1)
+    return n
+
+
+@numba.njit(cache=True, nogil=True)
+def start_region(parts):
+    """Before a parallel region of ``parts`` parts: ``(ends, t0)``, the stamps :func:`part_done` fills."""
+    return np.zeros(parts, np.int64), now_ns()
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def part_done(ends, part):
+    """The last statement of part ``part`` of a parallel region."""
+    ends[part] = now_ns()
+
+
+@numba.njit(cache=True, nogil=True)
+def region_done(ends, t0):
+    """After the join: start or lengthen the fall-back if a part was held up, else forget past stalls."""
+    first = ends[0]
+    last = ends[0]
+    for e in ends:
+        first = min(first, e)
+        last = max(last, e)
+    spread = last - first
+    if spread > STALL_NS and 2 * spread > first - t0:
+        backoff = min(max(2 * _backoff(), numba.int64(BACKOFF_MIN_NS)), numba.int64(BACKOFF_MAX_NS))
+        _set_backoff(backoff)
+        _set_serial_until(now_ns() + backoff)
+    elif _backoff() != 0:
+        _set_backoff(numba.int64(0))
 
 
 def set_num_threads(n: int) -> None:
@@ -86,9 +198,17 @@ def set_num_threads(n: int) -> None:
             f"NUMBA_NUM_THREADS); set NUMBA_NUM_THREADS before starting Python for a larger pool"
         )
     with _lock:
-        _cell.value = n
+        _cells["evjax_thread_count"].value = n
 
 
 def get_num_threads() -> int:
-    """The thread count evjax's parallel kernels use now (see :func:`set_num_threads`)."""
-    return int(_cell.value)
+    """The thread count set for evjax's parallel kernels (see :func:`set_num_threads`)."""
+    return int(_cells["evjax_thread_count"].value)
+
+
+def fallback_state() -> tuple[float, float]:
+    """``(seconds the kernels stay on one thread from now, current back-off in seconds)`` (for tests and logs)."""
+    import time
+
+    until = _cells["evjax_serial_until_ns"].value
+    return max(until - time.monotonic_ns(), 0) / 1e9, _cells["evjax_backoff_ns"].value / 1e9

@@ -65,12 +65,12 @@ from ...backends import numba_cpu
 from ...dtypes import compute_dtype
 from ...events import as_bool_events
 from . import numba_weighted, ops
+from ...backends.threads import part_done, pool_chunks, region_done, start_region
 from .numba_rows import (  # the row loops the kernels inline, and the parallel thresholds
     _PARALLEL,
     PARALLEL_MIN_WORK,
     _active_work,
     _batch_scatter_serial,
-    _vector_scatter_serial,
     _balanced_rows,
     _column,
     _count_active,
@@ -83,6 +83,9 @@ from .numba_rows import (  # the row loops the kernels inline, and the parallel 
     _skips_zero_rows,
     _span,
     _split_active_work,
+    _scatter_part,
+    _split_scatter,
+    _vector_scatter_parts,
     _zero,
     _zero_of,
 )
@@ -115,10 +118,13 @@ def gather_mv(threads, data, indices, indptr, x, out):
             out[i] = _gather_row(data, indices, a, b, x, homogeneous, zero)
         return
     bounds = _balanced_rows(indptr, n_rows, nnz, threads)
+    ends, t0 = start_region(threads)
     for t in prange(threads):
         for i in range(bounds[t], bounds[t + 1]):
             a, b = _span(indptr, i, nnz)
             out[i] = _gather_row(data, indices, a, b, x, homogeneous, zero)
+        part_done(ends, t)
+    region_done(ends, t0)
 
 
 @numba.njit(parallel=_PARALLEL, cache=True, nogil=True)
@@ -130,29 +136,18 @@ def scatter_mv(threads, data, indices, indptr, x, out):
     nnz = indices.shape[0]
     homogeneous = data.shape[0] != nnz
     _zero(out, 0, out.shape[0])
-    expected = _count_active(x) * (nnz // max(n_rows, 1)) if threads > 1 else 0  # cheap: spikes only
-    serial = _vector_scatter_serial(2 * expected, n)  # an estimate: allow rows twice the mean
+    expected = _count_active(x) * (nnz // max(n_rows, 1)) if pool_chunks() > 1 else 0  # cheap: spikes only
+    parts = _vector_scatter_parts(2 * expected, n)  # an estimate: allow rows twice the mean
     work = 0
-    if not serial:
+    if parts > 1:
         work = _active_work(indptr, x)  # exact: the synapses of the active rows
-        serial = _vector_scatter_serial(work, n)
-    # (each _scatter_rows below inlines the unrolled row loop: two places only, for compile time)
-    if serial:
+        parts = _vector_scatter_parts(work, n)
+    if parts == 1:
         _scatter_rows(data, indices, indptr, x, out, 0, n_rows, homogeneous)
         return
-    # row ranges of equal active work, one per thread, each into its own copy of out
-    bounds = _split_active_work(indptr, x, work, threads)
-    private = np.zeros((threads - 1, n), out.dtype)
-    for t in prange(threads):
-        target = out if t == 0 else private[t - 1]
-        _scatter_rows(data, indices, indptr, x, target, bounds[t], bounds[t + 1], homogeneous)
-    for t in prange(threads):
-        lo = (n * t) // threads
-        hi = (n * (t + 1)) // threads
-        for p in range(threads - 1):
-            row_p = private[p]
-            for j in range(lo, hi):
-                out[j] += row_p[j]
+    # row ranges of equal active work, each into its own copy of out
+    bounds = _split_active_work(indptr, x, work, parts)
+    _split_scatter(threads, bounds, _scatter_part, data, indices, indptr, x, out, homogeneous)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -185,8 +180,11 @@ def gather_mm(threads, data, indices, indptr, x, out):
         _gather_mm_rows(data, indices, indptr, x, out, 0, n_rows, homogeneous)
         return
     bounds = _balanced_rows(indptr, n_rows, nnz, threads)
+    ends, t0 = start_region(threads)
     for t in prange(threads):
         _gather_mm_rows(data, indices, indptr, x, out, bounds[t], bounds[t + 1], homogeneous)
+        part_done(ends, t)
+    region_done(ends, t0)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -206,7 +204,7 @@ def scatter_mm_batch_major(threads, data, indices, indptr, xt, out_t):
     n_rows = xt.shape[1]
     nnz = indices.shape[0]
     homogeneous = data.shape[0] != nnz
-    if 1 < width < threads:  # few samples: parallel inside each one
+    if 1 < width < pool_chunks():  # few samples: split inside each one (the pool size decides: same bits)
         for c in range(width):
             scatter_mv(threads, data, indices, indptr, samples[c], out_t[c])
         return
@@ -217,9 +215,12 @@ def scatter_mm_batch_major(threads, data, indices, indptr, xt, out_t):
     if threads < 2 or _batch_scatter_serial(active * (nnz // max(n_rows, 1)), out_t.size):  # synapses, about
         _scatter_samples(data, indices, indptr, xt, out_t, 0, width, homogeneous)
         return
+    ends, t0 = start_region(threads)
     for t in prange(threads):
         _scatter_samples(data, indices, indptr, xt, out_t, (width * t) // threads, (width * (t + 1)) // threads,
                          homogeneous)
+        part_done(ends, t)
+    region_done(ends, t0)
 
 
 # ---------------------------------------------------------------------------
@@ -312,9 +313,12 @@ def sddmm_mv(threads, indices, indptr, r, q, g):
         if r.shape[0]:
             _sddmm_rows_vec(indices, indptr, r, q, g, 0, r.shape[0])
         return
+    ends, t0 = start_region(bounds.shape[0] - 1)
     for t in prange(bounds.shape[0] - 1):
         if bounds[t + 1] > bounds[t]:
             _sddmm_rows_vec(indices, indptr, r, q, g, bounds[t], bounds[t + 1])
+        part_done(ends, t)
+    region_done(ends, t0)
 
 
 @numba.njit(parallel=_PARALLEL, cache=True, nogil=True)
@@ -333,9 +337,12 @@ def sddmm_mm(threads, indices, indptr, r, q, g):
         if r.shape[0]:
             _sddmm_rows_mat(indices, indptr, r, q, g, 0, r.shape[0])
         return
+    ends, t0 = start_region(bounds.shape[0] - 1)
     for t in prange(bounds.shape[0] - 1):
         if bounds[t + 1] > bounds[t]:
             _sddmm_rows_mat(indices, indptr, r, q, g, bounds[t], bounds[t + 1])
+        part_done(ends, t)
+    region_done(ends, t0)
 
 
 # ---------------------------------------------------------------------------

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from numba import types
+from numba import prange, types
 from numba.extending import overload
 
 from ..._kernel_compat import prange_only
+from ...backends.threads import part_done, pool_chunks, region_done, start_region
 
 # Below this many synapses visited a kernel stays on one thread: waking the
 # pool, splitting the work and (scatter) summing per-thread outputs would cost
@@ -42,6 +43,22 @@ VECTOR_SCATTER_WORK_PER_OUTPUT = 4
 def _vector_scatter_serial(work, n_out):
     """Whether a vector scatter of ``work`` synapses into ``n_out`` outputs stays on one thread."""
     return work < VECTOR_SCATTER_PARALLEL_MIN_WORK or work < VECTOR_SCATTER_WORK_PER_OUTPUT * n_out
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _vector_scatter_parts(work, n_out):
+    """How many parts a vector scatter's sum is split into: 1 (one pass, no private copy) below the
+    thresholds, else up to Numba's pool size, each part beyond the first with at least
+    ``VECTOR_SCATTER_WORK_PER_OUTPUT`` synapses per output.
+
+    A function of the inputs and the pool size only, never of how many threads run the parts
+    (:func:`evjax.backends.threads.threads_now`): one thread runs the same parts in turn, so the
+    sum is the same bits either way.
+    """
+    pool = np.int64(pool_chunks())
+    if pool < 2 or _vector_scatter_serial(work, n_out):
+        return np.int64(1)
+    return min(pool, max(np.int64(2), work // (VECTOR_SCATTER_WORK_PER_OUTPUT * n_out)))
 
 # A batch scatter splits whole samples between threads: no private copies, so
 # the pool pays off much earlier than for a vector.  Its cost is the synapses
@@ -374,6 +391,51 @@ def _scatter_rows(data, indices, indptr, x, target, lo, hi, homogeneous):
             # (events: 1 in the weights' dtype; values already have that dtype)
             _scatter_row(data, indices, indptr, i, data.dtype.type(s), target, homogeneous)
         i += 1
+
+
+@numba.njit(cache=True, nogil=True)
+def _scatter_part(data, indices, indptr, x, out, private, bounds, part, homogeneous):
+    """Part ``part`` of a split scatter (:func:`_split_scatter`): rows ``bounds[part] .. bounds[part + 1]``
+    into ``out`` (part 0) or its private copy. Not inlined: the one compiled copy of the row loop
+    serves both ways of running the parts."""
+    target = out if part == 0 else private[part - 1]
+    _scatter_rows(data, indices, indptr, x, target, bounds[part], bounds[part + 1], homogeneous)
+
+
+@numba.njit(cache=True, nogil=True)
+def _add_parts(out, private, lo, hi):
+    """``out[lo:hi] += private[0][lo:hi] + private[1][lo:hi] + ...``, one term after the other, in order."""
+    for p in range(private.shape[0]):
+        row_p = private[p]
+        for j in range(lo, hi):
+            out[j] += row_p[j]
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _split_scatter(threads, bounds, scatter_part, data, indices, indptr, x, out, homogeneous):
+    """A vector scatter in ``bounds.shape[0] - 1`` parts (``scatter_part``: one part, e.g.
+    :func:`_scatter_part`; a global function, which this inlined helper calls statically), each
+    into its own copy of ``out``, summed in part order per output: on ``threads`` threads (parallel
+    regions that report stalls, see :mod:`evjax.backends.threads`) or, with one thread, in turn;
+    the same bits either way."""
+    parts = bounds.shape[0] - 1
+    n = out.shape[0]
+    private = np.zeros((parts - 1, n), out.dtype)
+    if threads > 1:
+        ends, t0 = start_region(parts)
+        for t in prange(parts):
+            scatter_part(data, indices, indptr, x, out, private, bounds, t, homogeneous)
+            part_done(ends, t)
+        region_done(ends, t0)
+        ends, t0 = start_region(parts)
+        for t in prange(parts):
+            _add_parts(out, private, (n * t) // parts, (n * (t + 1)) // parts)
+            part_done(ends, t)
+        region_done(ends, t0)
+    else:
+        for t in range(parts):
+            scatter_part(data, indices, indptr, x, out, private, bounds, t, homogeneous)
+        _add_parts(out, private, 0, n)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")

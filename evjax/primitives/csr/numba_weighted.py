@@ -38,10 +38,12 @@ from .numba_rows import (
     _scatter_row,
     _sddmm_serial,
     _span,
-    _vector_scatter_serial,
+    _split_scatter,
+    _vector_scatter_parts,
     _zero,
     _zero_of,
 )
+from ...backends.threads import part_done, pool_chunks, region_done, start_region
 
 __all__ = ["KERNELS", "SDDMM_KERNELS"]
 
@@ -92,6 +94,13 @@ def _scatter_rows(data, indices, indptr, v, target, lo, hi, homogeneous):
             _scatter_row(data, indices, indptr, i, s, target, homogeneous)
 
 
+@numba.njit(cache=True, nogil=True)
+def _scatter_part(data, indices, indptr, v, out, private, bounds, part, homogeneous):
+    """Part ``part`` of a split weighted scatter (see ``numba_rows._split_scatter``)."""
+    target = out if part == 0 else private[part - 1]
+    _scatter_rows(data, indices, indptr, v, target, bounds[part], bounds[part + 1], homogeneous)
+
+
 @numba.njit(cache=True, nogil=True, inline="always")
 def _nonzero_work(indptr, v):
     """Synapses of the rows with ``v != 0`` (unclamped: only used to decide on threads)."""
@@ -118,40 +127,34 @@ def weighted_gather_mv(threads, data, indices, indptr, v, out):
             out[i] = _gather_row(data, indices, a, b, v, homogeneous, zero)
         return
     bounds = _balanced_rows(indptr, n_rows, nnz, threads)
+    ends, t0 = start_region(threads)
     for t in prange(threads):
         for i in range(bounds[t], bounds[t + 1]):
             a, b = _span(indptr, i, nnz)
             out[i] = _gather_row(data, indices, a, b, v, homogeneous, zero)
+        part_done(ends, t)
+    region_done(ends, t0)
 
 
 @numba.njit(parallel=_PARALLEL, cache=True, nogil=True)
 def weighted_scatter_mv(threads, data, indices, indptr, v, out):
     """``out[j] = sum_{i: v[i] != 0} v[i] * sum_{k in row i, j_k = j} data[k]``; zero rows skipped.
 
-    Parallel over row ranges of equal synapse count, each thread into its own
-    copy of ``out`` (summed at the end), when the nonzero rows hold enough work.
+    Split over row ranges of equal synapse count, each part into its own copy
+    of ``out`` (summed at the end in part order), when the nonzero rows hold
+    enough work (see ``numba_rows._split_scatter``).
     """
     n_rows = v.shape[0]
     n = out.shape[0]
     nnz = indices.shape[0]
     homogeneous = data.shape[0] != nnz
     _zero(out, 0, n)
-    work = _nonzero_work(indptr, v) if threads > 1 else 0
-    if _vector_scatter_serial(work, n):
+    parts = _vector_scatter_parts(_nonzero_work(indptr, v), n) if pool_chunks() > 1 else 1
+    if parts == 1:
         _scatter_rows(data, indices, indptr, v, out, 0, n_rows, homogeneous)
         return
-    bounds = _balanced_rows(indptr, n_rows, nnz, threads)
-    private = np.zeros((threads - 1, n), out.dtype)
-    for t in prange(threads):
-        target = out if t == 0 else private[t - 1]
-        _scatter_rows(data, indices, indptr, v, target, bounds[t], bounds[t + 1], homogeneous)
-    for t in prange(threads):
-        lo = (n * t) // threads
-        hi = (n * (t + 1)) // threads
-        for p in range(threads - 1):
-            row_p = private[p]
-            for j in range(lo, hi):
-                out[j] += row_p[j]
+    bounds = _balanced_rows(indptr, n_rows, nnz, parts)
+    _split_scatter(threads, bounds, _scatter_part, data, indices, indptr, v, out, homogeneous)
 
 
 @numba.njit(parallel=_PARALLEL, cache=True, nogil=True)
@@ -164,8 +167,11 @@ def weighted_gather_mm(threads, data, indices, indptr, v, out):
         _gather_rows_mm(data, indices, indptr, v, out, 0, n_rows, homogeneous)
         return
     bounds = _balanced_rows(indptr, n_rows, nnz, threads)
+    ends, t0 = start_region(threads)
     for t in prange(threads):
         _gather_rows_mm(data, indices, indptr, v, out, bounds[t], bounds[t + 1], homogeneous)
+        part_done(ends, t)
+    region_done(ends, t0)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -182,7 +188,7 @@ def weighted_scatter_mm_batch_major(threads, data, indices, indptr, vt, out_t):
     width = vt.shape[0]
     nnz = indices.shape[0]
     homogeneous = data.shape[0] != nnz
-    if 1 < width < threads:  # few samples: parallel inside each one
+    if 1 < width < pool_chunks():  # few samples: split inside each one (the pool size decides: same bits)
         for c in range(width):
             weighted_scatter_mv(threads, data, indices, indptr, vt[c], out_t[c])
         return
@@ -193,9 +199,12 @@ def weighted_scatter_mm_batch_major(threads, data, indices, indptr, vt, out_t):
     if threads < 2 or _batch_scatter_serial(work, out_t.size):
         _scatter_samples(data, indices, indptr, vt, out_t, 0, width, homogeneous)
         return
+    ends, t0 = start_region(threads)
     for t in prange(threads):
         _scatter_samples(data, indices, indptr, vt, out_t, (width * t) // threads, (width * (t + 1)) // threads,
                          homogeneous)
+        part_done(ends, t)
+    region_done(ends, t0)
 
 
 # ---------------------------------------------------------------------------
@@ -258,9 +267,12 @@ def sddmm_r_weighted(threads, indices, indptr, r, q, g):
         if r.shape[0]:
             _sddmm_rows(indices, indptr, r, q, g, 0, r.shape[0], True)
         return
+    ends, t0 = start_region(bounds.shape[0] - 1)
     for t in prange(bounds.shape[0] - 1):
         if bounds[t + 1] > bounds[t]:
             _sddmm_rows(indices, indptr, r, q, g, bounds[t], bounds[t + 1], True)
+        part_done(ends, t)
+    region_done(ends, t0)
 
 
 @numba.njit(parallel=_PARALLEL, cache=True, nogil=True)
@@ -271,9 +283,12 @@ def sddmm_q_weighted(threads, indices, indptr, r, q, g):
         if r.shape[0]:
             _sddmm_rows(indices, indptr, r, q, g, 0, r.shape[0], False)
         return
+    ends, t0 = start_region(bounds.shape[0] - 1)
     for t in prange(bounds.shape[0] - 1):
         if bounds[t + 1] > bounds[t]:
             _sddmm_rows(indices, indptr, r, q, g, bounds[t], bounds[t + 1], False)
+        part_done(ends, t)
+    region_done(ends, t0)
 
 
 # (batched, transpose) -> kernel

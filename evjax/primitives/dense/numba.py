@@ -44,6 +44,7 @@ from numba.extending import overload
 
 from ..._kernel_compat import prange_only
 from ...backends import numba_cpu
+from ...backends.threads import part_done, region_done, start_region
 from ...dtypes import compute_dtype
 from ...events import as_bool_events
 from . import ops
@@ -254,6 +255,7 @@ def scatter(threads, w, x, out_t):
             _scatter_block(w, xf, idx, total, out_t, 0, n, 0, m)
         return
     blocks = (m + _BLOCK - 1) // _BLOCK
+    ends, t0 = start_region(parts)
     for t in prange(parts):
         if n == 1:  # one sample: column blocks
             lo = min(((blocks * t) // parts) * _BLOCK, m)
@@ -262,6 +264,8 @@ def scatter(threads, w, x, out_t):
                 _scatter_vector(w, xf, idx, total, out_t[0], lo, hi)
         elif (n * (t + 1)) // parts > (n * t) // parts:  # a batch: each thread its samples (its own rows)
             _scatter_block(w, xf, idx, total, out_t, (n * t) // parts, (n * (t + 1)) // parts, 0, m)
+        part_done(ends, t)
+    region_done(ends, t0)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -342,6 +346,7 @@ def gather(threads, w, x, out):
             _gather_row_dots(w, xf, ptr, rows, out, 0, m)
         return
     blocks = (m + _ROWS - 1) // _ROWS
+    ends, t0 = start_region(parts)
     for t in prange(parts):
         lo = min(((blocks * t) // parts) * _ROWS, m)
         hi = min(((blocks * (t + 1)) // parts) * _ROWS, m)
@@ -349,6 +354,8 @@ def gather(threads, w, x, out):
             _gather_columns(w, xf, ptr, rows, out, lo, hi)
         elif hi > lo:
             _gather_row_dots(w, xf, ptr, rows, out, lo, hi)
+        part_done(ends, t)
+    region_done(ends, t0)
 
 
 # ---------------------------------------------------------------------------
@@ -387,8 +394,11 @@ def outer_rows(threads, x, g_t, out):
     if parts == 1:
         _outer_rows_block(xf, idx, ptr, n, g_t, out, 0, k)
         return
+    ends, t0 = start_region(parts)
     for t in prange(parts):
         _outer_rows_block(xf, idx, ptr, n, g_t, out, (k * t) // parts, (k * (t + 1)) // parts)
+        part_done(ends, t)
+    region_done(ends, t0)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -421,8 +431,11 @@ def outer_cols(threads, x, g, out):
     if parts == 1:
         _outer_cols_block(xf, idx, ptr, rows, n_rows, n, g, out, 0, m)
         return
+    ends, t0 = start_region(parts)
     for t in prange(parts):
         _outer_cols_block(xf, idx, ptr, rows, n_rows, n, g, out, (m * t) // parts, (m * (t + 1)) // parts)
+        part_done(ends, t)
+    region_done(ends, t0)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")

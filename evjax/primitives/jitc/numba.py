@@ -37,6 +37,7 @@ from numba import prange
 
 from ..._kernel_compat import prange_only
 from ...backends import numba_cpu
+from ...backends.threads import part_done, pool_chunks, region_done, start_region
 from ...dtypes import compute_dtype
 from . import ops
 from .kernel_args import config, operand_values, params_array
@@ -222,53 +223,89 @@ def _gather(rows, weight, threads, params, seed, cfg, x, out):
         rows(weight, params, seed, cfg, x, out, 0, n_outer)
         return
     chunks = 4 * threads  # outer indices have equal expected work: contiguous chunks
+    ends, t0 = start_region(chunks)
     for t in prange(chunks):
         rows(weight, params, seed, cfg, x, out, (n_outer * t) // chunks, (n_outer * (t + 1)) // chunks)
+        part_done(ends, t)
+    region_done(ends, t0)
 
 
 @numba.njit(**_INLINE)
-def _active_bounds(is_active, x, skip, threads):
-    """Outer ranges with equal numbers of active (nonzero, when skipping) rows, one per thread: two passes
-    over ``x``, no array of ``n`` counts."""
-    n = x.shape[0]
+def _active_count(is_active, x, skip):
+    """The outer indices a scatter visits: the active (nonzero) ones when skipping, else all."""
     total = 0
-    for o in range(n):
+    for o in range(x.shape[0]):
         total += 1 if (not skip) or is_active(x[o]) else 0
-    bounds = np.full(threads + 1, n, np.int64)
+    return total
+
+
+@numba.njit(**_INLINE)
+def _active_bounds(is_active, x, skip, parts, total):
+    """``parts`` outer ranges with equal numbers of the ``total`` visited rows (no array of ``n`` counts)."""
+    n = x.shape[0]
+    bounds = np.full(parts + 1, n, np.int64)
     bounds[0] = 0
     t, seen = 1, 0
     for o in range(n):
-        if t >= threads:
+        if t >= parts:
             break
         seen += 1 if (not skip) or is_active(x[o]) else 0
-        while t < threads and seen * threads > total * t:
+        while t < parts and seen * parts > total * t:
             bounds[t] = o + 1
             t += 1
-    return bounds, total
+    return bounds
+
+
+@numba.njit(**_INLINE)
+def _scatter_part(rows, weight, params, seed, cfg, x, out, private, bounds, part):
+    """Part ``part`` of a split scatter into ``out`` (part 0) or its private copy (inlined: ``rows`` and
+    ``weight`` stay static calls, which Numba can cache)."""
+    target = out if part == 0 else private[part - 1]
+    rows(weight, params, seed, cfg, x, target, bounds[part], bounds[part + 1])
+
+
+@numba.njit(cache=True, nogil=True)
+def _add_parts(flat, others, lo, hi):
+    """``flat[lo:hi] += others[0][lo:hi] + others[1][lo:hi] + ...``, one term after the other, in order."""
+    for p in range(others.shape[0]):
+        src = others[p]
+        for j in range(lo, hi):
+            flat[j] += src[j]
 
 
 @numba.njit(**_INLINE)
 def _scatter(rows, is_active, weight, threads, params, seed, cfg, x, out):
+    """A scatter over the active outer indices; above the thresholds its sum is split into parts
+    (Numba's pool size at most: a function of the inputs and the pool, never of the threads that run
+    them, so one thread gives the same bits), each part into its own copy of ``out``, summed in order."""
     flat = out.reshape(-1)
     _fill_zero(flat)
-    threads = max(threads, 1)
-    bounds, active = _active_bounds(is_active, x, cfg[2] != 0, threads)
+    pool = np.int64(pool_chunks())
+    active = _active_count(is_active, x, cfg[2] != 0)
     work = active * np.int64(cfg[3]) * (x.size // max(x.shape[0], 1))
-    if _threads(threads, work) == 1 or 4 * work < flat.shape[0]:  # summing private copies would dominate
+    if _threads(pool, work) == 1 or 4 * work < flat.shape[0]:  # summing private copies would dominate
         rows(weight, params, seed, cfg, x, out, 0, x.shape[0])
         return
-    private = np.zeros((threads - 1,) + out.shape, out.dtype)
-    for t in prange(threads):
-        target = out if t == 0 else private[t - 1]
-        rows(weight, params, seed, cfg, x, target, bounds[t], bounds[t + 1])
-    others = private.reshape(threads - 1, -1)
+    parts = min(pool, max(np.int64(2), work // (4 * flat.shape[0])))  # >= 4 synapses an output a part
+    bounds = _active_bounds(is_active, x, cfg[2] != 0, parts, active)
+    private = np.zeros((parts - 1,) + out.shape, out.dtype)
+    others = private.reshape(parts - 1, -1)
     n = flat.shape[0]
-    for t in prange(threads):  # sum the private copies, each thread a slice
-        lo, hi = (n * t) // threads, (n * (t + 1)) // threads
-        for p in range(threads - 1):
-            src = others[p]
-            for j in range(lo, hi):
-                flat[j] += src[j]
+    if threads > 1:
+        ends, t0 = start_region(parts)
+        for t in prange(parts):
+            _scatter_part(rows, weight, params, seed, cfg, x, out, private, bounds, t)
+            part_done(ends, t)
+        region_done(ends, t0)
+        ends, t0 = start_region(parts)
+        for t in prange(parts):  # sum the private copies, each thread a slice
+            _add_parts(flat, others, (n * t) // parts, (n * (t + 1)) // parts)
+            part_done(ends, t)
+        region_done(ends, t0)
+    else:
+        for t in range(parts):
+            _scatter_part(rows, weight, params, seed, cfg, x, out, private, bounds, t)
+        _add_parts(flat, others, 0, n)
 
 
 @numba.njit(**_INLINE)
@@ -280,9 +317,12 @@ def _dense(weight, threads, params, seed, cfg, out):
     if threads == 1 or not direct:  # G.T: rows of out are shared between outer indices
         _dense_rows(weight, params, seed, cfg, out, n_outer, n_inner, direct, 0, n_outer)
         return
+    ends, t0 = start_region(threads)
     for t in prange(threads):
         lo, hi = (n_outer * t) // threads, (n_outer * (t + 1)) // threads
         _dense_rows(weight, params, seed, cfg, out, n_outer, n_inner, direct, lo, hi)
+        part_done(ends, t)
+    region_done(ends, t0)
 
 
 # ---------------------------------------------------------------------------
