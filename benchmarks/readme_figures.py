@@ -121,10 +121,22 @@ def cold_start_figures() -> list[str]:
     path = RESULTS / "cold_start.md"
     if not path.exists():
         return []
-    goals = table(path, "## Goals (issue 17)")
+    goals = table(path, "## Goals (issue 29)")
     parts = [f"{g['first call']} ({g['family']}) {g['measured']} (goal {g['goal']})" for g in goals]
     return [f"- First calls with empty caches, fresh process (`{path.relative_to(ROOT)}`, {run_line(path)}): "
             + "; ".join(parts) + "."]
+
+
+def contention_figures() -> list[str]:
+    path = RESULTS / "contention.md"
+    if not path.exists():
+        return []
+    rows = table(path, "# evjax on a busy machine")
+    key = next(k for k in rows[0] if k.startswith("loaded: default / 1 thread"))
+    goals = next(ln for ln in path.read_text().splitlines() if re.match(r"\d+ of \d+ goals met", ln)).split(".")[0]
+    return [f"- On a busy machine (`{path.relative_to(ROOT)}`, {run_line(path)}): with the default threads every "
+            f"family's forward and weight gradient took {span(rows, key)} its one-thread time under the same "
+            f"load; {goals}."]
 
 
 def dense_figures() -> list[str]:
@@ -160,8 +172,8 @@ def jitc_figures() -> list[str]:
             f"{run_line(path)}): " + "; ".join(parts) + "."]
 
 
-SECTIONS = (ci_figures, example_figures, cold_start_figures, csr_event_figures, dense_figures, fixed_figures,
-            jitc_figures, import_time_figures)
+SECTIONS = (ci_figures, example_figures, cold_start_figures, contention_figures, csr_event_figures, dense_figures,
+            fixed_figures, jitc_figures, import_time_figures)
 
 
 def block() -> str:
