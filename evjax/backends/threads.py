@@ -41,7 +41,7 @@ from numba import types
 from numba.extending import intrinsic
 
 __all__ = ["thread_count", "pool_chunks", "threads_now", "now_ns", "start_region", "part_done", "region_done",
-           "set_num_threads", "get_num_threads", "pool_size", "STALL_NS", "BACKOFF_MIN_NS", "BACKOFF_MAX_NS"]
+           "add_parts", "set_num_threads", "get_num_threads", "pool_size", "STALL_NS", "BACKOFF_MIN_NS", "BACKOFF_MAX_NS"]
 
 STALL_NS = 100_000  # a part ending this much (and half the region's time) after the first: a stall
 BACKOFF_MIN_NS = 20_000_000  # kernels stay on the calling thread this long after a first stall ...
@@ -149,6 +149,16 @@ def start_region(parts):
 def part_done(ends, part):
     """The last statement of part ``part`` of a parallel region."""
     ends[part] = now_ns()
+
+
+@numba.njit(cache=True, nogil=True)
+def add_parts(out, parts, lo, hi):
+    """``out[lo:hi] += parts[0][lo:hi] + parts[1][lo:hi] + ...``, one term after the other, in order: the
+    end of a sum split into parts, the same bits whichever thread adds which slice."""
+    for p in range(parts.shape[0]):
+        part = parts[p]
+        for j in range(lo, hi):
+            out[j] += part[j]
 
 
 @numba.njit(cache=True, nogil=True)

@@ -21,7 +21,7 @@ from numba import prange, types
 from numba.extending import overload
 
 from ..._kernel_compat import prange_only
-from ...backends.threads import part_done, pool_chunks, region_done, start_region
+from ...backends.threads import add_parts, part_done, pool_chunks, region_done, start_region
 
 # Below this many synapses visited a kernel stays on one thread: waking the
 # pool, splitting the work and (scatter) summing per-thread outputs would cost
@@ -402,15 +402,6 @@ def _scatter_part(data, indices, indptr, x, out, private, bounds, part, homogene
     _scatter_rows(data, indices, indptr, x, target, bounds[part], bounds[part + 1], homogeneous)
 
 
-@numba.njit(cache=True, nogil=True)
-def _add_parts(out, private, lo, hi):
-    """``out[lo:hi] += private[0][lo:hi] + private[1][lo:hi] + ...``, one term after the other, in order."""
-    for p in range(private.shape[0]):
-        row_p = private[p]
-        for j in range(lo, hi):
-            out[j] += row_p[j]
-
-
 @numba.njit(cache=True, nogil=True, inline="always")
 def _split_scatter(threads, bounds, scatter_part, data, indices, indptr, x, out, homogeneous):
     """A vector scatter in ``bounds.shape[0] - 1`` parts (``scatter_part``: one part, e.g.
@@ -429,13 +420,13 @@ def _split_scatter(threads, bounds, scatter_part, data, indices, indptr, x, out,
         region_done(ends, t0)
         ends, t0 = start_region(parts)
         for t in prange(parts):
-            _add_parts(out, private, (n * t) // parts, (n * (t + 1)) // parts)
+            add_parts(out, private, (n * t) // parts, (n * (t + 1)) // parts)
             part_done(ends, t)
         region_done(ends, t0)
     else:
         for t in range(parts):
             scatter_part(data, indices, indptr, x, out, private, bounds, t, homogeneous)
-        _add_parts(out, private, 0, n)
+        add_parts(out, private, 0, n)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")

@@ -37,7 +37,7 @@ from numba import prange
 
 from ..._kernel_compat import prange_only
 from ...backends import numba_cpu
-from ...backends.threads import part_done, pool_chunks, region_done, start_region
+from ...backends.threads import add_parts, part_done, pool_chunks, region_done, start_region
 from ...dtypes import compute_dtype
 from . import ops
 from .kernel_args import config, operand_values, params_array
@@ -264,15 +264,6 @@ def _scatter_part(rows, weight, params, seed, cfg, x, out, private, bounds, part
     rows(weight, params, seed, cfg, x, target, bounds[part], bounds[part + 1])
 
 
-@numba.njit(cache=True, nogil=True)
-def _add_parts(flat, others, lo, hi):
-    """``flat[lo:hi] += others[0][lo:hi] + others[1][lo:hi] + ...``, one term after the other, in order."""
-    for p in range(others.shape[0]):
-        src = others[p]
-        for j in range(lo, hi):
-            flat[j] += src[j]
-
-
 @numba.njit(**_INLINE)
 def _scatter(rows, is_active, weight, threads, params, seed, cfg, x, out):
     """A scatter over the active outer indices; above the thresholds its sum is split into parts
@@ -299,13 +290,13 @@ def _scatter(rows, is_active, weight, threads, params, seed, cfg, x, out):
         region_done(ends, t0)
         ends, t0 = start_region(parts)
         for t in prange(parts):  # sum the private copies, each thread a slice
-            _add_parts(flat, others, (n * t) // parts, (n * (t + 1)) // parts)
+            add_parts(flat, others, (n * t) // parts, (n * (t + 1)) // parts)
             part_done(ends, t)
         region_done(ends, t0)
     else:
         for t in range(parts):
             _scatter_part(rows, weight, params, seed, cfg, x, out, private, bounds, t)
-        _add_parts(flat, others, 0, n)
+        add_parts(flat, others, 0, n)
 
 
 @numba.njit(**_INLINE)
