@@ -295,3 +295,75 @@ def test_reference_product_at_a_size_whose_matrix_would_not_fit():
     kernel = evjax.binary_jitnmv(0.0, 1.0, prob, spikes, 42, backend="numba", **kw)
     np.testing.assert_allclose(np.asarray(ref), np.asarray(kernel), rtol=1e-5, atol=1e-5)
     assert float(jnp.sum(ref != 0)) > 1000
+
+
+# ---------------------------------------------------------------------------
+# a tiny prob: below the floor the scheme can represent, an empty matrix (docs/jit_connectivity.md)
+# ---------------------------------------------------------------------------
+# below PROB_FLOOR: the multiplier wrapped modulo 2^32 to R = 0 at the first two (gaps of 0: a full matrix),
+# 1 - prob rounded to 1 at the next ones (decimal.DivisionByZero)
+TINY = (float(np.nextafter(generation.PROB_FLOOR, 0.0)), 1.923869898279155e-17, 9.619349491395775e-18, 1e-29,
+        1e-60, 5e-324)
+
+
+def test_probability_floor_and_the_multiplier_around_it():
+    """PROB_FLOOR is 1 - 2^(-2^-54) (the prob whose multiplier R / 2^S is 2^30) rounded up to a float; below it
+    the multiplier is 2^30 (every gap >= 2^30 > n_inner), at and above it the exact one, which never wraps."""
+    floor = generation.PROB_FLOOR
+    exact = -math.expm1(-math.log(2) * 2.0 ** -54)
+    assert abs(floor - exact) <= 2 * math.ulp(exact) and floor >= exact
+    assert generation.EMPTY_MULTIPLIER == (2**31, 1)
+    for p in TINY:
+        assert generation.gap_multiplier(p) == generation.EMPTY_MULTIPLIER, p
+    probs = [floor, float(np.nextafter(floor, 1.0)), 4e-17, 1e-16, 1e-12]
+    probs += list(10.0 ** np.random.default_rng(0).uniform(np.log10(floor), 0, 2000))
+    for p in probs:
+        r, s = generation.gap_multiplier(p)
+        assert 1 <= s <= 63 and (2**31 <= r < 2**32 or s == 63) and r > 0, (p, r, s)
+        want = 1 / (2**24 * -math.log1p(-p) / math.log(2))
+        assert abs(r / 2**s - want) <= 1e-9 * want, p
+        assert r / 2**s <= 2**30 * (1 + 1e-9), p
+    # the host's decimal context does not change the constants
+    with decimal.localcontext() as ctx:
+        ctx.prec = 6
+        low_precision = generation.gap_multiplier(0.3)
+    assert low_precision == generation.gap_multiplier(0.3)
+
+
+def test_below_the_floor_every_gap_passes_the_largest_inner_size():
+    """With the floor's multiplier every gap is at least 2^30, so even n_inner = 2^30 - 1 (the largest
+    dimension) generates nothing: the exact integers, the JAX uint32 emulation and the scheme in Python."""
+    r, s = generation.gap_multiplier(TINY[1])
+    h = np.random.default_rng(1).integers(0, 2**32, 4000, dtype=np.uint64).astype(np.uint32)
+    h[:3] = [0, 1, 2**32 - 1]  # 2^32 - 1: the smallest -log2 (E2 = 1)
+    cap = 2**30 - 1
+    assert min(neg_log2_q24(int(x)) for x in h) >= 1
+    assert all(min((neg_log2_q24(int(x)) * r) >> s, cap) == cap for x in h)
+    np.testing.assert_array_equal(np.asarray(generation.gap(jnp.asarray(h), r, s, cap)), np.full(h.shape, cap))
+    assert all(not row for row in python_rows(99, TINY[1], 64, cap).values())
+
+
+@pytest.mark.parametrize("backend", _backends())
+def test_tiny_prob_is_an_empty_matrix(backend):
+    """prob below PROB_FLOOR: an empty matrix on every backend, in every orientation, for every product and the
+    materialisers, as prob = 0 (it was a full matrix below 1.9e-17, and decimal.DivisionByZero below 1e-28)."""
+    shape = (30, 40)
+    orientations = ((False, True), (False, False), (True, True), (True, False))
+    for prob in TINY[:2] + TINY[3:4]:  # just below the floor, wrapped to R = 0, DivisionByZero (prob is static)
+        for transpose, corder in orientations:
+            kw = dict(shape=shape, transpose=transpose, corder=corder, backend=backend)
+            n_in, n_out = (shape[0], shape[1]) if transpose else (shape[1], shape[0])
+            np.testing.assert_array_equal(evjax.jitu(-1.0, 2.0, prob, 3, **kw), 0.0, err_msg=f"{prob} jitu")
+            ones = jnp.ones(n_in, jnp.float32)
+            for y in (evjax.jitsmv(1.0, prob, ones, 3, **kw), evjax.binary_jitsmv(1.0, prob, ones > 0, 3, **kw),
+                      evjax.binary_jitnmv(0.5, 1.0, prob, ones, 3, weighted=True, **kw),
+                      evjax.jitumm(-1.0, 2.0, prob, jnp.ones((n_in, 2)), 3, **kw),
+                      evjax.binary_jitnmm(0.5, 1.0, prob, jnp.ones((n_in, 2), bool), 3, **kw)):
+                assert y.shape[0] == n_out
+                np.testing.assert_array_equal(y, 0.0, err_msg=f"prob {prob}, {transpose}, {corder}")
+        W = evjax.JITCNormalR(0.5, 1.0, prob=prob, seed=3, shape=shape, corder=True, backend=backend)
+        assert W.tocsr().nnz == 0
+        np.testing.assert_array_equal(jnp.ones(shape[0], bool) @ W, 0.0)
+    # at the floor and above it the matrix is generated as usual (here, at 1200 entries, still empty)
+    for prob in (generation.PROB_FLOOR, 1e-12):
+        np.testing.assert_array_equal(evjax.jits(1.0, prob, 3, shape=shape, backend=backend), 0.0)

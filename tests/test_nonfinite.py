@@ -1,4 +1,5 @@
-"""NaN and inf through every CSR op and backend (docs/semantics.md).
+"""NaN and inf through every CSR op and backend (docs/semantics.md), and the gradient of a shared weight
+(CSR, fixed and every JITC law) when the cotangent is nan or inf on outputs no active event reaches.
 
 Two rules, checked against structural NumPy/SciPy oracles with nan positions equal:
 
@@ -10,10 +11,12 @@ Two rules, checked against structural NumPy/SciPy oracles with nan positions equ
   does (``x = inf`` with no stored entry in a row leaves that row finite).
 
 Backends: numba, warp (Warp's CPU device; skipped if warp is missing) and the
-reference.  The Numba CUDA kernels are checked in tests/cudasim/test_sim_csr.py.
+reference.  The JITC parameters' gradients are compared with a dense jax.numpy
+gradient.  The Numba CUDA kernels are checked in tests/cudasim/test_sim_csr.py.
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
 import itertools
 from types import SimpleNamespace
@@ -293,6 +296,239 @@ def test_sddmm(width, backend):
         got = jax.jit(lambda r, q: csr.csr_sddmm(S.indices, S.indptr, r, q, shape=S.shape, dtype=jnp.float32,
                                                  backend=backend))(r, q)
         assert_same(got, sddmm_oracle(r, q), f"r {r_kind}, q {q_kind}")
+
+
+# ---------------------------------------------------------------------------
+# a shared weight's gradient: non-finite cotangents on outputs that no active event reaches
+# (CSR, fixed and every JITC law; the dense family has no shared-weight form: its weights are a matrix)
+# ---------------------------------------------------------------------------
+MODES = ("binary", "float_spikes", "weighted", "float")  # bool spikes, float spikes, graded events, float values
+
+
+def mode_operand(mode, n, rank, seed, silent=(0,)):
+    """The operand of ``mode``: events are sparse (about a third active, the inputs ``silent`` silent, the
+    second active), so that some outputs are reached by no active event; float values hold zeros."""
+    rng = np.random.default_rng(seed)
+    shape = (n,) if rank == 1 else (n, 3)
+    active = rng.random(shape) < 0.35
+    active[1] = True
+    active[list(silent)] = False
+    if mode == "binary":
+        return active
+    if mode == "float_spikes":
+        return np.where(active, np.where(rng.random(shape) < 0.3, inf, 2.5), 0.0).astype(np.float32)
+    if mode == "weighted":  # finite graded events, signs mixed
+        return np.where(active, rng.choice(np.array([1.5, -2.0, 0.5], np.float32), size=shape), 0).astype(np.float32)
+    return np.where(rng.random(shape) < 0.4, 0.0, rng.standard_normal(shape)).astype(np.float32)
+
+
+def reached_outputs(src, dst, n_out, x, mode):
+    """Which outputs (``(n_out[, k])``) a synapse ``src -> dst`` reaches: from an active (nonzero) event, or,
+    for float values, from any input (structural: an output with no synapse is never reached)."""
+    x2 = np.asarray(x) if np.ndim(x) == 2 else np.asarray(x)[:, None]
+    live = np.ones(x2.shape, bool) if mode == "float" else x2 != 0
+    out = np.zeros((n_out, x2.shape[1]), bool)
+    np.logical_or.at(out, dst, live[src])
+    return out if np.ndim(x) == 2 else out[:, 0]
+
+
+def synapse_gradient(src, dst, x, ct, mode):
+    """g_k per synapse ``src -> dst`` (docs/semantics.md): an event selects ``ct``, a graded event selects then
+    scales it (``where(v != 0, v * ct, 0)``), a float value multiplies it (IEEE)."""
+    x2 = np.asarray(x, np.float64) if np.ndim(x) == 2 else np.asarray(x, np.float64)[:, None]
+    ct2 = np.asarray(ct, np.float64) if np.ndim(ct) == 2 else np.asarray(ct, np.float64)[:, None]
+    xs, cs = x2[src], ct2[dst]
+    if mode in ("binary", "float_spikes"):
+        terms = np.where(xs != 0, cs, 0.0)
+    elif mode == "weighted":
+        terms = np.where(xs != 0, xs * cs, 0.0)
+    else:
+        terms = xs * cs
+    return terms.sum(axis=1)
+
+
+def nonfinite_cotangents(reach, seed):
+    """Cotangents for the shared weight's gradient: (1) nan, inf and -inf only on unreached outputs, finite
+    values elsewhere (the answer is finite: the defect gave nan); (2) besides, nan and 0 on reached outputs.
+    (An infinite cotangent on a reached output gives inf times the sum of the terms into it, which can be
+    +-inf where the sum of the per-synapse gradients is nan: docs/semantics.md; not compared here.)"""
+    rng = np.random.default_rng(seed)
+    finite = rng.choice(np.array([1.0, -2.0, 0.5, 3.0], np.float32), size=reach.shape)
+    poison = rng.choice(np.array([nan, inf, -inf], np.float32), size=reach.shape)
+    poison.reshape(-1)[0] = nan
+    only_unreached = np.where(reach, finite, poison).astype(np.float32)
+    on_reached = np.where(rng.random(reach.shape) < 0.5, np.float32(nan), np.float32(0.0))
+    everywhere = np.where(reach & (rng.random(reach.shape) < 0.3), on_reached, only_unreached).astype(np.float32)
+    return only_unreached, everywhere
+
+
+def check_shared_weight_gradient(f, x, src, dst, n_out, mode, seed, err):
+    """The shared weight's gradient of ``f(data, x)`` is the sum of the per-synapse gradients, whatever the
+    cotangent holds on the outputs no active event (float: no synapse) reaches; for a finite and a nan weight,
+    for each cotangent and for a batch of them (vmap of the transpose), all in one compiled program."""
+    reach = reached_outputs(src, dst, n_out, x, mode)
+    # events: some outputs unreached; float values: structural (the CSR scatter stores every column)
+    assert reach.any() and (mode == "float" or not reach.all()), "the case needs reached and unreached outputs"
+
+    @jax.jit
+    def grads(data, cts):
+        _, vjp = jax.vjp(lambda w: f(w, x), data)
+        return [vjp(ct)[0] for ct in cts], jax.vmap(vjp)(cts)[0]
+
+    cts = np.stack(nonfinite_cotangents(reach, seed))
+    want = np.array([[np.sum(synapse_gradient(src, dst, x, ct, mode))] for ct in cts])
+    for data in (np.array([1.5], np.float32), np.array([nan], np.float32)):  # the weight is never read
+        one_by_one, batched = grads(data, cts)
+        for ct, got, w in zip(cts, one_by_one, want):
+            assert_same(got, w, f"{err}, weight {data[0]}, ct {ct.tolist()}")
+        assert_same(batched, want, f"{err}, weight {data[0]}, vmap")
+
+
+def event_call(fn, mode, **kw):
+    """``fn`` with the operand as ``mode`` passes it: ``weighted=True`` for graded events."""
+    return functools.partial(fn, **kw, **({"weighted": True} if mode == "weighted" else {}))
+
+
+# 6 x 5 CSR with an empty row (3) and an unreferenced-by-events mix; every column stored
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("rank, transpose", list(itertools.product((1, 2), (False, True))),
+                         ids=lambda v: str(v))
+def test_csr_shared_weight_gradient_nan_cotangent(rank, transpose, backend):
+    src, dst = (S.rows, S.cols) if transpose else (S.cols, S.rows)
+    n_out = S.shape[1] if transpose else S.shape[0]
+    for i, mode in enumerate(MODES):
+        # silent inputs 0 and 4 leave column 0 unreached in the scatter; row 3 is empty
+        x = mode_operand(mode, n_in(transpose), rank, seed=11 + i, silent=(0, 4))
+        fn = OPS[(rank, mode != "float")]
+        call = event_call(fn, mode, shape=S.shape, transpose=transpose, backend=backend)
+        f = lambda w, v: call(w, S.indices, S.indptr, v)  # noqa: E731
+        check_shared_weight_gradient(f, x, src, dst, n_out, mode, seed=i, err=mode)
+
+
+# fixed fan: 5 rows x 2 synapses into 6 columns, column 5 never referenced, a duplicate in row 2
+FIXED = np.array([[0, 1], [1, 2], [3, 3], [0, 4], [2, 4]], np.int32)
+FIXED_SHAPE = (5, 6)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("rank, transpose", list(itertools.product((1, 2), (False, True))),
+                         ids=lambda v: str(v))
+def test_fixed_shared_weight_gradient_nan_cotangent(rank, transpose, backend):
+    rows = np.repeat(np.arange(FIXED.shape[0]), FIXED.shape[1])
+    cols = FIXED.reshape(-1)
+    src, dst = (rows, cols) if transpose else (cols, rows)
+    n_out = FIXED_SHAPE[1] if transpose else FIXED_SHAPE[0]
+    n = FIXED_SHAPE[0] if transpose else FIXED_SHAPE[1]
+    fns = {(1, False): evjax.fcnmv, (2, False): evjax.fcnmm, (1, True): evjax.binary_fcnmv,
+           (2, True): evjax.binary_fcnmm}
+    for i, mode in enumerate(MODES):
+        # column 5 is never referenced (scatter); a silent input 3 leaves row 2 unreached (gather)
+        x = mode_operand(mode, n, rank, seed=21 + i, silent=(0, 3))
+        call = event_call(fns[(rank, mode != "float")], mode, shape=FIXED_SHAPE, transpose=transpose,
+                          backend=backend)
+        f = lambda w, v: call(w, FIXED, v)  # noqa: E731
+        check_shared_weight_gradient(f, x, src, dst, n_out, mode, seed=i, err=mode)
+
+
+JITC_LAWS = {"scalar": (0.7,), "normal": (0.3, 1.2), "uniform": (-1.0, 2.0)}
+JITC_SHAPE, JITC_PROB, JITC_SEED = (9, 8), 0.25, 5
+
+
+def jitc_dense(law, params, transpose, corder):
+    """``(D, mask)``: the matrix the op applies (``M`` or ``M.T``), dense and differentiable in the parameters."""
+    from evjax.primitives.jitc.generation import dense_generated
+    from evjax.primitives.jitc.ops import generated_shape
+
+    n_outer, n_inner = generated_shape(JITC_SHAPE, transpose, corder)
+    w, mask = dense_generated(law, [jnp.asarray(p, jnp.float32).reshape(1) for p in params],
+                              jnp.asarray(JITC_SEED, jnp.uint32), JITC_PROB, n_outer, n_inner, jnp.float32)
+    return (w, mask) if corder else (w.T, mask.T)
+
+
+@functools.lru_cache(maxsize=None)
+def jitc_synapses(transpose, corder):
+    """The synapses ``(n_out, n_in)`` of the matrix the op applies (the same for every law and backend)."""
+    return np.asarray(jax.jit(jitc_dense, static_argnums=(0, 2, 3))("scalar", (1.0,), transpose, corder)[1])
+
+
+@functools.lru_cache(maxsize=None)
+def jitc_basis(law, transpose, corder):
+    """``D(e_p)`` for each parameter p: the law's weights are linear in its parameters jointly,
+    ``D(theta) = sum_p theta_p D(e_p)`` (scalar: ``w``; normal: ``loc + scale z``; uniform:
+    ``low (1 - u) + high u``)."""
+    n = len(JITC_LAWS[law])
+    dense = jax.jit(jitc_dense, static_argnums=(0, 2, 3))
+    return [np.asarray(dense(law, tuple(float(j == p) for j in range(n)), transpose, corder)[0]) for p in range(n)]
+
+
+def jitc_reference(law, params, x, transpose, corder, mode):
+    """``y_o = sum over the synapses (o, i) of term(w_oi, x_i)`` in jax.numpy, with ``w = sum_p theta_p D(e_p)``:
+    structural (a ``where`` on the synapses), an event selects (``where``), a graded one selects then scales, a
+    float value multiplies (IEEE)."""
+    w = sum(jnp.reshape(p, ()) * d for p, d in zip(params, jitc_basis(law, transpose, corder)))
+    mask = jitc_synapses(transpose, corder)
+    x = jnp.asarray(x)
+    if x.ndim == 2:
+        w, mask = w[:, :, None], mask[:, :, None]
+    xs = x[None].astype(jnp.float32)
+    if mode == "float":
+        terms = w * xs
+    elif mode == "weighted":
+        terms = jnp.where(xs != 0, w * xs, 0.0)
+    else:
+        terms = jnp.where(xs != 0, w, 0.0)
+    return jnp.sum(jnp.where(mask, terms, 0.0), axis=1)
+
+
+JITC_ORIENTATIONS = ((False, True), (False, False), (True, True), (True, False))  # (transpose, corder)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("law", list(JITC_LAWS))
+def test_jitc_parameter_gradient_nan_cotangent(law, backend):
+    """Every law's parameters: the gradient equals the dense jax.numpy one, which never sees the cotangent of an
+    output no active event reaches (float operands: an output with no synapse), in every orientation, for
+    vectors and matrices, each cotangent and a batch of them (vmap of the transpose)."""
+    params = [np.array(p, np.float32) for p in JITC_LAWS[law]]
+    n = len(params)
+    letter = law[0]
+    for rank, (transpose, corder) in itertools.product((1, 2), JITC_ORIENTATIONS):
+        mask = jitc_synapses(transpose, corder)
+        jitc_basis(law, transpose, corder)  # computed here, not under the trace of grads
+        out_idx, in_idx = np.nonzero(mask)
+        for i, mode in enumerate(MODES):
+            x = mode_operand(mode, mask.shape[1], rank, seed=31 + i + 4 * rank)
+            name = f"{'binary_' if mode != 'float' else ''}jit{letter}m{'v' if rank == 1 else 'm'}"
+            call = event_call(getattr(evjax, name), mode, shape=JITC_SHAPE, transpose=transpose, corder=corder,
+                              backend=backend)
+            reach = reached_outputs(in_idx, out_idx, mask.shape[0], x, mode)
+            assert reach.any() and (mode == "float" or not reach.all()), (rank, transpose, corder, mode)
+
+            @jax.jit
+            def grads(params, cts, x=x, call=call, transpose=transpose, corder=corder, mode=mode):
+                _, vjp = jax.vjp(lambda *p: call(*p, JITC_PROB, x, JITC_SEED), *params)
+                _, vjp_want = jax.vjp(lambda *p: jitc_reference(law, p, x, transpose, corder, mode), *params)
+                return vjp(cts[0]), jax.vmap(vjp)(cts), jax.vmap(vjp_want)(cts)
+
+            cts = np.stack(nonfinite_cotangents(reach, seed=i))
+            first, batched, want = grads(params, cts)
+            for j in range(n):
+                err = f"{name} param {j}, {mode}, transpose={transpose}, corder={corder}"
+                assert_same(first[j], want[j][0], f"{err}, ct {cts[0].tolist()}")
+                assert_same(batched[j], want[j], f"{err}, vmap, cts {cts.tolist()}")
+    # the materialiser (jits / jitn / jitu): a cotangent off the synapses is never read
+    for transpose, corder in JITC_ORIENTATIONS[:3]:
+        mask = jitc_synapses(transpose, corder)
+        ct = np.where(mask, np.float32(1.5), np.float32(nan))
+        fn = getattr(evjax, f"jit{letter}")
+        _, vjp = jax.vjp(lambda *p: fn(*p, JITC_PROB, JITC_SEED, shape=JITC_SHAPE, transpose=transpose,
+                                       corder=corder, backend=backend), *params)
+        basis = jitc_basis(law, transpose, corder)
+        _, vjp_want = jax.vjp(lambda *p: jnp.where(mask, sum(jnp.reshape(q, ()) * d for q, d in zip(p, basis)), 0.0),
+                              *params)
+        got, want = vjp(ct), vjp_want(ct)
+        for j in range(n):
+            assert_same(got[j], want[j], f"jit{letter} param {j}, transpose={transpose}, corder={corder}")
 
 
 # ---------------------------------------------------------------------------

@@ -147,7 +147,7 @@ def _reference_matmul(data, indices, indptr, x, *, outs, shape, transpose, event
     return [y.astype(out.dtype)]
 
 
-def _weight_cotangent(op, data, indices, indptr, x, ct, *, shape, transpose, backend, **params):
+def _weight_cotangent(op, data, indices, indptr, x, ct, *, shape, transpose, backend, event=False, **params):
     """Cotangent of the weights of ``y = op(data, ..., x)`` given ``ct = y_bar``.
 
     Per synapse k in row i with column j (x binarised for event ops):
@@ -159,17 +159,40 @@ def _weight_cotangent(op, data, indices, indptr, x, ct, *, shape, transpose, bac
     x gives the IEEE product.  Weighted events v (``params["weighted"]``) scale
     the selected terms: w_bar_k = where(v != 0, v * y_bar, 0), the rows of v == 0
     skipped in the scatter orientation (sddmm mode ``r_weighted``/``q_weighted``).
-    Homogeneous w (shape (1,)):  w_bar = sum_k (...) = <y_bar, op(1, ..., x)>,
-    computed with the op itself, in the same (event-driven) orientation; it does
-    not read w, and agrees with the per-synapse sum for finite y_bar.
+
+    Homogeneous w (shape (1,)): the sum of those per-synapse terms, grouped by output o
+    (one output column c of y at a time for a matrix operand):
+        w_bar = sum_k g_k = sum_o [o reached] y_bar_o * op(1, ..., x)_o
+    where op(1, ..., x)_o = sum of the terms of the synapses into o (events: their count;
+    weighted: the selected values; float: the x values), and "o reached" means that some
+    synapse contributes a term to o: an active event's (event and weighted ops) or any
+    stored entry's (float ops: structural).  The selection is needed because an output no
+    term reaches has op(1, ...)_o = 0 (an empty sum), and 0 * y_bar_o is nan for a nan or
+    inf y_bar_o, whereas the per-synapse sum has no term there (docs/semantics.md: an
+    inactive event, or a structural zero, contributes nothing, in every gradient).  A
+    reached output keeps the IEEE product (a float x = 0 beside y_bar = nan gives nan).
+    Cost: op(1, ...) in the op's own (event-driven) orientation, plus, where it is not
+    already the count (weighted events, float values), one pass of the bool op counting
+    the synapses reached (event-driven for weighted events; every synapse for float
+    values, which the float op visits anyway).  It never reads w.
     """
     aval = ad_rules.aval_of(data)
     nnz = indices.shape[0]
     if aval.shape[0] != nnz or nnz == 1:
-        y1 = _bind(op, jnp.ones((1,), aval.dtype), indices, indptr, x, shape=shape, transpose=transpose,
-                   dtype=ct.dtype, backend=backend, **params)
+        one = jnp.ones((1,), aval.dtype)
+        y1 = _bind(op, one, indices, indptr, x, shape=shape, transpose=transpose, dtype=ct.dtype,
+                   backend=backend, **params)
+        if event and not params.get("weighted"):
+            reached = y1 != 0  # y1 counts the active synapses into each output
+        else:  # count them: the active entries of weighted events, or every stored entry (float values)
+            live = as_bool_events(x) if event else jnp.ones(x.shape[:1], jnp.bool_)
+            count_op = binary_csrmv_p if live.ndim == 1 else binary_csrmm_p
+            counts = _bind(count_op, one, indices, indptr, live, shape=shape, transpose=transpose,
+                           dtype=ct.dtype, backend=backend, weighted=False)
+            reached = (counts != 0) if counts.ndim == ct.ndim else (counts != 0)[:, None]
         acc = compute_dtype(aval.dtype)
-        return jnp.sum(ct.astype(acc) * y1.astype(acc)).astype(aval.dtype).reshape(1)
+        terms = jnp.where(reached, ct.astype(acc) * y1.astype(acc), jnp.zeros((), acc))
+        return jnp.sum(terms).astype(aval.dtype).reshape(1)
     r, q = (ct, x) if not transpose else (x, ct)
     weighted = ("r" if transpose else "q") if params.get("weighted") else None
     return _bind_sddmm(indices, indptr, r, q, shape=shape, dtype=aval.dtype, backend=backend, weighted=weighted)
@@ -245,7 +268,7 @@ def _weights_cotangent(op, event: bool):
         # in the scatter orientation only the synapses of active rows are computed.
         x = as_bool_events(x) if event and not params.get("weighted") else x
         return _weight_cotangent(op, data, indices, indptr, x, cts[0], shape=shape, transpose=transpose,
-                                 backend=backend, **params)
+                                 backend=backend, event=event, **params)
 
     return rule
 

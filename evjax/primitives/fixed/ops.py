@@ -155,7 +155,7 @@ def _reference_matmul(weights, indices, x, *, outs, shape, transpose, event):
 # ===========================================================================
 # Rules shared by the four matmul ops
 # ===========================================================================
-def _weight_cotangent(op, weights, indices, x, ct, *, shape, transpose, backend):
+def _weight_cotangent(op, weights, indices, x, ct, *, shape, transpose, backend, event=False):
     """Cotangent of the weights of ``y = op(w, indices, x)`` given ``ct = y_bar``.
 
     Per synapse (i, l) with column j = indices[i, l] (x binarised for event ops):
@@ -164,15 +164,32 @@ def _weight_cotangent(op, weights, indices, x, ct, *, shape, transpose, backend)
     i.e. w_bar = fcn_sddmm(r, q) with (r, q) = (y_bar, x) or (x, y_bar).  With
     events as r (the scatter) only the synapses of active rows are computed,
     the rest of the (n, k) gradient is a zero-fill: event-driven.
-    Homogeneous w:  w_bar = sum_il (...) = <y_bar, op(1, indices, x)>, the op
-    itself in the same (event-driven) orientation.
+
+    Homogeneous w: the sum of those per-synapse terms, grouped by output o:
+        w_bar = sum_il g_il = sum_o [o reached] y_bar_o * op(1, indices, x)_o
+    with op(1, ...)_o the sum of the terms into o (events: their count) and "o reached":
+    some synapse contributes a term to o, an active event's (event ops) or any synapse's
+    (float ops: structural).  The selection keeps 0 * y_bar_o (nan for y_bar_o = nan or
+    inf) out of the sum at outputs that no term reaches, where the per-synapse sum has no
+    term (docs/semantics.md); a reached output keeps the IEEE product.  Cost: the op
+    itself in the same (event-driven) orientation, whose result counts the active
+    synapses for events; float values add one pass of the bool op over every synapse
+    (which the float op visits anyway) to count the stored ones.  It never reads w.
+    (Weighted events run CSR's weighted op and its rules: ``_weighted``.)
     """
     aval = ad_rules.aval_of(weights)
     if aval.ndim == 1:
-        y1 = _bind(op, jnp.ones((1,), aval.dtype), indices, x, shape=shape, transpose=transpose,
-                   dtype=ct.dtype, backend=backend)
+        one = jnp.ones((1,), aval.dtype)
+        y1 = _bind(op, one, indices, x, shape=shape, transpose=transpose, dtype=ct.dtype, backend=backend)
+        if event:
+            reached = y1 != 0  # y1 counts the active synapses into each output
+        else:  # count the synapses into each output (structural)
+            counts = _bind(binary_fcnmv_p, one, indices, jnp.ones(x.shape[:1], jnp.bool_), shape=shape,
+                           transpose=transpose, dtype=ct.dtype, backend=backend)
+            reached = (counts != 0) if counts.ndim == ct.ndim else (counts != 0)[:, None]
         acc = compute_dtype(aval.dtype)
-        return jnp.sum(ct.astype(acc) * y1.astype(acc)).astype(aval.dtype).reshape(1)
+        terms = jnp.where(reached, ct.astype(acc) * y1.astype(acc), jnp.zeros((), acc))
+        return jnp.sum(terms).astype(aval.dtype).reshape(1)
     r, q = (ct, x) if not transpose else (x, ct)
     return _bind_sddmm(indices, r, q, shape=shape, dtype=aval.dtype, backend=backend)
 
@@ -189,7 +206,8 @@ def _weights_cotangent_rule(op, event: bool):
     def rule(cts, weights, indices, x, *, outs, shape, transpose, backend):
         # w_bar_il = <y_bar_i, x_{j_il}> (gather) or <x_i, y_bar_{j_il}> (scatter), x as 1[x != 0] for events
         x = as_bool_events(x) if event else x
-        return _weight_cotangent(op, weights, indices, x, cts[0], shape=shape, transpose=transpose, backend=backend)
+        return _weight_cotangent(op, weights, indices, x, cts[0], shape=shape, transpose=transpose, backend=backend,
+                                 event=event)
 
     return rule
 

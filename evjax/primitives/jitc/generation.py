@@ -33,7 +33,8 @@ is bitwise identical everywhere: no float, no libm, no FMA contraction.
   the leading-zero count of the draw and a 1025-entry table of ``log2`` on
   ``[1, 2]`` with linear interpolation (error below ``2e-7``), then
   ``gap = min((E2 * R) >> S, n_inner)`` with ``R / 2^S = 1 / (2^24 log2(1 / (1 - prob)))``
-  computed once on the host in exact decimal arithmetic (:func:`gap_multiplier`).
+  computed once on the host in exact decimal arithmetic (:func:`gap_multiplier`); a ``prob`` below
+  :data:`PROB_FLOOR` (about 3.85e-17) gets ``R / 2^S = 2^30``, an empty matrix at every supported size.
 
 * Weights (floats, within one ulp across backends): uniform
   ``u = (draw(4k + 1) >> 8) * 2^-24`` (exact in float32), ``w = low + (high - low) u``;
@@ -56,7 +57,8 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = [
-    "log2_table", "cos_table", "TWO_LN2", "gap_multiplier", "keys", "draw", "neg_log2_q24", "gap",
+    "log2_table", "cos_table", "TWO_LN2", "PROB_FLOOR", "EMPTY_MULTIPLIER", "gap_multiplier", "keys", "draw",
+    "neg_log2_q24", "gap",
     "unit_uniform", "standard_normal", "dense_generated", "streamed_product",
 ]
 
@@ -85,20 +87,49 @@ def cos_table() -> np.ndarray:
                     np.uint32)
 
 
+# The smallest multiplier R / 2^S the scheme uses is 2^30: every gap is then >= 2^30 (E2 >= 1 for every draw), at
+# least n_inner (< 2^30 for every supported shape), so no synapse is generated.  R / 2^S = 2^30 is the multiplier
+# of prob = 1 - 2^(-2^-54) ~ ln(2) 2^-54 ~ 3.85e-17; below it the exact multiplier would need S < 1 (it wrapped
+# modulo 2^32 below 1.9e-17, giving gaps of 0: a full matrix) and 1 - prob rounds to 1 in decimal arithmetic
+# below 1e-50 (DivisionByZero).  So every prob below that floor gets the floor's multiplier: an empty matrix.
+EMPTY_MULTIPLIER = (1 << 31, 1)  # R / 2^S = 2^30
+
+
+def _probability_floor() -> float:
+    """The smallest float64 ``p`` with ``1 / (2^24 log2(1 / (1 - p))) <= 2^30``: ``1 - 2^(-2^-54)``, rounded up."""
+    ctx = decimal.Context(prec=80)
+    exact = ctx.subtract(1, ctx.exp(ctx.minus(ctx.multiply(ctx.ln(2), ctx.power(2, -54)))))
+    p = float(exact)
+    return p if decimal.Decimal(p) >= exact else float(np.nextafter(p, 1.0))
+
+
+PROB_FLOOR = _probability_floor()  # ~3.8474e-17: a prob below it gives an empty matrix (EMPTY_MULTIPLIER)
+
+
 def gap_multiplier(prob: float) -> tuple[int, int]:
     """``(R, S)`` with ``R / 2^S = 1 / (2^24 * log2(1 / (1 - prob)))``, ``R < 2^32`` (exact decimal maths).
 
-    ``prob = 1`` gives ``(0, 32)`` (every gap 0: a dense matrix).  ``prob`` must be in ``(0, 1]``.
+    ``prob = 1`` gives ``(0, 32)`` (every gap 0: a dense matrix).  ``0 < prob < PROB_FLOOR`` (about 3.85e-17)
+    gives :data:`EMPTY_MULTIPLIER`, ``R / 2^S = 2^30``: every gap is at least ``2^30 > n_inner``, an empty
+    matrix (the expected number of synapses of a row is below ``2^30 * PROB_FLOOR ~ 4e-8`` at any supported
+    size).  Otherwise ``S >= 1`` and ``2^31 <= R < 2^32`` (or ``S = 63``).  ``prob`` must be in ``(0, 1]``.
+    The decimal arithmetic runs in its own 50-digit context (not the caller's ``decimal`` context).
     """
     if prob >= 1.0:
         return 0, 32
+    if prob < PROB_FLOOR:
+        return EMPTY_MULTIPLIER
     ctx = decimal.Context(prec=50)
-    lam2 = -ctx.ln(1 - decimal.Decimal(prob)) / ctx.ln(decimal.Decimal(2))  # log2(1 / (1 - p)) > 0
-    inv = 1 / (lam2 * (1 << 24))
+    lam2 = ctx.divide(ctx.minus(ctx.ln(ctx.subtract(1, decimal.Decimal(prob)))), ctx.ln(2))  # log2(1/(1-p)) > 0
+    inv = ctx.divide(1, ctx.multiply(lam2, 1 << 24))
     shift = 63
-    while shift > 1 and int(inv * (1 << shift)) >= (1 << 32):
+    while shift > 1 and int(ctx.multiply(inv, 1 << shift)) >= (1 << 32):
         shift -= 1
-    return int((inv * (1 << shift)).to_integral_value(decimal.ROUND_HALF_EVEN)) & 0xFFFFFFFF, shift
+    r = int(ctx.multiply(inv, 1 << shift).to_integral_value(decimal.ROUND_HALF_EVEN))
+    if r >= (1 << 32):  # rounded up to 2^32: one bit less (never wraps to 0)
+        shift -= 1
+        r = int(ctx.multiply(inv, 1 << shift).to_integral_value(decimal.ROUND_HALF_EVEN))
+    return r, shift
 
 
 # ---------------------------------------------------------------------------

@@ -182,18 +182,40 @@ def _matmul_rules(op, law: str, rank: int, event: bool):
         float_op = MATMUL_OPS[(law, rank, False)]
         return float_op.primitive.bind(*args[:n], args[n], tangent.astype(outs[0].dtype), outs=outs, **params)
 
-    def param_cotangent(i):
-        # y = A(theta) x  =>  theta_bar_i = <y_bar, A(e_i) x>: the op itself with the basis e_i,
-        # so for events only the synapses of active inputs are generated (event-driven).
-        def rule(cts, *args, outs, shape, prob, transpose, corder, backend, weighted=False):
-            params, seed, x = args[:n], args[n], args[n + 1]
+    def param_cotangents(cts, args, undefined, *, shape, prob, transpose, corder, backend, weighted=False):
+        # y = A(theta) x = sum_p theta_p A(e_p) x  =>  theta_bar_p = sum_o [o reached] y_bar_o (A(e_p) x)_o,
+        # the op itself with the basis e_p (for events only the synapses of active inputs are generated:
+        # event-driven), summed over the outputs o that some synapse's term reaches: an active event's
+        # (event ops) or any synapse's (float ops: structural).  It is the sum over the synapses of the
+        # per-synapse terms y_bar_o * dw_oi/dtheta_p * term(x_i), grouped by output; an output no term reaches
+        # has (A(e_p) x)_o = 0, an empty sum, and 0 * y_bar_o would be nan for a nan or inf y_bar_o where the
+        # synapse sum has no term (docs/semantics.md).  "Reached" is read off A(e_0) with nonnegative inputs,
+        # whose basis weights are positive on every synapse (scalar and normal: 1; uniform: 1 - u >= 2^-24):
+        # A(e_0) 1[x != 0] > 0 exactly at the outputs an active event reaches, A(e_0) 1 at those with a synapse.
+        # For spikes that is theta_0's own product (no extra pass); weighted events and float values take one
+        # more pass (the spikes op on 1[x != 0], event-driven; the float op on ones).  A reached output keeps
+        # the IEEE product (a float x = 0 beside y_bar = nan gives nan).
+        params, seed, x = args[:n], args[n], args[n + 1]
+        ct = cts[0]
+        bind = functools.partial(bind_matmul, law, seed=seed, shape=shape, prob=prob, transpose=transpose,
+                                 corder=corder, dtype=ct.dtype, backend=backend)
+        y1 = {i: bind(event, _basis(params, i), x=x, weighted=weighted) for i in undefined}
+        if event and not weighted:
+            first = y1[0] if 0 in y1 else bind(True, _basis(params, 0), x=x)
+        elif event:  # weighted: the same op on the spikes 1[x != 0]
+            first = bind(True, _basis(params, 0), x=x, weighted=False)
+        else:  # float: structural, the synapses of each output
+            first = bind(False, _basis(params, 0), x=jnp.ones(x.shape[:1], ct.dtype))
+        reached = first != 0
+        if reached.ndim < ct.ndim:
+            reached = reached[:, None]
+        out = {}
+        for i in undefined:
             aval = ad_rules.aval_of(params[i])
-            y1 = bind_matmul(law, event, _basis(params, i), seed, x, shape=shape, prob=prob, transpose=transpose,
-                             corder=corder, dtype=cts[0].dtype, backend=backend, weighted=weighted)
             acc = compute_dtype(aval.dtype)
-            return jnp.sum(cts[0].astype(acc) * y1.astype(acc)).astype(aval.dtype).reshape(aval.shape)
-
-        return rule
+            terms = jnp.where(reached, ct.astype(acc) * y1[i].astype(acc), jnp.zeros((), acc))
+            out[i] = jnp.sum(terms).astype(aval.dtype).reshape(aval.shape)
+        return out
 
     def operand_cotangent(cts, *args, outs, shape, prob, transpose, corder, backend):
         # y = A x  =>  x_bar = A.T y_bar: the same generated matrix transposed, i.e. the op with
@@ -202,11 +224,21 @@ def _matmul_rules(op, law: str, rank: int, event: bool):
         return bind_matmul(law, False, args[:n], args[n], cts[0], shape=shape, prob=prob, transpose=not transpose,
                            corder=not corder, dtype=aval.dtype, backend=backend)
 
+    def transpose_rule(cts, *args, outs, **params):
+        # the parameters' cotangents together (they share the selection of the reached outputs), then x's
+        undefined = [i for i in range(n) if ad_rules.is_undefined(args[i])]
+        found = param_cotangents(cts, args, undefined, **params) if undefined else {}
+        result = [found.get(i) for i in range(n)] + [None, None]
+        x = args[n + 1]
+        if ad_rules.is_undefined(x) and jnp.issubdtype(x.aval.dtype, jnp.inexact):
+            if event:  # not linear in its events: their JVP is the float op, never transposed here
+                raise NotImplementedError(f"{op.name}: transpose w.r.t. argument {n + 1} is not defined; the op "
+                                          f"is not linear in it")
+            result[n + 1] = operand_cotangent(cts, *args, outs=outs, **params)
+        return result
+
     jvps = [param_jvp(i) for i in range(n)] + [None, operand_jvp]
-    cotangents = {i: param_cotangent(i) for i in range(n)}
-    if not event:
-        cotangents[n + 1] = operand_cotangent
-    return jvps, ad_rules.linear_transpose_rule(cotangents, name=op.name)
+    return jvps, transpose_rule
 
 
 def _matmul_batching(law: str, rank: int, event: bool):
@@ -267,19 +299,27 @@ def _dense_rules(op, law: str):
 
         return rule
 
-    def param_cotangent(i):
-        # theta_bar_i = sum_{o,i in structure} D_bar_oi * D(e_i)_oi
-        def rule(cts, *args, outs, shape, prob, transpose, corder, backend):
+    def transpose_rule(cts, *args, outs, shape, prob, transpose, corder, backend):
+        # theta_bar_p = sum over the synapses (o, i) of D_bar_oi * D(e_p)_oi: a cotangent off the synapses is
+        # never read (0 * nan would be nan there).  The synapses are where D(e_0) != 0: its basis weights are
+        # positive on every synapse (scalar and normal: 1; uniform: 1 - u >= 2^-24).
+        undefined = [i for i in range(n) if ad_rules.is_undefined(args[i])]
+        result = [None] * (n + 1)
+        if not undefined:
+            return result
+        ct = cts[0]
+        bind = functools.partial(bind_dense, law, seed=args[n], shape=shape, prob=prob, transpose=transpose,
+                                 corder=corder, dtype=ct.dtype, backend=backend)
+        d1 = {i: bind(_basis(args[:n], i)) for i in undefined}
+        synapses = (d1[0] if 0 in d1 else bind(_basis(args[:n], 0))) != 0
+        for i in undefined:
             aval = ad_rules.aval_of(args[i])
-            d1 = bind_dense(law, _basis(args[:n], i), args[n], shape=shape, prob=prob, transpose=transpose,
-                            corder=corder, dtype=cts[0].dtype, backend=backend)
             acc = compute_dtype(aval.dtype)
-            return jnp.sum(cts[0].astype(acc) * d1.astype(acc)).astype(aval.dtype).reshape(aval.shape)
+            terms = jnp.where(synapses, ct.astype(acc) * d1[i].astype(acc), jnp.zeros((), acc))
+            result[i] = jnp.sum(terms).astype(aval.dtype).reshape(aval.shape)
+        return result
 
-        return rule
-
-    return [param_jvp(i) for i in range(n)] + [None], ad_rules.linear_transpose_rule(
-        {i: param_cotangent(i) for i in range(n)}, name=op.name)
+    return [param_jvp(i) for i in range(n)] + [None], transpose_rule
 
 
 DENSE_OPS: dict = {}
