@@ -212,7 +212,14 @@ def set_num_threads(n: int) -> None:
 
 
 def get_num_threads() -> int:
-    """The thread count set for evjax's parallel kernels (see :func:`set_num_threads`)."""
+    """The thread count set for evjax's parallel kernels (see :func:`set_num_threads`).
+
+    Returns:
+        The count, from 1 to Numba's pool size.
+
+    Example:
+        >>> evjax.get_num_threads()      # Numba's pool size until set_num_threads is called
+    """
     return int(_cells["evjax_thread_count"].value)
 
 
