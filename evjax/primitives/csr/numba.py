@@ -55,7 +55,6 @@ passes the one in force at each call (:mod:`evjax.backends.threads`).
 """
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import numba
 import numpy as np

@@ -35,8 +35,6 @@ first: its handler passes the one in force at each call
 """
 from __future__ import annotations
 
-import jax
-import jax.numpy as jnp
 import numba
 import numpy as np
 from numba import prange, types

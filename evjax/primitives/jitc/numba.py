@@ -29,7 +29,6 @@ a nonzero one multiplies (``w * 1.0 == w`` exactly, NaN and inf included).
 """
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import numba
 import numpy as np
