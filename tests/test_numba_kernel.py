@@ -211,7 +211,7 @@ def test_second_process_loads_handler_from_disk_cache(tmp_path):
         from tests import kernels_for_tests as K
         f = evjax.numba_kernel(K.add_kernel, jax.ShapeDtypeStruct((4,), jnp.float64))
         f(jnp.ones(4, jnp.float64), jnp.ones(4, jnp.float64)).block_until_ready()
-        (h,) = [h for key, h in numba_cpu._handlers.items() if key[0] is K.add_kernel]
+        (h,) = numba_cpu._handlers[K.add_kernel].values()
         print("HITS", h.module.handler.cache_hits)
     """
     env = {"EVJAX_CACHE_DIR": str(tmp_path), "JAX_ENABLE_X64": "1"}
