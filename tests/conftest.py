@@ -1,5 +1,11 @@
 import os
 
+# XLA_FLAGS as the user set it (empty: unset), before this file changes it: kept in the environment,
+# so that pytest-xdist workers and nested pytest runs (which see the changed value) keep the first
+# one, for tests/test_smoke_user_defaults.py, which runs the README's path under a user's defaults.
+USER_XLA_FLAGS_VAR = "EVJAX_USER_XLA_FLAGS"
+os.environ.setdefault(USER_XLA_FLAGS_VAR, os.environ.get("XLA_FLAGS", ""))
+
 # Tests check results, not speed: compile XLA programs with fewer optimisation
 # passes, which halves compile time on CPU (set EVJAX_TEST_FULL_OPT=1 to keep them).
 if not os.environ.get("EVJAX_TEST_FULL_OPT"):

@@ -13,8 +13,8 @@ import pytest
 
 import evjax
 
-from .test_sharding import _run
-from .threads import check_in_threads
+from tests.helpers import run_on_four_cpu_devices
+from tests.threads import check_in_threads
 
 N = 4000
 
@@ -81,6 +81,6 @@ for name, W in matrices.items():
 
 
 def test_shard_map_data_parallel_gradient_of_every_family():
-    out = _run(SHARD_MAP_FAMILIES)
+    out = run_on_four_cpu_devices(SHARD_MAP_FAMILIES)
     for family in ("fixed", "dense", "jitc", "csr"):
         assert f"OK {family}" in out, out

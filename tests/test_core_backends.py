@@ -25,7 +25,7 @@ def tagging(tag):
     return lambda outs: (lambda x: [x + TAGS[tag]])
 
 
-def tagged_op(name, *gpu):
+def op_tagged_by_backend(name, *gpu):
     op = XLACustomKernel(name)
     op.def_kernel("numba", "cpu", tagging("numba"))
     op.def_kernel("alt", "cpu", tagging("alt"), default=False)
@@ -35,7 +35,7 @@ def tagged_op(name, *gpu):
     return op
 
 
-OP = tagged_op("core_tagged")
+OP = op_tagged_by_backend("core_tagged")
 
 
 def ran(y) -> str:
@@ -79,14 +79,14 @@ def test_unknown_names_raise_everywhere():
 
 
 def test_per_call_backend_must_exist_on_the_platform():
-    gpu_only = tagged_op("core_gpu_only", "numba_cuda")
+    gpu_only = op_tagged_by_backend("core_gpu_only", "numba_cuda")
     with pytest.raises(ValueError, match="no backend 'numba_cuda' on cpu.*available on cpu: \\['alt', 'numba', "
                                          "'reference'\\]"):
         gpu_only(X, outs=[S((3,), jnp.float32)], backend="numba_cuda")
 
 
 def test_an_unavailable_backend_raises_naming_op_platform_and_alternatives(monkeypatch):
-    op = tagged_op("core_with_warp")
+    op = op_tagged_by_backend("core_with_warp")
     op.def_kernel("warp", "cpu", tagging("warp"), default=False)
     monkeypatch.setitem(registry._missing, "warp", "warp is not installed (pip install 'evjax[warp]' (warp-lang))")
     assert op.available_backends("cpu") == ["alt", "numba", "reference"]
@@ -108,7 +108,7 @@ def test_no_backend_and_no_reference_says_which_op_and_platforms():
 
 def test_gpu_default_is_chosen_lazily_from_what_is_installed(monkeypatch):
     for missing, expected in [((), "warp"), (("warp",), "numba_cuda"), (("warp", "numba_cuda"), "reference")]:
-        op = tagged_op(f"core_gpu_{expected}", "warp", "numba_cuda")  # registered while all look installed
+        op = op_tagged_by_backend(f"core_gpu_{expected}", "warp", "numba_cuda")  # registered while all look installed
         for name in missing:
             monkeypatch.setitem(registry._missing, name, f"{name} is not installed")
         assert op.default_backend("gpu") == expected and op.resolve_backend("gpu") == expected
@@ -201,7 +201,7 @@ def test_a_choice_applies_only_to_ops_that_have_that_backend():
 
 def test_set_default_retraces_without_clearing_caches(monkeypatch):
     monkeypatch.setattr(jax, "clear_caches", lambda: pytest.fail("evjax cleared JAX's caches"))
-    op = tagged_op("core_set_default")
+    op = op_tagged_by_backend("core_set_default")
     f = jax.jit(lambda x: op(x, outs=[S((3,), jnp.float32)])[0])
     assert ran(f(X)) == "numba"
     op.set_default("cpu", "alt")

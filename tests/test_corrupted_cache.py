@@ -95,7 +95,7 @@ def _python(read_only: bool) -> list[str]:
     return [sys.executable]
 
 
-def _run(root, ops, *, read_only_root=False) -> tuple[list, list[str], str]:
+def _run_ops_in_fresh_process(root, ops, *, read_only_root=False) -> tuple[list, list[str], str]:
     """Run ``ops`` in a fresh process on the caches under ``root`` (kernels in ``root/../kernels``):
     (results, evjax lines, stderr)."""
     env = {k: v for k, v in os.environ.items() if k not in ("EVJAX_WARP_CACHE_DIR", "WARP_CACHE_PATH")}
@@ -124,7 +124,7 @@ class Filled:
         kernels.mkdir()
         (kernels / "numba_kernels.py").write_text(NUMBA_KERNEL)
         (kernels / "warp_kernels.py").write_text(WARP_KERNEL)
-        self.results, lines, stderr = _run(self.root, ops)
+        self.results, lines, stderr = _run_ops_in_fresh_process(self.root, ops)
         assert not _warnings(lines) and "Traceback" not in stderr, stderr
         shutil.copytree(self.root, self.pristine, symlinks=True)
 
@@ -170,7 +170,7 @@ def _garble(path):
 def _check_rebuilt(cache: Filled, damaged, before):
     """Damage ``damaged`` files, then: one line naming them, same results; then a clean run."""
     root = cache.root
-    results, lines, stderr = _run(root, cache.ops)
+    results, lines, stderr = _run_ops_in_fresh_process(root, cache.ops)
     assert results == cache.results
     assert "Traceback" not in stderr, stderr
     warnings = _warnings(lines)
@@ -178,7 +178,7 @@ def _check_rebuilt(cache: Filled, damaged, before):
     assert "rebuilding" in warnings[0] and all(str(path) in warnings[0] for path in damaged), warnings[0]
     for path, old in zip(damaged, before):
         assert path.exists() and path.read_bytes() != old, f"{path} was not rebuilt"
-    results, lines, stderr = _run(root, cache.ops)
+    results, lines, stderr = _run_ops_in_fresh_process(root, cache.ops)
     assert results == cache.results
     assert lines == [], stderr  # loaded from the rebuilt cache: nothing to discard, nothing to compile
 
@@ -228,11 +228,11 @@ def test_truncated_data_files_of_evjaxs_own_kernels(csr_cache):
         path.unlink()
     damaged = [path for path in csr_cache.files("numba/*/*.nbc") if "handlers_" not in path.parent.name]
     _damage(damaged, _truncate)
-    results, lines, stderr = _run(root, csr_cache.ops)
+    results, lines, stderr = _run_ops_in_fresh_process(root, csr_cache.ops)
     assert results == csr_cache.results and "Traceback" not in stderr, stderr
     named = [next(str(path) for path in damaged if str(path) in line) for line in _warnings(lines)]
     assert named and len(named) == len(set(named)), stderr
-    results, lines, stderr = _run(root, csr_cache.ops)
+    results, lines, stderr = _run_ops_in_fresh_process(root, csr_cache.ops)
     assert results == csr_cache.results and lines == [], stderr
 
 
@@ -343,7 +343,7 @@ def test_read_only_evjax_cache_compiles_in_memory(tmp_path, read_only):
     folder = read_only(root / "evjax")
     expected = None
     for _ in range(2):  # nothing is cached: each process compiles again, and says so once
-        results, lines, stderr = _run(root, ops, read_only_root=True)
+        results, lines, stderr = _run_ops_in_fresh_process(root, ops, read_only_root=True)
         expected = expected or results
         assert results == expected and "Traceback" not in stderr, stderr
         warnings = _warnings(lines)
@@ -356,7 +356,7 @@ def test_read_only_filled_cache_is_used_silently(numba_cache, read_only):
     root = numba_cache.restore()
     read_only(root / "evjax")
     try:
-        results, lines, stderr = _run(root, numba_cache.ops, read_only_root=True)
+        results, lines, stderr = _run_ops_in_fresh_process(root, numba_cache.ops, read_only_root=True)
     finally:
         _writable(root / "evjax")
     assert results == numba_cache.results

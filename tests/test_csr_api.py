@@ -18,34 +18,15 @@ import scipy.sparse as sp
 import evjax
 from evjax.primitives.csr import row_ids
 from evjax.testing import OpSpec, check_all, csr_resampler
+from tests.helpers import csr_or_csc_dense, dense_matrix, seeded_csr
 
-from .test_csr_ops import dense_matrix, random_structure
-
-SHAPE = (6, 5)
-
-
-def structure(seed=0, shape=SHAPE, sort=False):
-    """``(data, indices, indptr)`` with empty rows and duplicate columns (sorted within rows if ``sort``)."""
-    rng = np.random.default_rng(seed)
-    indices, indptr = random_structure(rng, *shape)
-    if sort:
-        for r in range(shape[0]):
-            indices[indptr[r]:indptr[r + 1]].sort()
-    data = rng.uniform(0.5, 1.5, indices.shape[0]).astype(np.float32)
-    return data, indices, indptr
+SHAPE = (6, 5)  # seeded_csr's default shape
 
 
 def make(kind, data, indices, indptr, shape):
     """A CSR of ``shape``, or a CSC of ``shape`` whose arrays are the CSR of its transpose."""
     cls = evjax.CSR if kind == "csr" else evjax.CSC
     return cls((data, indices, indptr), shape=shape)
-
-
-def dense_of(kind, data, indices, indptr, shape):
-    """Dense reference in jax.numpy (vmappable): duplicates summed."""
-    if kind == "csr":
-        return dense_matrix(data, indices, indptr, shape)
-    return dense_matrix(data, indices, indptr, shape[::-1]).T
 
 
 def scipy_of(kind, data, indices, indptr, shape):
@@ -73,7 +54,7 @@ def scatter_coo(coo):
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("homogeneous", [False, True])
 def test_sum_matches_scipy_for_every_axis(kind, homogeneous):
-    data, indices, indptr = structure(1, stored_shape(kind, SHAPE))
+    data, indices, indptr = seeded_csr(1, stored_shape(kind, SHAPE))
     data = data[:1] if homogeneous else data
     w = make(kind, data, indices, indptr, SHAPE)
     ref = scipy_of(kind, data, indices, indptr, SHAPE).toarray()  # scipy sums duplicates
@@ -98,7 +79,7 @@ def test_low_precision_sum_accumulates_in_float32():
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("group", ["sums", "conversions"])
 def test_differentiable_methods_through_harness(kind, group):
-    data, indices, indptr = structure(2, stored_shape(kind, SHAPE))
+    data, indices, indptr = seeded_csr(2, stored_shape(kind, SHAPE))
     if group == "sums":
         def method(w):
             return w.sum(), w.sum(0), w.sum(1)
@@ -113,7 +94,7 @@ def test_differentiable_methods_through_harness(kind, group):
             return a, a, a
     spec = OpSpec(
         fn=lambda d, i, p: method(make(kind, d, i, p, SHAPE)),
-        reference=lambda d, i, p: dense_method(dense_of(kind, d, i, p, SHAPE)),
+        reference=lambda d, i, p: dense_method(csr_or_csc_dense(kind, d, i, p, SHAPE)),
         diff_argnums=(0,), name=f"{kind}.{group}",
         resample=csr_resampler(indices=1, indptr=2, shape=stored_shape(kind, SHAPE)),
     )
@@ -136,7 +117,7 @@ def test_vmap_over_a_batch_of_matrices():
 # ---------------------------------------------------------------------------
 @pytest.mark.parametrize("traced", [False, True])
 def test_tocsc_and_tocsr_storage_equals_scipy(traced):
-    data, indices, indptr = structure(3)
+    data, indices, indptr = seeded_csr(3)
     w = make("csr", data, indices, indptr, SHAPE)
     ref = scipy_of("csr", data, indices, indptr, SHAPE).tocsc()  # keeps duplicates, rows in order per column
     to_csc = jax.jit(lambda w: w.tocsc()) if traced else (lambda w: w.tocsc())
@@ -172,7 +153,7 @@ def test_conversions_of_empty_and_degenerate_shapes():
 def test_tocoo_is_a_bcoo_in_storage_order(kind):
     from jax.experimental import sparse as jax_sparse
 
-    data, indices, indptr = structure(4, stored_shape(kind, SHAPE))
+    data, indices, indptr = seeded_csr(4, stored_shape(kind, SHAPE))
     w = make(kind, data, indices, indptr, SHAPE)
     ref = scipy_of(kind, data, indices, indptr, SHAPE).tocoo()  # storage order, duplicates kept
     for coo in (w.tocoo(), jax.jit(lambda w: w.tocoo())(w)):
@@ -185,7 +166,7 @@ def test_tocoo_is_a_bcoo_in_storage_order(kind):
 
 
 def test_transpose_is_the_view_and_checks_axes():
-    data, indices, indptr = structure(5)
+    data, indices, indptr = seeded_csr(5)
     w = make("csr", data, indices, indptr, SHAPE)
     for t in (w.transpose(), w.transpose((1, 0)), w.T):
         assert isinstance(t, evjax.CSC) and t.shape == SHAPE[::-1] and t.indices is w.indices
@@ -214,7 +195,7 @@ def test_csc_fromdense_matches_scipy(dtype):
 # ---------------------------------------------------------------------------
 @pytest.mark.parametrize("kind", KINDS)
 def test_weight_arithmetic_matches_scipy(kind):
-    data, indices, indptr = structure(7, stored_shape(kind, SHAPE))
+    data, indices, indptr = seeded_csr(7, stored_shape(kind, SHAPE))
     w = make(kind, data, indices, indptr, SHAPE)
     stored = lambda values: scipy_of(kind, values, indices, indptr, SHAPE).toarray()  # noqa: E731
     dense = stored(data)
@@ -246,7 +227,7 @@ def test_weight_arithmetic_matches_scipy(kind):
 
 
 def test_weight_arithmetic_errors_name_the_fix():
-    data, indices, indptr = structure(8)
+    data, indices, indptr = seeded_csr(8)
     w = make("csr", data, indices, indptr, SHAPE)
     other = make("csr", data, indices.copy(), indptr.copy(), SHAPE)
     with pytest.raises(TypeError, match=r"CSR \*: two sparse matrices must share one structure.*todense"):
@@ -263,7 +244,7 @@ def test_weight_arithmetic_errors_name_the_fix():
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_weight_arithmetic_through_harness(kind):
-    data, indices, indptr = structure(9, stored_shape(kind, SHAPE))
+    data, indices, indptr = seeded_csr(9, stored_shape(kind, SHAPE))
     m = np.random.default_rng(9).uniform(1.0, 2.0, SHAPE).astype(np.float32)
 
     def fn(d, i, p, m):
@@ -271,11 +252,12 @@ def test_weight_arithmetic_through_harness(kind):
         return (-(w * m[0, 0]) / 2).todense(), (w * m).todense(), (w / m).todense(), w.apply(jnp.sin).todense()
 
     def reference(d, i, p, m):
-        a = dense_of(kind, d, i, p, SHAPE)
+        a = csr_or_csc_dense(kind, d, i, p, SHAPE)
         # structural and IEEE per stored entry: each weight is divided by m at its own position
         r = row_ids(p, i.shape[0])
         m_at = m[r, i] if kind == "csr" else m[i, r]
-        return -(a * m[0, 0]) / 2, a * m, dense_of(kind, d / m_at, i, p, SHAPE), dense_of(kind, jnp.sin(d), i, p, SHAPE)
+        return (-(a * m[0, 0]) / 2, a * m, csr_or_csc_dense(kind, d / m_at, i, p, SHAPE),
+                csr_or_csc_dense(kind, jnp.sin(d), i, p, SHAPE))
 
     spec = OpSpec(fn=fn, reference=reference, diff_argnums=(0, 3), vmap_argnums=(0, 1, 3),
                   name=f"{kind}.arithmetic",
@@ -296,7 +278,7 @@ def with_diagonal(dense, diag):
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("shape", [(6, 6), (6, 4), (4, 6)])
 def test_diag_add_inserts_missing_diagonal_entries(kind, shape):
-    data, indices, indptr = structure(10, stored_shape(kind, shape))
+    data, indices, indptr = seeded_csr(10, stored_shape(kind, shape))
     indices[indptr[1]:indptr[2]][indices[indptr[1]:indptr[2]] == 1] = 0  # row 1 lacks its diagonal
     indices[indptr[3]:indptr[4]] = 3  # row 3 holds only diagonal entries (duplicates, if any)
     for r in range(len(indptr) - 1):
@@ -329,7 +311,7 @@ def test_diag_add_inserts_missing_diagonal_entries(kind, shape):
 
 
 def test_diag_add_errors():
-    w = make("csr", *structure(11), SHAPE)
+    w = make("csr", *seeded_csr(11), SHAPE)
     with pytest.raises(ValueError, match=r"CSR\.diag_add: expected a scalar or min\(shape\) = 5 values"):
         w.diag_add(np.ones(6, np.float32))
     with pytest.raises(TypeError, match="not a sparse matrix"):
@@ -340,11 +322,11 @@ def test_diag_add_errors():
 @pytest.mark.parametrize("traced_structure", [False, True])
 def test_diag_add_through_harness(kind, traced_structure):
     shape = (5, 5)
-    data, indices, indptr = structure(12, stored_shape(kind, shape))
+    data, indices, indptr = seeded_csr(12, stored_shape(kind, shape))
     diag = np.linspace(0.5, 2.0, 5).astype(np.float32)
 
     def reference(d, g, i=indices, p=indptr):
-        return dense_of(kind, d, i, p, shape).at[jnp.arange(5), jnp.arange(5)].add(g)
+        return csr_or_csc_dense(kind, d, i, p, shape).at[jnp.arange(5), jnp.arange(5)].add(g)
 
     if traced_structure:  # passed in: traced under jit and vmap, the diagonal is appended
         fn = lambda d, g, i, p: make(kind, d, i, p, shape).diag_add(g).todense()  # noqa: E731
@@ -365,7 +347,7 @@ def test_diag_add_through_harness(kind, traced_structure):
 # ---------------------------------------------------------------------------
 @pytest.mark.parametrize("kind", KINDS)
 def test_slice_rows_matches_dense_rows(kind):
-    data, indices, indptr = structure(13, stored_shape(kind, SHAPE))
+    data, indices, indptr = seeded_csr(13, stored_shape(kind, SHAPE))
     w = make(kind, data, indices, indptr, SHAPE)
     dense = scipy_of(kind, data, indices, indptr, SHAPE).toarray()
     mask = np.array([True, False, True, False, False, True])
@@ -382,7 +364,7 @@ def test_slice_rows_matches_dense_rows(kind):
 
 
 def test_slice_rows_errors_and_jit():
-    w = make("csr", *structure(14), SHAPE)
+    w = make("csr", *seeded_csr(14), SHAPE)
     with pytest.raises(IndexError, match=r"CSR\.slice_rows: row 6 is out of range for 6 rows"):
         w.slice_rows([0, 6])
     with pytest.raises(IndexError, match="bool mask must have shape"):
@@ -400,11 +382,11 @@ def test_slice_rows_errors_and_jit():
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_slice_rows_through_harness(kind):
-    data, indices, indptr = structure(15, stored_shape(kind, SHAPE))
+    data, indices, indptr = seeded_csr(15, stored_shape(kind, SHAPE))
     rows = [4, 0, 4, 2]
 
     def reference(d):
-        return dense_of(kind, d, indices, indptr, SHAPE)[jnp.array(rows)]
+        return csr_or_csc_dense(kind, d, indices, indptr, SHAPE)[jnp.array(rows)]
 
     w = make(kind, data, indices, indptr, SHAPE)  # closed over: a concrete structure inside jit and vmap
     spec = OpSpec(fn=lambda d: w.with_data(d).slice_rows(rows).todense(),
@@ -417,7 +399,7 @@ def test_slice_rows_through_harness(kind):
 # ---------------------------------------------------------------------------
 @pytest.mark.parametrize("kind", KINDS)
 def test_implicit_dense_conversion_is_a_clear_type_error(kind):
-    data, indices, indptr = structure(16, stored_shape(kind, SHAPE))
+    data, indices, indptr = seeded_csr(16, stored_shape(kind, SHAPE))
     w = make(kind, data, indices, indptr, SHAPE)
     for convert in (np.asarray, np.array, jnp.asarray, jnp.array):
         with pytest.raises(TypeError, match=rf"{kind.upper()} is a sparse matrix .* call \.todense\(\)"):
@@ -430,7 +412,7 @@ def test_implicit_dense_conversion_is_a_clear_type_error(kind):
 
 
 def test_shape_given_positionally_or_errors_naming_the_class():
-    data, indices, indptr = structure(17)
+    data, indices, indptr = seeded_csr(17)
     ref = np.asarray(make("csr", data, indices, indptr, SHAPE).todense())
     for w in (evjax.CSR((data, indices, indptr), SHAPE), evjax.CSR(data, indices, indptr, SHAPE),
               evjax.CSR(data, indices, indptr, shape=SHAPE)):
@@ -455,7 +437,7 @@ def test_shape_given_positionally_or_errors_naming_the_class():
 
 @pytest.mark.parametrize("transpose", [False, True])
 def test_workspace_keyword_is_accepted_and_ignored(transpose):
-    data, indices, indptr = structure(18)
+    data, indices, indptr = seeded_csr(18)
     rng = np.random.default_rng(18)
     n_in = SHAPE[0] if transpose else SHAPE[1]
     spikes = rng.random(n_in) < 0.5

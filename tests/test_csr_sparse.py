@@ -10,14 +10,7 @@ import scipy.sparse as sp
 import evjax
 from evjax.primitives.csr import numba as csr_numba
 
-from .test_csr_ops import random_structure
-from tests.helpers import handler_count
-
-
-def small(seed=0, m=6, n=5, density=0.5, dtype=np.float32):
-    a = sp.random(m, n, density=density, format="csr", random_state=seed, dtype=dtype)
-    a.data[:] = np.random.default_rng(seed).uniform(0.5, 1.5, a.nnz)
-    return a
+from tests.helpers import handler_count, random_structure, small_scipy_csr
 
 
 def primitives_of(jaxpr) -> set[str]:
@@ -37,7 +30,7 @@ def primitives_of(jaxpr) -> set[str]:
 # construction and conversion
 # ---------------------------------------------------------------------------
 def test_construction_forms_and_conversions():
-    a = small()
+    a = small_scipy_csr()
     w1 = evjax.CSR((a.data, a.indices, a.indptr), shape=a.shape)
     w2 = evjax.CSR(a.data, a.indices, a.indptr, shape=a.shape)
     w3 = evjax.CSR.from_scipy(a)
@@ -73,7 +66,7 @@ def test_duplicate_columns_are_summed():
 
 
 def test_int64_indices_with_x64():
-    a = small()
+    a = small_scipy_csr()
     with jax.enable_x64(True):
         w = evjax.CSR((a.data, a.indices.astype(np.int64), a.indptr.astype(np.int64)), shape=a.shape)
         assert w.indices.dtype == jnp.int64 and w.indptr.dtype == jnp.int64
@@ -88,7 +81,7 @@ def test_int64_indices_with_x64():
 # matmul dispatch on both sides
 # ---------------------------------------------------------------------------
 def test_matmul_both_sides_vectors_and_batches():
-    a = small(1, m=7, n=4)
+    a = small_scipy_csr(1, m=7, n=4)
     w = evjax.CSR.from_scipy(a)
     rng = np.random.default_rng(0)
     s, S = rng.random(7) < 0.5, rng.random((3, 7)) < 0.5
@@ -114,7 +107,7 @@ def test_matmul_both_sides_vectors_and_batches():
 
 
 def test_event_ops_ignore_spike_values_but_pass_straight_through_gradient():
-    a = small(2)
+    a = small_scipy_csr(2)
     w = evjax.CSR.from_scipy(a)
     s = jnp.array([0.0, 2.5, 0.0, -1.0, 1.0, 0.0], jnp.float32)
     out = evjax.BinaryArray(s) @ w
@@ -150,7 +143,7 @@ def test_new_structure_same_shape_and_nnz_does_not_retrace():
 
 
 def test_pytree_round_trip_placeholders_and_rebuilt_structure_checks():
-    a = small(3)
+    a = small_scipy_csr(3)
     for W in (evjax.CSR.from_scipy(a), evjax.CSR.from_scipy(a).T):
         leaves, tree = jax.tree_util.tree_flatten(W)
         assert [x.shape for x in leaves] == [(a.nnz,), (a.nnz,), (a.shape[0] + 1,)]
@@ -179,10 +172,10 @@ def test_kernels_compile_per_signature_not_per_shape():
 
     rng = np.random.default_rng(5)
     f = lambda w, s: s @ w  # noqa: E731
-    f(evjax.CSR.from_scipy(small(3, 9, 7)), rng.random(9) < 0.5)  # compile this signature
+    f(evjax.CSR.from_scipy(small_scipy_csr(3, 9, 7)), rng.random(9) < 0.5)  # compile this signature
     before = handler_count()
     for m, n in [(3, 11), (12, 2), (1, 1)]:
-        a = small(4, m, n)
+        a = small_scipy_csr(4, m, n)
         np.testing.assert_allclose(np.asarray(f(evjax.CSR.from_scipy(a), np.ones(m, bool))),
                                    a.T @ np.ones(m), rtol=1e-5)
     assert handler_count() == before
@@ -192,7 +185,7 @@ def test_kernels_compile_per_signature_not_per_shape():
 # bad input: clear errors
 # ---------------------------------------------------------------------------
 def test_bad_input_errors_name_the_problem():
-    a = small()
+    a = small_scipy_csr()
     d, i, p = a.data, a.indices, a.indptr
     with pytest.raises(ValueError, match="indptr has length"):
         evjax.CSR((d, i, p[:-1]), shape=a.shape)
@@ -262,7 +255,7 @@ def test_malformed_traced_structure_stays_in_bounds(backend):
 
 
 def test_gradient_wrt_structure_is_a_clear_error_or_float0():
-    a = small()
+    a = small_scipy_csr()
     w = evjax.CSR.from_scipy(a)
     s = np.ones(6, bool)
     f = lambda i: jnp.sum(evjax.binary_csrmv(w.data, i, w.indptr, s, shape=w.shape, transpose=True))  # noqa: E731
@@ -279,7 +272,7 @@ def test_gradient_wrt_structure_is_a_clear_error_or_float0():
 # gradient structure: event-driven, no dense work
 # ---------------------------------------------------------------------------
 def test_weight_gradient_is_event_driven():
-    a = small(6, m=40, n=30, density=0.3)
+    a = small_scipy_csr(6, m=40, n=30, density=0.3)
     w = evjax.CSR.from_scipy(a)
     rng = np.random.default_rng(1)
     s = rng.random(40) < 0.2
@@ -377,7 +370,7 @@ def test_batch_scatter_and_gradient_kernels_with_any_pool_size(active_rows):
 # batching
 # ---------------------------------------------------------------------------
 def test_vmap_over_vector_is_one_matmat_call():
-    w = evjax.CSR.from_scipy(small(7, m=9, n=6))
+    w = evjax.CSR.from_scipy(small_scipy_csr(7, m=9, n=6))
     S = np.random.default_rng(0).random((4, 9)) < 0.5
     names = primitives_of(jax.make_jaxpr(jax.vmap(lambda s: s @ w))(S).jaxpr)
     assert "evjax_binary_csrmm" in names and "evjax_binary_csrmv" not in names
@@ -390,7 +383,7 @@ def test_vmap_over_vector_is_one_matmat_call():
 
 
 def test_vmap_over_weights_both_and_nested():
-    a = small(8, m=7, n=5)
+    a = small_scipy_csr(8, m=7, n=5)
     w = evjax.CSR.from_scipy(a)
     rng = np.random.default_rng(2)
     D = rng.uniform(0.5, 1.5, (3, a.nnz)).astype(np.float32)
@@ -415,7 +408,7 @@ def test_vmap_over_weights_both_and_nested():
 
 
 def test_jit_grad_vmap_and_hessian_of_float_ops():
-    a = small(9, m=6, n=5)
+    a = small_scipy_csr(9, m=6, n=5)
     w = evjax.CSR.from_scipy(a)
     dense = jnp.asarray(a.toarray())
     rng = np.random.default_rng(3)

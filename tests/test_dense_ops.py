@@ -15,7 +15,6 @@ binary spikes, the true derivative of the linear map for weighted values).
 """
 from __future__ import annotations
 
-import functools
 import importlib.util
 import os
 
@@ -27,71 +26,14 @@ from hypothesis import strategies as st
 
 import evjax
 from evjax.primitives.dense import binary_dense_outer
-from evjax.testing import SIZES, OpSpec, check_all, property_test, redraw
+from evjax.testing import SIZES, check_all, property_test
+from tests.helpers import DENSE_OPS, dense_one_example, dense_spec
 
 HAS_WARP = importlib.util.find_spec("warp") is not None
 BACKENDS = ("numba", "reference") + (("warp",) if HAS_WARP else ())
-OPS = {1: evjax.binary_densemv, 2: evjax.binary_densemm}
 NONFINITE_WARNINGS = pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
-
-
-# ---------------------------------------------------------------------------
-# the reference: y[i, c] = sum_j where(s[j, c] != 0, v[j, c] * W_rows[j, i], 0)
-# ---------------------------------------------------------------------------
-@functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
-def _event_sum(rows, s, weighted):
-    active = s != 0
-    v = s.astype(rows.dtype) if weighted else jnp.ones(s.shape, rows.dtype)
-    terms = jnp.where(active[:, None, :], rows[:, :, None] * v[:, None, :], jnp.zeros((), rows.dtype))
-    return jnp.sum(terms, axis=0)
-
-
-@_event_sum.defjvp
-def _event_sum_jvp(weighted, primals, tangents):
-    # d/d rows: the same select (linear); d/ds: rows.T @ ds (straight-through / linear in values), IEEE
-    rows, s = primals
-    d_rows, d_s = tangents
-    out = _event_sum(rows, s, weighted)
-    tangent = _event_sum(d_rows, s, weighted)
-    if jnp.issubdtype(s.dtype, jnp.floating):
-        tangent = tangent + (rows.T @ d_s.astype(rows.dtype)).astype(out.dtype)
-    return out, tangent
-
-
-def dense_reference(w, s, transpose: bool, weighted: bool):
-    """The dense event product, term by term; accumulates in float32 for low-precision weights."""
-    dtype = jnp.result_type(w.dtype, s.dtype) if weighted and jnp.issubdtype(s.dtype, jnp.floating) else w.dtype
-    acc = jnp.float32 if jnp.dtype(dtype).itemsize < 4 else dtype
-    rows = (w if transpose else w.T).astype(acc)  # (k, m): the row of event j
-    s2 = s if s.ndim == 2 else s[:, None]
-    y = _event_sum(rows, s2, weighted)
-    return (y if s.ndim == 2 else y[:, 0]).astype(dtype)
-
-
-def event_resample(rng, args, argnums):
-    """Batch elements: floats and bools redrawn by the harness; integer (count) events as 0/1/2."""
-    ints = [i for i in argnums if jnp.issubdtype(np.asarray(args[i]).dtype, jnp.integer)]
-    out = list(redraw(rng, args, [i for i in argnums if i not in ints]))
-    for i in ints:
-        out[i] = rng.integers(0, 3, np.shape(args[i])).astype(np.asarray(args[i]).dtype)
-    return tuple(out)
-
-
-def dense_spec(rank, transpose, weighted, backend, *, float_events=False, nonfinite=False):
-    """The harness's description of one op; arguments (weights, spikes)."""
-    fn = OPS[rank]
-    name = f"{fn.__name__}(T={transpose},weighted={weighted},{backend})" + (" nonfinite" if nonfinite else "")
-    return OpSpec(
-        fn=lambda w, s: fn(w, s, transpose=transpose, weighted=weighted, backend=backend),
-        reference=lambda w, s: dense_reference(w, s, transpose, weighted),
-        diff_argnums=(0, 1) if float_events else (0,),
-        backend=backend,
-        resample=event_resample,
-        smooth=weighted and float_events,  # binary: finite differences of a step are meaningless
-        nonfinite=nonfinite,
-        batch_size=2,
-        name=name,
-    )
+# The reference (dense_events_reference: y[i, c] = sum_j where(s[j, c] != 0, v[j, c] * W_rows[j, i], 0)),
+# the resampler and dense_spec are in tests/helpers.py (tests/cudasim/test_sim_dense.py uses them too).
 
 
 @st.composite
@@ -114,7 +56,7 @@ def dense_args(draw, *, rank, transpose, weighted, dtype=np.float32, events="boo
 
 
 CASES = [(rank, transpose, weighted) for rank in (1, 2) for transpose in (True, False) for weighted in (False, True)]
-IDS = [f"{OPS[r].__name__}-{'scatter' if t else 'gather'}-{'weighted' if w else 'binary'}" for r, t, w in CASES]
+IDS = [f"{DENSE_OPS[r].__name__}-{'scatter' if t else 'gather'}-{'weighted' if w else 'binary'}" for r, t, w in CASES]
 
 
 THOROUGH = os.environ.get("HYPOTHESIS_PROFILE") == "thorough"
@@ -134,18 +76,6 @@ def test_dense_properties(rank, transpose, weighted, backend):
                   skip=("nested_vmap",) if backend == "reference" else ())()
 
 
-def one_example(rank, transpose, weighted, seed, k=3, m=2):
-    """One ``(weights, events)`` example for check_all: event 0 silent, event 1 active, the rest drawn;
-    weighted events are graded (0.5 to 2)."""
-    rng = np.random.default_rng(seed)
-    w = rng.standard_normal((k, m) if transpose else (m, k)).astype(np.float32)
-    s = rng.random((k,) if rank == 1 else (k, 2)) < 0.5
-    s[0], s[1] = False, True
-    if weighted:
-        s = (s * rng.uniform(0.5, 2.0, s.shape)).astype(np.float32)
-    return w, s
-
-
 SWEEP = [(case, backend) for case in CASES for backend in BACKENDS if backend != "numba" and case not in DIAGONAL]
 
 
@@ -154,7 +84,7 @@ def test_dense_every_backend_once(case, backend):
     """The cases the diagonal leaves out, one example under every transform (nested vmap and finite
     differences left to the property tests): every op x orientation x event kind on every backend in CI."""
     rank, transpose, weighted = case
-    example = one_example(rank, transpose, weighted, seed=SWEEP.index((case, backend)), k=5, m=3)
+    example = dense_one_example(rank, transpose, weighted, seed=SWEEP.index((case, backend)), k=5, m=3)
     check_all(dense_spec(rank, transpose, weighted, backend, float_events=weighted), example,
               skip=("nested_vmap", "check_grads"))
 

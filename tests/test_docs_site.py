@@ -11,7 +11,7 @@ import pytest
 import evjax
 
 from .doc_runner import ROOT, run_markdown
-from tests.helpers import HANG_GUARD_S
+from tests.helpers import HANG_GUARD_S, run_warp_page
 
 PAGES = ["docs/getting_started.md", "docs/concepts.md", "docs/own_op.md", "docs/custom_kernels.md"]
 
@@ -23,9 +23,7 @@ def test_page_code_runs(page):
 
 def test_migration_page_code_runs():
     pytest.importorskip("warp")
-    from .test_warp_docs import run_page
-
-    run_page("docs/migrating_from_brainevent.md")
+    run_warp_page("docs/migrating_from_brainevent.md")
 
 
 def test_api_reference_lists_every_public_name():

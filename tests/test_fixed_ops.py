@@ -3,7 +3,7 @@
 Every op x orientation x weight kind x backend (numba, warp on Warp's CPU
 device, the reference) goes through the property harness (evjax.testing):
 eager, jit, jvp, vjp, grad, finite differences, vmap over every argument (a
-different index table per batch element included, see ``table_resampler``),
+different index table per batch element included, see ``table_resampler`` in tests/helpers.py),
 nested vmap and jit(grad(vmap)).  The reference is the dense matrix built from
 the table, A[i, j] = sum_{l: indices[i, l] = j} w[i, l], times the operand:
 it pins down what ``transpose`` means (False: A @ x, the gather; True: A.T @ x,
@@ -17,98 +17,18 @@ from __future__ import annotations
 import os
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from hypothesis import strategies as st
 
 import evjax
-from evjax.primitives.fixed import fcn_sddmm
-from evjax.testing import SIZES, OpSpec, check_all, property_test, redraw
+from evjax.testing import SIZES, check_all, property_test
+from tests.helpers import FIXED_OPS, fixed_matmul_spec, fixed_sddmm_spec
 
 BACKENDS = ("numba", "warp", "reference")
-OPS = {(1, False): evjax.fcnmv, (2, False): evjax.fcnmm, (1, True): evjax.binary_fcnmv, (2, True): evjax.binary_fcnmm}
 K = (0, 1, 4)
-
-
-# ---------------------------------------------------------------------------
-# references and the table resampler
-# ---------------------------------------------------------------------------
-def dense_of(weights, indices, shape):
-    """A[i, j] = sum_{l: indices[i, l] = j} w[i, l] (duplicates summed), in jax.numpy."""
-    n, k = indices.shape
-    w = jnp.broadcast_to(weights.reshape(-1) if weights.ndim == 1 else weights, (n, k))
-    rows = jnp.repeat(jnp.arange(n), k)
-    return jnp.zeros(shape, w.dtype).at[rows, indices.reshape(-1)].add(w.reshape(-1))
-
-
-def events_01(s):
-    """Spikes as 0/1 in the forward pass, straight-through (identity) in the gradient."""
-    if s.dtype == jnp.bool_:
-        return s
-    return s + jax.lax.stop_gradient((s != 0).astype(s.dtype) - s)
-
-
-def dense_reference(transpose: bool, event: bool):
-    def reference(weights, indices, x, shape):
-        a = dense_of(weights, indices, shape)
-        x = events_01(x).astype(a.dtype) if event else x
-        return a.T @ x if transpose else a @ x
-
-    return reference
-
-
-def structural_reference(transpose: bool, event: bool):
-    """Sums over the stored synapses only; an event selects its weight (never multiplies it)."""
-    def reference(weights, indices, x, shape):
-        n, k = indices.shape
-        w = jnp.broadcast_to(weights.reshape(-1) if weights.ndim == 1 else weights, (n, k))
-        if n == 0 or k == 0:
-            return jnp.zeros(((shape[0] if not transpose else shape[1]),) + x.shape[1:], w.dtype)
-        xs = x[indices] if not transpose else jnp.broadcast_to(x[:, None], (n, k) + x.shape[1:])
-        w = w[..., None] if x.ndim == 2 else w
-        terms = jnp.where(xs, w, 0) if event else w * xs
-        if not transpose:
-            return jnp.sum(terms, axis=1)
-        return jnp.zeros((shape[1],) + x.shape[1:], w.dtype).at[indices].add(terms)
-
-    return reference
-
-
-def table_resampler(indices: int, shape: int):
-    """``resample(rng, args, argnums)`` for the harness: a new valid table (same shape, targets in
-    ``[0, n_cols)``, duplicates possible) where ``indices`` is batched; other arguments redrawn."""
-    def resample(rng, args, argnums):
-        out = list(args)
-        n_cols = args[shape][1]
-        if indices in argnums:
-            table = np.asarray(args[indices])
-            out[indices] = rng.integers(0, max(n_cols, 1), table.shape).astype(table.dtype)
-        rest = [i for i in argnums if i != indices]
-        return redraw(rng, tuple(out), rest) if rest else tuple(out)
-
-    return resample
-
-
-
-def matmul_spec(rank, event, transpose, backend, *, nonfinite=False, float_spikes=False, weighted=False):
-    fn = OPS[(rank, event)]
-    extra = {"weighted": True} if weighted else {}
-    # weighted events: finite weights times graded values, A @ v (a zero value adds 0), linear in v
-    reference = (structural_reference if nonfinite else dense_reference)(transpose, event and not weighted)
-    return OpSpec(
-        fn=lambda w, i, x, shape: fn(w, i, x, shape=shape, transpose=transpose, backend=backend, **extra),
-        reference=reference,
-        diff_argnums=(0, 2) if (not event or float_spikes or weighted) else (0,),
-        static_argnums=(3,),
-        backend=backend,
-        resample=table_resampler(indices=1, shape=3),
-        smooth=not event or weighted,
-        nonfinite=nonfinite,
-        batch_size=2,
-        name=f"{fn.__name__}(T={transpose},{backend}){' nonfinite' if nonfinite else ''}"
-             f"{' weighted' if weighted else ''}",
-    )
+# The references (fixed_dense_reference, fixed_structural_reference, fixed_sddmm_reference), the
+# table resampler and the specs are in tests/helpers.py, named apart from the CSR family's.
 
 
 @st.composite
@@ -134,7 +54,7 @@ def fixed_args(draw, *, rank, transpose, event, float_spikes=False, weighted=Fal
 
 
 OP_CASES = [(rank, event, transpose) for event in (False, True) for rank in (1, 2) for transpose in (False, True)]
-OP_IDS = [f"{OPS[(r, e)].__name__}-{'scatter' if t else 'gather'}" for r, e, t in OP_CASES]
+OP_IDS = [f"{FIXED_OPS[(r, e)].__name__}-{'scatter' if t else 'gather'}" for r, e, t in OP_CASES]
 THOROUGH = os.environ.get("HYPOTHESIS_PROFILE") == "thorough"  # see tests/conftest.py
 # CI (default profile): each op x orientation on one backend, the backends in turn (the kernels
 # themselves are the CSR family's, tested on every backend in tests/test_csr_ops.py); the thorough
@@ -146,7 +66,7 @@ MATRIX = [(case, backend) for case in OP_CASES for backend in BACKENDS if THOROU
 @pytest.mark.parametrize("case, backend", MATRIX, ids=[f"{OP_IDS[OP_CASES.index(c)]}-{b}" for c, b in MATRIX])
 def test_matmul_properties(case, backend):
     rank, event, transpose = case
-    property_test(matmul_spec(rank, event, transpose, backend),
+    property_test(fixed_matmul_spec(rank, event, transpose, backend),
                   fixed_args(rank=rank, transpose=transpose, event=event))()
 
 
@@ -179,14 +99,14 @@ WEIGHTED_SWEEP = [(rank, transpose, backend) for rank in (1, 2) for transpose in
 def test_matmul_every_backend_once(case, backend):
     rank, event, transpose = case
     seed = SWEEP.index((case, backend))  # per-synapse and homogeneous weights in turn
-    check_all(matmul_spec(rank, event, transpose, backend), one_table(rank, event, transpose, False, seed),
+    check_all(fixed_matmul_spec(rank, event, transpose, backend), one_table(rank, event, transpose, False, seed),
               skip=("nested_vmap", "check_grads"), seed=seed)
 
 
 @pytest.mark.parametrize("rank, transpose, backend", WEIGHTED_SWEEP)
 def test_weighted_every_backend_once(rank, transpose, backend):
     seed = rank + 2 * transpose
-    check_all(matmul_spec(rank, True, transpose, backend, weighted=True),
+    check_all(fixed_matmul_spec(rank, True, transpose, backend, weighted=True),
               one_table(rank, True, transpose, True, seed), skip=("nested_vmap", "check_grads"), seed=seed)
 
 
@@ -200,14 +120,14 @@ NONFINITE = [(case, backend) for case in OP_CASES for backend in BACKENDS
 def test_matmul_nonfinite(case, backend):
     """NaN and inf in weights and operands: IEEE on stored synapses, events select."""
     rank, event, transpose = case
-    property_test(matmul_spec(rank, event, transpose, backend, nonfinite=True),
+    property_test(fixed_matmul_spec(rank, event, transpose, backend, nonfinite=True),
                   fixed_args(rank=rank, transpose=transpose, event=event), skip=("nested_vmap",))()
 
 
 @pytest.mark.parametrize("rank, transpose", [(1, True), (2, False)] if THOROUGH else [(1, True)])
 def test_float_spikes_straight_through(rank, transpose):
     """Float spikes: forward on 1[s != 0]; d out / d s = A (straight-through)."""
-    property_test(matmul_spec(rank, True, transpose, "numba", float_spikes=True),
+    property_test(fixed_matmul_spec(rank, True, transpose, "numba", float_spikes=True),
                   fixed_args(rank=rank, transpose=transpose, event=True, float_spikes=True),
                   skip=("nested_vmap",))()
 
@@ -219,7 +139,7 @@ WEIGHTED = [(rank, transpose, backend) for rank in (1, 2) for transpose in (True
 @pytest.mark.parametrize("rank, transpose, backend", WEIGHTED)
 def test_weighted_properties(rank, transpose, backend):
     """Weighted (graded) events: A @ v over the nonzero entries; true gradient w.r.t. the values."""
-    property_test(matmul_spec(rank, True, transpose, backend, weighted=True),
+    property_test(fixed_matmul_spec(rank, True, transpose, backend, weighted=True),
                   fixed_args(rank=rank, transpose=transpose, event=True, weighted=True))()
 
 
@@ -252,12 +172,6 @@ def test_weighted_is_csrs_weighted_op_on_the_flat_table(transpose):
 # ---------------------------------------------------------------------------
 # the weight-gradient op itself under every transform
 # ---------------------------------------------------------------------------
-def sddmm_reference(indices, r, q, shape):
-    """g[i, l] = <r[i], q[indices[i, l]]>."""
-    products = r[:, None] * q[indices]
-    return products if r.ndim == 1 else jnp.sum(products, axis=-1)
-
-
 @st.composite
 def sddmm_args(draw):
     n_rows, n_cols, k = draw(st.sampled_from(SIZES)), draw(st.sampled_from(SIZES[1:])), draw(st.sampled_from(K))
@@ -268,15 +182,7 @@ def sddmm_args(draw):
     return indices, r, rng.standard_normal((n_cols, *extra)).astype(np.float32), (n_rows, n_cols)
 
 
-def sddmm_spec(backend):
-    return OpSpec(
-        fn=lambda i, r, q, shape: fcn_sddmm(i, r, q, shape=shape, backend=backend),
-        reference=sddmm_reference, diff_argnums=(1, 2), static_argnums=(3,), backend=backend,
-        resample=table_resampler(indices=0, shape=3), batch_size=2, name=f"fcn_sddmm({backend})",
-    )
-
-
-test_sddmm_properties = property_test(sddmm_spec, sddmm_args(), backends=BACKENDS if THOROUGH else ("numba",))
+test_sddmm_properties = property_test(fixed_sddmm_spec, sddmm_args(), backends=BACKENDS if THOROUGH else ("numba",))
 
 
 # ---------------------------------------------------------------------------

@@ -22,8 +22,7 @@ from evjax.testing import (
     PROFILES, OpSpec, check_all, check_backend, check_forward, check_vmap, csr_resampler, property_test,
     random_csr, redraw, register_profiles, vmap_cases,
 )
-
-from .test_csr_ops import matmul_spec, structural_matmul
+from tests.helpers import csr_matmul_spec, structural_matmul
 
 S = jax.ShapeDtypeStruct
 SHAPE = (5, 4)
@@ -123,7 +122,7 @@ def test_batch_elements_get_their_own_valid_structures():
 
 
 def test_vmap_over_an_integer_argument_needs_resample():
-    spec = matmul_spec(1, False, False, "reference")
+    spec = csr_matmul_spec(1, False, False, "reference")
     spec.resample = None
     with pytest.raises(ValueError, match="resample"):
         check_vmap(spec, csr_example())
@@ -137,9 +136,9 @@ def test_vmap_over_an_integer_argument_needs_resample():
 def test_a_wrong_result_dtype_fails_before_values():
     data, indices, indptr, x, shape = csr_example()
     args = (data.astype(np.float16), indices, indptr, x.astype(np.float16), shape)
-    right = matmul_spec(1, False, False, "numba")
+    right = csr_matmul_spec(1, False, False, "numba")
     check_forward(right, args)
-    wrong = matmul_spec(1, False, False, "numba")  # forgets to round the float32 result back to float16
+    wrong = csr_matmul_spec(1, False, False, "numba")  # forgets to round the float32 result back to float16
     wrong.fn = lambda d, i, p, x, shape: evjax.csrmv(d.astype(jnp.float32), i, p, x.astype(jnp.float32),
                                                      shape=shape, backend="numba")
     with pytest.raises(AssertionError, match="eager forward.*dtype float32 != expected float16"):
@@ -169,13 +168,13 @@ def test_a_wrong_output_batch_axis_fails():
 
 def test_a_backend_that_did_not_run_fails():
     args = csr_example()
-    assert check_backend(matmul_spec(1, False, False, "numba"), args) == {"numba"}
-    assert check_backend(matmul_spec(1, False, False, "reference"), args) == {"reference"}
-    falls_back = matmul_spec(1, False, False, "numba")  # the wrapper quietly picks the reference
+    assert check_backend(csr_matmul_spec(1, False, False, "numba"), args) == {"numba"}
+    assert check_backend(csr_matmul_spec(1, False, False, "reference"), args) == {"reference"}
+    falls_back = csr_matmul_spec(1, False, False, "numba")  # the wrapper quietly picks the reference
     falls_back.fn = lambda d, i, p, x, shape: evjax.csrmv(d, i, p, x, shape=shape, backend="reference")
     with pytest.raises(AssertionError, match="asked for backend 'numba', but the program binds evjax_csrmv"):
         check_backend(falls_back, args)
-    runs_numba = matmul_spec(1, False, False, "reference")  # the spec says reference, numba runs
+    runs_numba = csr_matmul_spec(1, False, False, "reference")  # the spec says reference, numba runs
     runs_numba.fn = lambda d, i, p, x, shape: evjax.csrmv(d, i, p, x, shape=shape, backend="numba")
     with pytest.raises(AssertionError, match="backend 'reference'"):
         check_backend(runs_numba, args)
@@ -193,16 +192,16 @@ def test_a_kernel_backend_that_lowers_to_plain_jax_fails():
 
 def test_a_missing_backend_is_a_skip_not_a_pass(monkeypatch):
     monkeypatch.setitem(registry._missing, "warp", "warp is not installed (pip install warp-lang)")
-    spec = matmul_spec(1, False, False, "warp")
+    spec = csr_matmul_spec(1, False, False, "warp")
     with pytest.raises(pytest.skip.Exception, match="backend 'warp' cannot run here"):
         check_all(spec, csr_example())
-    test = property_test(lambda b: matmul_spec(1, False, False, b), None, backends=["warp"])
+    test = property_test(lambda b: csr_matmul_spec(1, False, False, b), None, backends=["warp"])
     with pytest.raises(pytest.skip.Exception):
         test("warp")
 
 
 def test_property_tests_are_one_per_backend_named_by_it():
-    test = property_test(lambda b: matmul_spec(1, False, False, b), None, backends=["numba", "reference"])
+    test = property_test(lambda b: csr_matmul_spec(1, False, False, b), None, backends=["numba", "reference"])
     (mark,) = [m for m in test.pytestmark if m.name == "parametrize"]
     assert mark.args == ("backend", ["numba", "reference"])
 
@@ -211,7 +210,7 @@ def test_property_tests_are_one_per_backend_named_by_it():
 # vmap cases, non-finite mode, profiles
 # ---------------------------------------------------------------------------
 def test_vmap_cases_cover_negative_axes_pytrees_and_out_axes():
-    spec = matmul_spec(2, False, True, "reference")
+    spec = csr_matmul_spec(2, False, True, "reference")
     data, indices, indptr, x, shape = csr_example(rank=2)
     cases = vmap_cases(spec, (data, indices, np.zeros(shape[0] + 1, np.int32), np.zeros((shape[0], 2)), shape))
     in_axes = {(i, a) for c in cases for i, a in c.in_axes}

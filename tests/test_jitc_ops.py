@@ -23,103 +23,16 @@ from hypothesis import strategies as st
 
 import evjax
 from evjax.primitives.jitc import MATMUL_OPS
-from evjax.primitives.jitc.generation import dense_generated
-from evjax.primitives.jitc.ops import generated_shape
-from evjax.testing import SIZES, OpSpec, check_all, property_test, redraw
+from evjax.testing import SIZES, check_all, property_test
+from tests.helpers import JITC_FUNCTIONS, JITC_LAWS, jitc_spec_for
 
 BACKENDS = ("numba", "reference")
 # CI (default profile): a few shapes, so examples reuse compiled programs; thorough: every size bucket
 THOROUGH = os.environ.get("HYPOTHESIS_PROFILE") == "thorough"
 SHAPES = [(a, b) for a in SIZES for b in SIZES] if THOROUGH else [(3, 4), (5, 2), (0, 3)]
 PROBS = (0.15, 0.4, 0.7, 1.0) if THOROUGH else (0.5,)
-LAWS = {"scalar": 1, "normal": 2, "uniform": 2}
-FUNCTIONS = {
-    (law, rank, event): getattr(evjax, f"{'binary_' if event else ''}jit{law[0]}m{'v' if rank == 1 else 'm'}")
-    for law in LAWS for rank in (1, 2) for event in (False, True)
-}
-
-
-# ---------------------------------------------------------------------------
-# dense references (jax.numpy: differentiable)
-# ---------------------------------------------------------------------------
-def op_matrix(law, params, seed, shape, prob, transpose, corder):
-    """``(D, mask)``: the matrix the op applies (``M`` or ``M.T``), dense."""
-    n_outer, n_inner = generated_shape(shape, transpose, corder)
-    w, mask = dense_generated(law, [p.astype(jnp.float32) for p in params], jnp.asarray(seed).reshape(()),
-                              prob, n_outer, n_inner, jnp.float32)
-    return (w, mask) if corder else (w.T, mask.T)
-
-
-@jax.custom_jvp
-def spike_terms(w, s):
-    return jnp.where(s != 0, w, jnp.zeros_like(w))  # select: a silent spike never meets w
-
-
-@spike_terms.defjvp
-def _spike_terms_jvp(primals, tangents):
-    w, s = primals
-    dw, ds = tangents  # d/ds straight-through, as if the term were w * s
-    return spike_terms(w, s), jnp.where(s != 0, dw, jnp.zeros_like(dw)) + w * ds
-
-
-@jax.custom_jvp
-def weighted_terms(w, s):
-    return jnp.where(s != 0, w * s, jnp.zeros_like(w))  # graded: zero entries select 0
-
-
-@weighted_terms.defjvp
-def _weighted_terms_jvp(primals, tangents):
-    w, s = primals
-    dw, ds = tangents  # the true derivative of w * s
-    return weighted_terms(w, s), jnp.where(s != 0, dw * s, jnp.zeros_like(dw)) + w * ds
-
-
-def structural(law, params, seed, x, shape, prob, transpose, corder, mode):
-    w, mask = op_matrix(law, params, seed, shape, prob, transpose, corder)
-    if x.ndim == 2:
-        w, mask = w[:, :, None], mask[:, :, None]
-    xs = jnp.broadcast_to(x[None], jnp.broadcast_shapes(w.shape, x[None].shape))
-    w = jnp.broadcast_to(w, xs.shape)
-    if mode == "float":
-        terms = w * xs.astype(jnp.float32)
-    elif x.dtype == jnp.bool_:
-        terms = jnp.where(xs, w, jnp.zeros_like(w))
-    else:
-        terms = (weighted_terms if mode == "weighted" else spike_terms)(w, xs.astype(jnp.float32))
-    return jnp.sum(jnp.where(mask, terms, 0.0), axis=1)
-
-
-# ---------------------------------------------------------------------------
-# specs and arguments: (params..., seed, x, shape, prob, transpose, corder)
-# ---------------------------------------------------------------------------
-def spec_for(law: str, rank: int, event: bool, weighted: bool = False, x_float: bool = True, nonfinite=False):
-    n = LAWS[law]
-    fn_public = FUNCTIONS[(law, rank, event)]
-    mode = "float" if not event else ("weighted" if weighted else "binary")
-
-    def make(backend):
-        def fn(*a):
-            kw = {"weighted": True} if weighted else {}
-            return fn_public(*a[:n], a[n + 3], a[n + 1], a[n], shape=a[n + 2], transpose=a[n + 4], corder=a[n + 5],
-                             backend=backend, **kw)
-
-        def reference(*a):
-            return structural(law, a[:n], a[n], a[n + 1], a[n + 2], a[n + 3], a[n + 4], a[n + 5], mode)
-
-        def resample(rng, args, argnums):
-            out = list(redraw(rng, args, [i for i in argnums if i != n]))
-            if n in argnums:
-                out[n] = rng.integers(0, 2**32, size=(1,), dtype=np.uint64).astype(np.uint32)
-            return tuple(out)
-
-        diff = tuple(range(n)) + ((n + 1,) if x_float else ())
-        return OpSpec(fn=fn, reference=reference, diff_argnums=diff, static_argnums=(n + 2, n + 3, n + 4, n + 5),
-                      backend=backend, resample=resample, nonfinite=nonfinite,
-                      smooth=not (event and x_float and not weighted),  # straight-through: not finite differences
-                      nonfinite_argnums=tuple(range(n)) if nonfinite else None,
-                      name=f"{fn_public.__name__}[{backend}{', weighted' if weighted else ''}]")
-
-    return make
+# The dense references (jitc_structural), the laws and jitc_spec_for are in tests/helpers.py
+# (tests/cudasim/test_sim_jitc.py uses them too).
 
 
 @st.composite
@@ -128,7 +41,7 @@ def jitc_args(draw, law: str, rank: int, event: bool, x_float: bool = True):
     transpose, corder = draw(st.booleans()), draw(st.booleans())
     prob = draw(st.sampled_from(PROBS))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
-    params = [rng.standard_normal(1).astype(np.float32) for _ in range(LAWS[law])]
+    params = [rng.standard_normal(1).astype(np.float32) for _ in range(JITC_LAWS[law])]
     seed = rng.integers(0, 2**32, size=(1,), dtype=np.uint64).astype(np.uint32)
     n_in = n_rows if transpose else n_cols
     shape_x = (n_in,) if rank == 1 else (n_in, 2)
@@ -144,23 +57,23 @@ def jitc_args(draw, law: str, rank: int, event: bool, x_float: bool = True):
 # Each law and kind on Numba, the reference (the GPU fallback) on one op; every op on both backends
 # under the thorough profile (the CI budget keeps the default run to the cases below).
 # float operand: every law, mv and mm
-test_jitsmv = property_test(spec_for("scalar", 1, False), jitc_args("scalar", 1, False), backends=BACKENDS)
-test_jitnmm = property_test(spec_for("normal", 2, False), jitc_args("normal", 2, False), backends=("numba",))
+test_jitsmv = property_test(jitc_spec_for("scalar", 1, False), jitc_args("scalar", 1, False), backends=BACKENDS)
+test_jitnmm = property_test(jitc_spec_for("normal", 2, False), jitc_args("normal", 2, False), backends=("numba",))
 # events: bool spikes, float spikes (straight-through), weighted events (true gradient)
-test_binary_jitsmv_bool = property_test(spec_for("scalar", 1, True, x_float=False),
+test_binary_jitsmv_bool = property_test(jitc_spec_for("scalar", 1, True, x_float=False),
                                         jitc_args("scalar", 1, True, x_float=False), backends=("numba",))
-test_binary_jitnmv = property_test(spec_for("normal", 1, True), jitc_args("normal", 1, True), backends=("numba",))
-test_binary_jitumm_weighted = property_test(spec_for("uniform", 2, True, weighted=True),
+test_binary_jitnmv = property_test(jitc_spec_for("normal", 1, True), jitc_args("normal", 1, True), backends=("numba",))
+test_binary_jitumm_weighted = property_test(jitc_spec_for("uniform", 2, True, weighted=True),
                                             jitc_args("uniform", 2, True), backends=("numba",))
 if THOROUGH:
-    test_jitumv = property_test(spec_for("uniform", 1, False), jitc_args("uniform", 1, False), backends=BACKENDS)
-    test_binary_jitnmv_reference = property_test(spec_for("normal", 1, True), jitc_args("normal", 1, True),
+    test_jitumv = property_test(jitc_spec_for("uniform", 1, False), jitc_args("uniform", 1, False), backends=BACKENDS)
+    test_binary_jitnmv_reference = property_test(jitc_spec_for("normal", 1, True), jitc_args("normal", 1, True),
                                                  backends=("reference",))
-    test_jitnmv = property_test(spec_for("normal", 1, False), jitc_args("normal", 1, False), backends=BACKENDS)
-    test_jitumm = property_test(spec_for("uniform", 2, False), jitc_args("uniform", 2, False), backends=BACKENDS)
-    test_binary_jitsmm_bool = property_test(spec_for("scalar", 2, True, x_float=False),
+    test_jitnmv = property_test(jitc_spec_for("normal", 1, False), jitc_args("normal", 1, False), backends=BACKENDS)
+    test_jitumm = property_test(jitc_spec_for("uniform", 2, False), jitc_args("uniform", 2, False), backends=BACKENDS)
+    test_binary_jitsmm_bool = property_test(jitc_spec_for("scalar", 2, True, x_float=False),
                                             jitc_args("scalar", 2, True, x_float=False), backends=BACKENDS)
-    test_binary_jitnmm_weighted = property_test(spec_for("normal", 2, True, weighted=True),
+    test_binary_jitnmm_weighted = property_test(jitc_spec_for("normal", 2, True, weighted=True),
                                                 jitc_args("normal", 2, True), backends=BACKENDS)
 
 
@@ -169,8 +82,8 @@ def test_events_select_nan_weights(backend):
     """A silent spike contributes nothing whatever the weights hold (NaN, inf): forward and gradients."""
     rng = np.random.default_rng(1)
     for law in ("scalar", "normal"):
-        n = LAWS[law]
-        make = spec_for(law, 1, True, x_float=False, nonfinite=True)
+        n = JITC_LAWS[law]
+        make = jitc_spec_for(law, 1, True, x_float=False, nonfinite=True)
         params = [np.array([np.nan], np.float32)] + [np.array([np.inf], np.float32)] * (n - 1)
         x = np.array([True, False, False, True, False])
         for transpose, corder in ((True, False), (False, True)):  # a scatter and a gather
@@ -207,11 +120,11 @@ def test_seed_is_traced_no_recompile():
     assert not all(np.array_equal(outs[0], o) for o in outs[1:])  # different seeds, different matrices
 
 
-@pytest.mark.parametrize("law", list(LAWS))
+@pytest.mark.parametrize("law", list(JITC_LAWS))
 def test_gradient_of_weights_is_event_driven(law):
     """The weight cotangent of an event op is computed by the event op itself (silent inputs skipped)."""
-    n = LAWS[law]
-    fn = FUNCTIONS[(law, 1, True)]
+    n = JITC_LAWS[law]
+    fn = JITC_FUNCTIONS[(law, 1, True)]
     spikes = jnp.asarray(np.random.default_rng(0).random(30) < 0.2)
 
     def loss(*params):

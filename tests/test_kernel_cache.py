@@ -58,7 +58,7 @@ def _write_helpers(pkg, step: int, mtime: float) -> None:
     os.utime(path, (mtime, mtime))  # a distinct time, whatever the file system's clock resolution
 
 
-def _run(pkg, cache, stamp: bool) -> tuple[int, int]:
+def _run_cached_kernel(pkg, cache, stamp: bool) -> tuple[int, int]:
     env = dict(os.environ, NUMBA_CACHE_DIR=str(cache))
     out = subprocess.run([sys.executable, "-c", SCRIPT.format(pkg=str(pkg), stamp=stamp)], env=env,
                          capture_output=True, text=True, timeout=HANG_GUARD_S)
@@ -75,14 +75,14 @@ def test_a_changed_helper_file_recompiles_the_kernel_that_inlines_it(tmp_path, s
     _write_helpers(pkg, 1, 1_000_000_000)
     cache = tmp_path / "numba_cache"
 
-    assert _run(pkg, cache, stamp) == (1, 0)  # compiled, then saved
-    assert _run(pkg, cache, stamp) == (1, 1)  # unchanged: loaded from the cache
+    assert _run_cached_kernel(pkg, cache, stamp) == (1, 0)  # compiled, then saved
+    assert _run_cached_kernel(pkg, cache, stamp) == (1, 1)  # unchanged: loaded from the cache
     _write_helpers(pkg, 2, 1_000_000_100)
     if stamp:
-        assert _run(pkg, cache, stamp) == (2, 0)  # the helper changed: compiled again
-        assert _run(pkg, cache, stamp) == (2, 1)
+        assert _run_cached_kernel(pkg, cache, stamp) == (2, 0)  # the helper changed: compiled again
+        assert _run_cached_kernel(pkg, cache, stamp) == (2, 1)
     else:
-        assert _run(pkg, cache, stamp) == (1, 1)  # Numba alone: the stale machine code
+        assert _run_cached_kernel(pkg, cache, stamp) == (1, 1)  # Numba alone: the stale machine code
 
 
 def test_stamp_covers_the_folder_and_the_support_files_only(tmp_path):

@@ -19,7 +19,6 @@ from __future__ import annotations
 import functools
 import importlib.util
 import itertools
-from types import SimpleNamespace
 
 import jax
 import jax.numpy as jnp
@@ -30,6 +29,7 @@ import scipy.sparse as sp
 import evjax
 from evjax.primitives import csr
 from tests import doc_runner
+from tests.helpers import csr_from_coo, sddmm_numpy
 
 HAS_WARP = importlib.util.find_spec("warp") is not None
 BACKENDS = ("numba", "reference") + (("warp",) if HAS_WARP else ())
@@ -49,14 +49,8 @@ def assert_same(got, want, err_msg=""):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=err_msg)
 
 
-def structure(rows, cols, shape):
-    rows, cols = np.asarray(rows), np.asarray(cols)
-    indptr = np.searchsorted(rows, np.arange(shape[0] + 1)).astype(np.int32)
-    return SimpleNamespace(rows=rows, cols=cols, indices=cols.astype(np.int32), indptr=indptr, shape=shape)
-
-
 # 6 x 5, row 3 empty, non-finite weights in distinct rows
-S = structure([0, 0, 1, 1, 1, 2, 4, 4, 5, 5], [0, 1, 1, 2, 4, 3, 0, 4, 2, 3], (6, 5))
+S = csr_from_coo([0, 0, 1, 1, 1, 2, 4, 4, 5, 5], [0, 1, 1, 2, 4, 3, 0, 4, 2, 3], (6, 5))
 WEIGHTS = np.array([1.0, nan, 2.0, inf, 0.5, -inf, 3.0, nan, -1.0, 2.0], np.float32)
 HOMOGENEOUS = [np.array([w], np.float32) for w in (nan, inf, -inf, 1.5)]
 WEIGHT_CASES = [WEIGHTS] + HOMOGENEOUS
@@ -93,15 +87,7 @@ def oracle(event, data, x, transpose, s=S):
 
 def sddmm_oracle(r, q, s=S):
     """g_k = sum_c term(r[i_k, c], q[j_k, c]): a bool operand selects, two floats multiply (IEEE)."""
-    def term(a, b):
-        if a.dtype == np.bool_:
-            return np.where(a, b.astype(np.float64), 0.0)
-        if b.dtype == np.bool_:
-            return np.where(b, a.astype(np.float64), 0.0)
-        return a.astype(np.float64) * b.astype(np.float64)
-
-    r, q = np.asarray(r), np.asarray(q)
-    return np.array([np.sum(term(np.atleast_1d(r[i]), np.atleast_1d(q[j]))) for i, j in zip(s.rows, s.cols)])
+    return sddmm_numpy(s.indices, s.indptr, r, q)
 
 
 # ---------------------------------------------------------------------------
@@ -153,7 +139,7 @@ def matmul(rank, event, transpose, backend, s=S):
 # ---------------------------------------------------------------------------
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_issue_examples(backend):
-    s = structure([0, 0, 1], [0, 1, 2], (2, 3))
+    s = csr_from_coo([0, 0, 1], [0, 1, 2], (2, 3))
     data = np.array([1, nan, 2], np.float32)
     W = evjax.CSR(data, s.indices, s.indptr, shape=s.shape)
     gather_events, scatter_events = np.array([True, False, True]), np.array([False, True])
@@ -168,7 +154,7 @@ def test_issue_examples(backend):
     assert_same(scatter, want_scatter)
 
     # the float scatter x @ W keeps a nan weight on a row where x == 0 (scipy's answer)
-    s2 = structure([0, 1, 1, 2], [0, 1, 2, 2], (3, 5))
+    s2 = csr_from_coo([0, 1, 1, 2], [0, 1, 2, 2], (3, 5))
     w2 = np.array([nan, 2, 4, 4], np.float32)
     x = np.array([0, 3, 6], np.float32)
     want = float_oracle(s2, w2, x, transpose=True)

@@ -141,9 +141,9 @@ def test_callable_errors_become_exceptions():
 
 
 def test_tutorial_runs_fully_on_the_gpu():
-    from tests.cudasim.test_sim_tutorial import run
+    from tests.helpers import run_numba_cuda_tutorial
 
-    namespace = run(include_gpu=True)
+    namespace = run_numba_cuda_tutorial(include_gpu=True)
     assert namespace["ON_GPU"] is True
 
 

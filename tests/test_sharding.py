@@ -6,31 +6,7 @@ before JAX initialises).
 """
 from __future__ import annotations
 
-import os
-import pathlib
-import subprocess
-import sys
-import textwrap
-from tests.helpers import HANG_GUARD_S
-
-
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-
-
-def _run(code: str, timeout: int = HANG_GUARD_S) -> str:
-    env = dict(os.environ)
-    env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4").strip()
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "tests"), env.get("PYTHONPATH", "")])
-    # os._exit: a failing script once hung at interpreter exit (thread pools of the 4 devices); the
-    # result is printed and flushed before, so nothing is lost
-    wrapped = ("import os, sys, traceback\ntry:\n" + textwrap.indent(textwrap.dedent(code), "    ") +
-               "\nexcept BaseException:\n    traceback.print_exc()\n    sys.stdout.flush(); sys.stderr.flush()\n"
-               "    os._exit(1)\nsys.stdout.flush(); sys.stderr.flush()\nos._exit(0)\n")
-    proc = subprocess.run([sys.executable, "-c", wrapped], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=timeout)
-    assert proc.returncode == 0, f"subprocess failed:\nSTDOUT:\n{proc.stdout}\nSTDERR:\n{proc.stderr[-6000:]}"
-    return proc.stdout
-
+from tests.helpers import run_on_four_cpu_devices
 
 SHARD_MAP_TRAINING = """
 import importlib.util, sys
@@ -84,7 +60,7 @@ print("OK loss", float(v1), float(v4))
 
 
 def test_shard_map_data_parallel_step_matches_one_device():
-    out = _run(SHARD_MAP_TRAINING)
+    out = run_on_four_cpu_devices(SHARD_MAP_TRAINING)
     assert "OK loss" in out
 
 
@@ -119,7 +95,7 @@ print("OK replicated-operand gradient")
 
 
 def test_gradient_of_replicated_operand_under_shard_map():
-    assert "OK replicated-operand gradient" in _run(REPLICATED_OPERAND_GRAD)
+    assert "OK replicated-operand gradient" in run_on_four_cpu_devices(REPLICATED_OPERAND_GRAD)
 
 
 PLAIN_JIT = """
@@ -145,11 +121,11 @@ print("OK replicated")
 
 
 def test_plain_jit_over_sharded_inputs_is_correct_but_replicated():
-    assert "OK replicated" in _run(PLAIN_JIT)
+    assert "OK replicated" in run_on_four_cpu_devices(PLAIN_JIT)
 
 
 def test_sharding_docs_run_on_four_devices():
-    out = _run("""
+    out = run_on_four_cpu_devices("""
         import doc_runner
         ns = doc_runner.run_markdown("docs/sharding.md")
         print("OK docs", ns["n_devices"])

@@ -11,23 +11,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import scipy.sparse as sp
 
 import evjax
 from evjax.primitives.csr import csr_sddmm_p, validate_csr
 from evjax.primitives.csr.numba_rows import _span
 from evjax.primitives.csr.validation import INT32_MAX, check_shape, index_dtypes
-from tests.helpers import HANG_GUARD_S
+from tests.helpers import HANG_GUARD_S, small_scipy_csr
 
 S = jax.ShapeDtypeStruct
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 I32, I64 = np.dtype(np.int32), np.dtype(np.int64)
-
-
-def small(seed=0, m=7, n=5, density=0.5):
-    a = sp.random(m, n, density=density, format="csr", random_state=seed, dtype=np.float32)
-    a.data[:] = np.random.default_rng(seed).uniform(0.5, 1.5, a.nnz)
-    return a
 
 
 # ---------------------------------------------------------------------------
@@ -68,7 +61,7 @@ def test_with_x64_on_values_are_checked_against_the_true_columns():
 
 
 def test_from_scipy_and_fromdense_convert_nothing_unchecked():
-    a = small()
+    a = small_scipy_csr(m=7)
     for index_dtype in (np.int32, np.int64, np.uint16, None):
         w = evjax.CSR.from_scipy(a, index_dtype=index_dtype)
         assert w.indices.dtype == jnp.int32 and w.indptr.dtype == jnp.int32  # x64 off
@@ -157,7 +150,7 @@ def test_more_synapses_than_int32_lower_with_int64_offsets(backend):
 # ---------------------------------------------------------------------------
 @pytest.mark.parametrize("backend", ["numba", "warp", "reference"])
 def test_int32_indices_with_int64_indptr_forward_grad_vmap(backend):
-    a = small(seed=3)
+    a = small_scipy_csr(seed=3, m=7)
     dense = a.toarray().astype(np.float64)
     rows = np.repeat(np.arange(a.shape[0]), np.diff(a.indptr))
     rng = np.random.default_rng(1)
@@ -258,7 +251,7 @@ def test_complex_inputs_raise_type_error():
         evjax.exp_trace(jnp.zeros(3), np.ones(3, np.complex128), 0.5)
     with pytest.raises(TypeError, match="detect_spikes: v_th is complex"):
         evjax.detect_spikes(jnp.zeros(3), np.complex64(1))
-    a = small()
+    a = small_scipy_csr(m=7)
     with pytest.raises(TypeError, match="weights \\(data\\) must be floating point.*complex64"):
         evjax.CSR((a.data.astype(np.complex64), a.indices, a.indptr), shape=a.shape)
     w = evjax.CSR.from_scipy(a)
@@ -269,7 +262,7 @@ def test_complex_inputs_raise_type_error():
 
 
 def test_csr_sddmm_checks_its_structure_and_operands():
-    a = small()
+    a = small_scipy_csr(m=7)
     w = evjax.CSR.from_scipy(a)
     r, q = jnp.ones(a.shape[0]), jnp.ones(a.shape[1])
     expected = np.ones(a.nnz)

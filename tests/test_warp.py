@@ -16,15 +16,17 @@ wp = pytest.importorskip("warp")
 
 import evjax  # noqa: E402
 from evjax.backends import warp as bridge  # noqa: E402
+from tests.helpers import HANG_GUARD_S  # noqa: E402
 from tests.threads import check_in_threads  # noqa: E402
-from tests.helpers import HANG_GUARD_S
+from tests.warp_kernels_for_tests import scatter_k  # noqa: E402  (test_warp_handlers.py launches it too)
 
 wp.config.quiet = True
 S = jax.ShapeDtypeStruct
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SETTINGS = settings(max_examples=8, deadline=None, derandomize=True)
 
-# All kernels below share one Warp module (this file): one compile, then Warp's cache.
+# All kernels below share one Warp module (this file): one compile, then Warp's cache (scatter_k,
+# which tests/test_warp_handlers.py uses too, is in tests/warp_kernels_for_tests.py).
 
 
 @wp.kernel(enable_backward=False)
@@ -37,12 +39,6 @@ def add_k(a: wp.array(dtype=wp.float32), b: wp.array(dtype=wp.float32), out: wp.
 def add64_k(a: wp.array(dtype=wp.float64), b: wp.array(dtype=wp.float64), out: wp.array(dtype=wp.float64)):
     i = wp.tid()
     out[i] = a[i] + b[i]
-
-
-@wp.kernel(enable_backward=False)
-def scatter_k(values: wp.array(dtype=wp.float32), targets: wp.array(dtype=wp.int32), acc: wp.array(dtype=wp.float32)):
-    i = wp.tid()
-    wp.atomic_add(acc, targets[i], values[i])
 
 
 @wp.kernel(enable_backward=False)

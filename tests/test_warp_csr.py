@@ -1,6 +1,6 @@
 """The CSR operator family with ``backend='warp'`` (Warp's CPU device here; CUDA where a GPU exists).
 
-Reuses the CSR property cases of ``tests/test_csr_ops.py`` (random structures
+Reuses the CSR property cases of ``tests/test_csr_ops.py``, from tests/helpers.py (random structures
 with empty rows, nnz 0, duplicate columns; homogeneous and per-synapse
 weights; every transform of the harness) with the Warp kernels of
 :mod:`evjax.primitives.csr.warp` (registered on the ops when it is imported).
@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 
 wp = pytest.importorskip("warp")
 
@@ -21,11 +21,14 @@ import evjax  # noqa: E402
 from evjax.primitives import csr  # noqa: E402
 from evjax.primitives.csr import warp as csr_warp  # noqa: E402  (importing it registers the kernels)
 from evjax.testing import ALL_CHECKS, OpSpec, check_all  # noqa: E402
-from tests.test_csr_ops import (  # noqa: E402
-    SETTINGS, cases, dense_matrix, keep_spikes, op_fn, random_structure, reference, run_case, run_sddmm_case,
+from tests.helpers import (  # noqa: E402
+    csr_cases, csr_op_fn, csr_reference, dense_matrix, keep_spikes, random_structure, run_csr_case,
+    run_csr_sddmm_case, sddmm_numpy,
 )
 
 wp.config.quiet = True
+# this module's fixed-count Hypothesis tests
+SETTINGS = dict(deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 OPS = (csr.csrmv_p, csr.csrmm_p, csr.binary_csrmv_p, csr.binary_csrmm_p)
 NOT_FORWARD = tuple(c for c in ALL_CHECKS if c != "forward")
 
@@ -71,8 +74,8 @@ def test_csr_every_transform_warp(event, rank, transpose):
     homogeneous = (rank + transpose) % 2 == 0
     shape, args = fixed_case(rank, transpose, event, homogeneous, seed=rank + 2 * transpose)
     spec = OpSpec(
-        fn=op_fn(rank, event, shape, transpose, "warp"),
-        reference=reference(shape, transpose, event),
+        fn=csr_op_fn(rank, event, shape, transpose, "warp"),
+        reference=csr_reference(shape, transpose, event),
         diff_argnums=(0,) if event else (0, 3),
         vmap_argnums=(0, 3),
         smooth=not event,
@@ -87,9 +90,9 @@ def test_csr_every_transform_warp(event, rank, transpose):
 def test_csr_forward_random_structures_warp(event, rank, transpose):
     """Eager and jit forward on Hypothesis structures (nnz 0, size-0 dims, duplicates, no/all spikes)."""
     @settings(max_examples=6, **SETTINGS)
-    @given(cases(rank=rank, transpose=transpose, event=event))
+    @given(csr_cases(rank=rank, transpose=transpose, event=event))
     def check(case):
-        run_case(case, rank=rank, transpose=transpose, event=event, backend="warp", skip=NOT_FORWARD)
+        run_csr_case(case, rank=rank, transpose=transpose, event=event, backend="warp", skip=NOT_FORWARD)
 
     check()
 
@@ -98,8 +101,8 @@ def test_csr_forward_random_structures_warp(event, rank, transpose):
 def test_event_ops_float_spikes_warp(rank, transpose):
     """Float spikes: forward on 1[s != 0], straight-through gradient."""
     case = fixed_case(rank, transpose, True, False, seed=7, float_spikes=True)
-    run_case(case, rank=rank, transpose=transpose, event=True, backend="warp", float_spikes=True,
-             skip=("nested_vmap", "check_grads"))
+    run_csr_case(case, rank=rank, transpose=transpose, event=True, backend="warp", float_spikes=True,
+                 skip=("nested_vmap", "check_grads"))
 
 
 @pytest.mark.parametrize("event, rank, transpose", COMBOS)
@@ -109,9 +112,9 @@ def test_float64_int64_indices_warp(event, rank, transpose):
         shape, (data, indices, indptr, x) = fixed_case(rank, transpose, event, rank == 2, seed=11)
         args = (data.astype(np.float64), indices.astype(np.int64), indptr.astype(np.int64),
                 x if x.dtype == np.bool_ else x.astype(np.float64))
-        assert op_fn(rank, event, shape, transpose, "warp")(*args).dtype == jnp.float64
-        run_case((shape, args), rank=rank, transpose=transpose, event=event, backend="warp",
-                 skip=("vmap", "nested_vmap", "jit_grad_vmap", "check_grads"))
+        assert csr_op_fn(rank, event, shape, transpose, "warp")(*args).dtype == jnp.float64
+        run_csr_case((shape, args), rank=rank, transpose=transpose, event=event, backend="warp",
+                     skip=("vmap", "nested_vmap", "jit_grad_vmap", "check_grads"))
 
 
 @pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16])
@@ -127,7 +130,7 @@ def test_low_precision_accumulates_in_float32_like_numba(dtype, transpose, event
     x = rng.random((n_in, 2)) < 0.9
     if not event:
         x = jnp.asarray(x, dtype)
-    fn = op_fn(2, event, (3, 300), transpose, "warp")
+    fn = csr_op_fn(2, event, (3, 300), transpose, "warp")
     out = fn(data, indices, indptr, x)
     assert out.dtype == dtype
     exact = np.asarray(dense_matrix(jnp.asarray(data, jnp.float32), indices, indptr, (3, 300)))
@@ -195,14 +198,6 @@ def test_importing_the_warp_module_registers_and_keeps_defaults():
 # ---------------------------------------------------------------------------
 # the weight gradient (csr_sddmm_p) on Warp
 # ---------------------------------------------------------------------------
-def _sddmm_numpy(indices, indptr, r, q):
-    """g[k] = <r[row k], q[indices[k]]>, in float64."""
-    rows = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
-    r2 = np.asarray(r, np.float64).reshape(len(indptr) - 1, -1)
-    q2 = np.asarray(q, np.float64).reshape(q.shape[0], -1)
-    return np.einsum("kc,kc->k", r2[rows], q2[indices])
-
-
 @pytest.mark.parametrize("width", [None, 3])
 @pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
 @pytest.mark.parametrize("n_rows, n_cols", [(6, 5), (1, 1), (4, 3)])
@@ -217,12 +212,12 @@ def test_sddmm_warp_matches_numpy(width, index_dtype, n_rows, n_cols):
               (rng.standard_normal(shape_r) * (rng.random(shape_r) < 0.5)).astype(np.float32)):
         with jax.enable_x64(index_dtype == np.int64):  # else JAX narrows int64 indices to int32
             got = csr.csr_sddmm(indices, indptr, r, q, shape=(n_rows, n_cols), backend="warp")
-        np.testing.assert_allclose(got, _sddmm_numpy(indices, indptr, r, q), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(got, sddmm_numpy(indices, indptr, r, q), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("width", [None, 2])
 def test_sddmm_every_transform_warp(width):
-    run_sddmm_case(0, width, "warp")
+    run_csr_sddmm_case(0, width, "warp")
 
 
 def test_sddmm_warp_empty_and_malformed():

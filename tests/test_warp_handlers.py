@@ -223,7 +223,7 @@ def test_cuda_lowering_is_one_custom_call_with_aliases(monkeypatch):
     """Lower for CUDA without a GPU: Warp's per-device load is faked."""
     import warp as wp
 
-    from tests.test_warp import scatter_k
+    from tests.warp_kernels_for_tests import scatter_k
 
     monkeypatch.setattr(bridge, "load_cuda", lambda kernel: (
         [(FUNCTION, CONTEXT)], {"block_dim": 256, "grid_stride": 1, "cluster_dim": 1, "smem": 0}))

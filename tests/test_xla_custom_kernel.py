@@ -89,7 +89,7 @@ def test_scale_two_dimensional_operand_under_every_check():
 
 
 # --- backend selection ----------------------------------------------------------
-def tagged_op():
+def scale_op_tagged_by_backend():
     op = XLACustomKernel("tagged")
     op.def_numba_kernel(scale_numba_generator)
     op.def_kernel("alt", "cpu", lambda outs: (lambda x, s: [x * s[0] + 1000.0]), default=False)
@@ -98,7 +98,7 @@ def tagged_op():
 
 
 def test_backend_selection_order():
-    op = tagged_op()
+    op = scale_op_tagged_by_backend()
     x, s = jnp.ones(3), jnp.array([2.0])
     run = lambda **kw: float(op(x, s, outs=[S((3,), jnp.float32)], **kw)[0][0])  # noqa: E731
     assert run() == 2.0  # the platform default (numba)

@@ -18,6 +18,7 @@ import pytest
 from evjax.backends import numba_cuda as bridge
 from evjax.primitives.csr import numba_cuda as csr_cuda
 from evjax.primitives.csr import ops
+from tests.helpers import sddmm_numpy
 
 assert bridge.simulator_enabled(), "run with NUMBA_ENABLE_CUDASIM=1"
 
@@ -159,14 +160,7 @@ def test_sddmm_kernels_nan_and_inf(matrix):
     r_ev, q_ev = rng.random(shape_r) < 0.5, rng.random(shape_q) < 0.5
     for r, q in ((r_vals, q_vals), (r_ev, q_vals), (r_vals, q_ev), (r_ev, q_ev.astype(np.float32))):
         got = _launch_sddmm("mat" if matrix else "vec", indices, indptr, r, q)
-        want = np.zeros(indices.shape[0])
-        for i in range(N_ROWS):
-            for k in range(indptr[i], indptr[i + 1]):
-                ri, qj = np.atleast_1d(r[i]), np.atleast_1d(q[indices[k]])
-                with np.errstate(invalid="ignore"):  # 0 * inf: nan, as wanted
-                    terms = np.where(ri, qj, 0) if r.dtype == np.bool_ else \
-                        np.where(qj, ri, 0) if q.dtype == np.bool_ else ri.astype(np.float64) * qj
-                want[k] = np.sum(terms)
+        want = sddmm_numpy(indices, indptr, r, q)  # 0 * inf: nan, as wanted
         msg = f"r {r.dtype}, q {q.dtype}"
         np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=msg)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=msg)
@@ -230,16 +224,6 @@ def test_generator_with_no_rows_or_no_synapses():
 # ---------------------------------------------------------------------------
 # SDDMM (the weight gradient): g[k] = <r[row k], q[indices[k]]>
 # ---------------------------------------------------------------------------
-def _sddmm_numpy(indices, indptr, r, q):
-    r = np.asarray(r, np.float64)
-    q = np.asarray(q, np.float64)
-    g = np.zeros(indices.shape[0])
-    for i in range(indptr.shape[0] - 1):
-        for k in range(indptr[i], indptr[i + 1]):
-            g[k] = np.sum(r[i] * q[indices[k]])
-    return g
-
-
 def _sddmm_operands(rng, matrix, dtype=np.float32):
     shape_r = (N_ROWS, K) if matrix else (N_ROWS,)
     shape_q = (N_COLS, K) if matrix else (N_COLS,)
@@ -263,7 +247,7 @@ def test_sddmm_kernels_match_numpy(matrix):
     mask, _, indices, indptr = _csr(rng, p=0.7, index_dtype=np.int64 if matrix else np.int32)
     r, q = _sddmm_operands(rng, matrix)
     name = "mat" if matrix else "vec"
-    np.testing.assert_allclose(_launch_sddmm(name, indices, indptr, r, q), _sddmm_numpy(indices, indptr, r, q),
+    np.testing.assert_allclose(_launch_sddmm(name, indices, indptr, r, q), sddmm_numpy(indices, indptr, r, q),
                                rtol=1e-5, atol=1e-6)
     # two float operands: every row is computed (0 * inf must be nan)
     assert not np.any(_launch_sddmm(name, indices, indptr, r, q, fill=7.0) == 7.0)
@@ -313,7 +297,7 @@ def test_sddmm_generator_end_to_end_under_jit(matrix, dtype, r_bool):
         tol = 1e-2 if np.dtype(dtype).itemsize == 2 else 1e-5
         np.testing.assert_allclose(np.asarray(got, np.float64), np.asarray(want, np.float64), rtol=tol, atol=tol)
         np.testing.assert_allclose(np.asarray(got, np.float64),
-                                   _sddmm_numpy(indices, indptr, np.asarray(r, np.float64), np.asarray(q, np.float64)),
+                                   sddmm_numpy(indices, indptr, np.asarray(r, np.float64), np.asarray(q, np.float64)),
                                    rtol=tol, atol=tol)
 
 

@@ -4,7 +4,8 @@ CUDA simulator (started by tests/test_dense_cudasim.py).
 As in test_sim_harness.py, the ops' ``numba_cuda`` GPU generators are registered as a
 CPU backend of the same name (this process only), so ``backend="numba_cuda"`` runs the
 CUDA kernels in the simulator and the harness compares every transform with the
-references of tests/test_dense_ops.py.  Sizes are tiny: each kernel thread is a Python thread.
+references that tests/test_dense_ops.py uses (tests/helpers.py).  Sizes are tiny: each kernel
+thread is a Python thread.
 """
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ import pytest
 from evjax.backends import numba_cuda as bridge
 from evjax.primitives import dense
 from evjax.primitives.dense import binary_dense_outer
-from tests import test_dense_ops as dense_tests
+from evjax.testing import check_all
+from tests.helpers import dense_one_example, dense_spec
 
 assert bridge.simulator_enabled(), "run with NUMBA_ENABLE_CUDASIM=1"
 
@@ -31,10 +33,10 @@ SIM_CASES = [(1, True, False, True), (1, False, True, False), (2, True, True, Fa
 
 @pytest.mark.parametrize("rank, transpose, weighted, vmap", SIM_CASES)
 def test_dense_ops_in_simulator(rank, transpose, weighted, vmap):
-    spec = dense_tests.dense_spec(rank, transpose, weighted, BACKEND, float_events=weighted)
+    spec = dense_spec(rank, transpose, weighted, BACKEND, float_events=weighted)
     skip = ("check_grads", "nested_vmap") + (() if vmap else ("vmap", "jit_grad_vmap"))
-    example = dense_tests.one_example(rank, transpose, weighted, seed=rank + 2 * transpose)
-    dense_tests.check_all(spec, example, skip=skip)
+    example = dense_one_example(rank, transpose, weighted, seed=rank + 2 * transpose)
+    check_all(spec, example, skip=skip)
 
 
 @pytest.mark.parametrize("transpose", [True, False])

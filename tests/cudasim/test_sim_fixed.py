@@ -34,7 +34,7 @@ def _dense(indices, weights):
     return a
 
 
-def _run(op, outs, *args, **params):
+def _run_generator(op, outs, *args, **params):
     ins = tuple(jax.ShapeDtypeStruct(np.shape(a), np.asarray(a).dtype) for a in args)
     generator = op.kernel_generator("gpu", "numba_cuda")
     run = generator(outs=outs, ins=ins, shape=(N_ROWS, N_COLS), **params)
@@ -55,7 +55,7 @@ def test_matmul_generators_match_dense(rank, event, transpose):
     for w in (weights, np.array([0.5], np.float32)):
         expect = want if w.shape != (1,) else (_dense(indices, np.full_like(weights, 0.5)).T if transpose else
                                                 _dense(indices, np.full_like(weights, 0.5))) @ x.astype(np.float64)
-        np.testing.assert_allclose(_run(OPS[(rank, event)], outs, w, indices, x, transpose=transpose), expect,
+        np.testing.assert_allclose(_run_generator(OPS[(rank, event)], outs, w, indices, x, transpose=transpose), expect,
                                    rtol=1e-5, atol=1e-5)
 
 
@@ -66,5 +66,5 @@ def test_sddmm_generator_event_driven():
     ct = rng.standard_normal(N_COLS).astype(np.float32)
     valid = (indices >= 0) & (indices < N_COLS)
     want = np.where(spikes[:, None] & valid, ct[np.clip(indices, 0, N_COLS - 1)], 0)
-    got = _run(ops.fcn_sddmm_p, [jax.ShapeDtypeStruct(indices.shape, np.float32)], indices, spikes, ct)
+    got = _run_generator(ops.fcn_sddmm_p, [jax.ShapeDtypeStruct(indices.shape, np.float32)], indices, spikes, ct)
     np.testing.assert_allclose(got, want, rtol=1e-6)

@@ -5,8 +5,8 @@ The simulator runs CUDA kernels on the host, so the ops' ``numba_cuda`` GPU
 generators are registered here as a CPU backend of the same name as well
 (this process only); ``backend="numba_cuda"`` then lowers to them on the CPU,
 where the harness checks that they really run (a host callback into the
-simulator) and compares every transform with the references of
-tests/test_csr_ops.py.  Sizes are tiny: each kernel
+simulator) and compares every transform with the references that
+tests/test_csr_ops.py uses (tests/helpers.py).  Sizes are tiny: each kernel
 thread is a Python thread.
 """
 from __future__ import annotations
@@ -17,7 +17,9 @@ import pytest
 from evjax.backends import numba_cuda as bridge
 from evjax.primitives import csr
 from evjax.testing import check_all, random_csr
-from tests import test_csr_ops
+from tests.helpers import (
+    OP_CASES, OP_IDS, WEIGHTED_CASES, WEIGHTED_IDS, csr_matmul_spec, csr_sddmm_spec, weighted_sddmm_spec,
+)
 
 assert bridge.simulator_enabled(), "run with NUMBA_ENABLE_CUDASIM=1"
 
@@ -38,9 +40,9 @@ def csr_case(rank, transpose, event, seed):
     return data, indices, indptr, x, (4, 3)
 
 
-@pytest.mark.parametrize("rank, event, transpose", test_csr_ops.OP_CASES, ids=test_csr_ops.OP_IDS)
+@pytest.mark.parametrize("rank, event, transpose", OP_CASES, ids=OP_IDS)
 def test_csr_matmul_ops(rank, event, transpose):
-    spec = test_csr_ops.matmul_spec(rank, event, transpose, BACKEND)
+    spec = csr_matmul_spec(rank, event, transpose, BACKEND)
     check_all(spec, csr_case(rank, transpose, event, seed=rank + 2 * transpose + 4 * event),
               skip=("check_grads", "nested_vmap"))
 
@@ -50,16 +52,16 @@ def test_csr_sddmm():
     indices, indptr = random_csr(rng, 4, 3, 6)
     r = (rng.standard_normal((4, 2)) * (rng.random((4, 2)) < 0.6)).astype(np.float32)  # silent rows skipped
     q = rng.standard_normal((3, 2)).astype(np.float32)
-    check_all(test_csr_ops.sddmm_spec(BACKEND), (indices, indptr, r, q, (4, 3)), skip=("check_grads", "nested_vmap"))
+    check_all(csr_sddmm_spec(BACKEND), (indices, indptr, r, q, (4, 3)), skip=("check_grads", "nested_vmap"))
 
 
 @pytest.mark.parametrize("nonfinite", [False, True], ids=["finite", "nonfinite"])
-@pytest.mark.parametrize("rank, transpose", test_csr_ops.WEIGHTED_CASES, ids=test_csr_ops.WEIGHTED_IDS)
+@pytest.mark.parametrize("rank, transpose", WEIGHTED_CASES, ids=WEIGHTED_IDS)
 def test_csr_weighted_ops(rank, transpose, nonfinite):
     """weighted=True: graded events with zeros (a zero hides its weights), true gradient w.r.t. them."""
     data, indices, indptr, x, shape = csr_case(rank, transpose, False, seed=rank + 2 * transpose)
     x = (x * (np.random.default_rng(rank).random(x.shape) < 0.6)).astype(np.float32)
-    spec = test_csr_ops.matmul_spec(rank, True, transpose, BACKEND, weighted=True, nonfinite=nonfinite)
+    spec = csr_matmul_spec(rank, True, transpose, BACKEND, weighted=True, nonfinite=nonfinite)
     check_all(spec, (data, indices, indptr, x, shape), skip=("check_grads", "nested_vmap"))
 
 
@@ -68,5 +70,5 @@ def test_csr_weighted_sddmm(mode):
     rng = np.random.default_rng(3)
     indices, indptr = random_csr(rng, 4, 3, 6)
     r, q = ((rng.standard_normal((n, 2)) * (rng.random((n, 2)) < 0.6)).astype(np.float32) for n in (4, 3))
-    check_all(test_csr_ops.weighted_sddmm_spec(mode, BACKEND), (indices, indptr, r, q, (4, 3)),
+    check_all(weighted_sddmm_spec(mode, BACKEND), (indices, indptr, r, q, (4, 3)),
               skip=("check_grads", "nested_vmap"))

@@ -16,7 +16,7 @@ import evjax
 from evjax.backends import numba_cuda as bridge
 from evjax.primitives import jitc
 from evjax.testing import check_all
-from tests import test_jitc_ops
+from tests.helpers import JITC_LAWS, jitc_spec_for
 
 assert bridge.simulator_enabled(), "run with NUMBA_ENABLE_CUDASIM=1"
 
@@ -41,9 +41,9 @@ CASES = [("normal", 1, True, False), ("uniform", 2, True, True)]
 
 @pytest.mark.parametrize("law, rank, event, weighted", CASES)
 def test_products_through_the_harness(law, rank, event, weighted):
-    make = test_jitc_ops.spec_for(law, rank, event, weighted=weighted, x_float=not event or weighted)
+    make = jitc_spec_for(law, rank, event, weighted=weighted, x_float=not event or weighted)
     rng = np.random.default_rng(rank)
-    params = [rng.standard_normal(1).astype(np.float32) for _ in range(test_jitc_ops.LAWS[law])]
+    params = [rng.standard_normal(1).astype(np.float32) for _ in range(JITC_LAWS[law])]
     for transpose, corder in ((False, False), (True, True)):  # a scatter and a gather
         n_in = 4 if transpose else 3
         shape_x = (n_in,) if rank == 1 else (n_in, 2)

@@ -12,6 +12,7 @@ import pytest
 
 from evjax.backends import numba_cuda as bridge
 from evjax.primitives.csr import numba_cuda as csr_cuda
+from tests.helpers import sddmm_numpy
 
 assert bridge.simulator_enabled(), "run with NUMBA_ENABLE_CUDASIM=1"
 
@@ -58,8 +59,7 @@ def test_sddmm_generator_takes_mixed_index_dtypes(matrix):
     mask, _, indices, indptr = _structure(rng)
     r = rng.standard_normal((N_ROWS, K) if matrix else (N_ROWS,)).astype(np.float32)
     q = rng.standard_normal((N_COLS, K) if matrix else (N_COLS,)).astype(np.float32)
-    rows = np.repeat(np.arange(N_ROWS), np.diff(indptr))
-    want = r[rows] * q[indices] if not matrix else np.sum(r[rows] * q[indices], axis=-1)
+    want = sddmm_numpy(indices, indptr, r, q)
     with jax.enable_x64(True):
         outs = [jax.ShapeDtypeStruct((indices.shape[0],), np.float32)]
         ins = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in (indices, indptr, r, q)]
