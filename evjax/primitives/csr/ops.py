@@ -72,10 +72,12 @@ def _bind(op: XLACustomKernel, data, indices, indptr, x, *, shape, transpose, dt
                    backend=backend, **params)[0]
 
 
-def _matmul(op, data, indices, indptr, x, *, shape, transpose, backend, rank, event, who, weighted=False):
-    """Validate, promote and bind one of the four matmul ops (the public wrappers).
+def checked_matmul(op, data, indices, indptr, x, *, shape, transpose, backend, rank, event, who, weighted=False):
+    """Validate, promote and bind one of the four matmul ops (the public wrappers and ``@``).
 
     Weighted events are values: promoted with the weights like a float operand.
+    It binds the op itself (not through ``_bind``): ``A @ x`` reaches ``bind``
+    in as few frames as the anchors' (issue "Structure v3").
     """
     data, indices, indptr, shape = validate_csr(data, indices, indptr, shape, who=who)
     weighted = bool(weighted)
@@ -83,8 +85,9 @@ def _matmul(op, data, indices, indptr, x, *, shape, transpose, backend, rank, ev
     if not event or weighted:
         data, x = data.astype(dtype), x.astype(dtype)
     params = {"weighted": weighted} if event else {}
-    return _bind(op, data, indices, indptr, x, shape=shape, transpose=transpose, dtype=dtype, backend=backend,
-                 **params)
+    outs = [jax.ShapeDtypeStruct(_out_shape(shape, transpose, x.shape), dtype)]
+    return op.bind(data, indices, indptr, x, outs=outs, shape=tuple(shape), transpose=bool(transpose),
+                   backend=backend, **params)[0]
 
 
 # ===========================================================================
@@ -340,7 +343,7 @@ def csrmv(data, indices, indptr, v, *, shape, transpose: bool = False, backend: 
     Example:
         >>> y = evjax.csrmv(W.data, W.indices, W.indptr, v, shape=W.shape)
     """
-    return _matmul(csrmv_p, data, indices, indptr, v, shape=shape, transpose=transpose, backend=backend,
+    return checked_matmul(csrmv_p, data, indices, indptr, v, shape=shape, transpose=transpose, backend=backend,
                    rank=1, event=False, who="csrmv")
 
 
@@ -362,7 +365,7 @@ def csrmm(data, indices, indptr, B, *, shape, transpose: bool = False, backend: 
     Example:
         >>> Y = evjax.csrmm(W.data, W.indices, W.indptr, X, shape=W.shape, transpose=True)   # W.T @ X
     """
-    return _matmul(csrmm_p, data, indices, indptr, B, shape=shape, transpose=transpose, backend=backend,
+    return checked_matmul(csrmm_p, data, indices, indptr, B, shape=shape, transpose=transpose, backend=backend,
                    rank=2, event=False, who="csrmm")
 
 
@@ -399,7 +402,7 @@ def binary_csrmv(data, indices, indptr, v, *, shape, workspace=None, transpose: 
         >>> y = evjax.binary_csrmv(W.data, W.indices, W.indptr, counts, shape=W.shape,
         ...                        transpose=True, weighted=True)
     """
-    return _matmul(binary_csrmv_p, data, indices, indptr, v, shape=shape, transpose=transpose,
+    return checked_matmul(binary_csrmv_p, data, indices, indptr, v, shape=shape, transpose=transpose,
                    backend=backend, rank=1, event=True, who="binary_csrmv", weighted=weighted)
 
 
@@ -427,7 +430,7 @@ def binary_csrmm(data, indices, indptr, B, *, shape, workspace=None, transpose: 
         >>> spikes = jax.random.bernoulli(key, 0.05, (32, W.shape[0]))   # 32 trials
         >>> out = evjax.binary_csrmm(W.data, W.indices, W.indptr, spikes.T, shape=W.shape, transpose=True)
     """
-    return _matmul(binary_csrmm_p, data, indices, indptr, B, shape=shape, transpose=transpose,
+    return checked_matmul(binary_csrmm_p, data, indices, indptr, B, shape=shape, transpose=transpose,
                    backend=backend, rank=2, event=True, who="binary_csrmm", weighted=weighted)
 
 
