@@ -339,3 +339,9 @@ def reference_vjp(spec: OpSpec, args: Sequence, cotangent: Sequence):
     statics, dynamic = spec.split(args)
     make = lambda: vjp_program(spec.exact_reference, positions(spec))  # noqa: E731
     return spec.program("reference_vjp", make)(statics, dynamic, tuple(cotangent))
+
+
+def weighted_sum(out, weights):
+    """``sum_i sum(out_i * weights_i)`` in float32: the scalar loss whose gradient the checks compare."""
+    leaves = jax.tree_util.tree_leaves(out)
+    return sum(jnp.sum(leaf.astype(jnp.float32) * w) for leaf, w in zip(leaves, weights))

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._testing_core import OpSpec, reference_vjp
+from ._testing_core import OpSpec, reference_vjp, weighted_sum
 
 __all__ = ["VmapCase", "vmap_cases", "check_vmap", "check_nested_vmap", "check_jit_grad_vmap"]
 
@@ -173,11 +173,6 @@ def check_nested_vmap(spec: OpSpec, args: Sequence, seed: int = 4) -> None:
     spec.close(actual, expected, f"nested vmap (outer over args {argnums}, inner over arg {last} at axis -1)")
 
 
-def _weighted_sum(out, weights):
-    leaves = jax.tree_util.tree_leaves(out)
-    return sum(jnp.sum(leaf.astype(jnp.float32) * w) for leaf, w in zip(leaves, weights))
-
-
 def check_jit_grad_vmap(spec: OpSpec, args: Sequence, seed: int = 5) -> None:
     """``jit(grad(weighted sum of vmap(op)))``, vmapped over the last batchable argument.
 
@@ -203,7 +198,7 @@ def check_jit_grad_vmap(spec: OpSpec, args: Sequence, seed: int = 5) -> None:
                 full = list(dynamic)
                 for p, x in zip(diff, primals):
                     full[p] = x
-                return _weighted_sum(jax.vmap(lambda *d: spec.op(statics, d), in_axes=in_axes)(*full), weights)
+                return weighted_sum(jax.vmap(lambda *d: spec.op(statics, d), in_axes=in_axes)(*full), weights)
 
             return jax.grad(loss, argnums=tuple(range(len(diff))))(*[dynamic[p] for p in diff])
 

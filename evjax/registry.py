@@ -15,6 +15,7 @@ its kernels on import.  Nothing here imports an op.
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 import threading
@@ -22,6 +23,7 @@ import threading
 from .errors import BackendNotAvailableError
 
 __all__ = [
+    "BackendChoice",
     "REFERENCE",
     "PLATFORMS",
     "platform_of",
@@ -50,6 +52,29 @@ _RENAMED = {"jax_raw": REFERENCE, "jax": REFERENCE}
 _lock = threading.Lock()
 _known: set[str] = {REFERENCE, *_LIBRARIES}
 _missing: dict[str, str | None] = {}
+
+
+@dataclasses.dataclass(frozen=True)
+class BackendChoice:
+    """What an op's lowering is told about the backend: the one value the resolver reads.
+
+    Every bound op carries one as its ``backend`` parameter; rules pass it on
+    to the ops they bind, so a gradient runs where its forward was chosen to.
+
+    Attributes:
+        per_call: the name passed as ``backend=`` to the call, or ``None``.
+        in_force: the :func:`evjax.use_backend` / :func:`evjax.set_backend`
+            choices when the op was bound, ``((platform, name or None), ...)``.
+    """
+
+    per_call: str | None = None
+    in_force: tuple = ()
+
+    def __repr__(self) -> str:  # short, for jaxprs
+        if self.per_call is not None:
+            return f"BackendChoice({self.per_call!r})"
+        chosen = ", ".join(f"{p}={n!r}" for p, n in self.in_force if n is not None)
+        return f"BackendChoice({chosen})"
 
 
 def platform_of(name: str, *, who: str = "evjax") -> str:

@@ -43,7 +43,7 @@ import numpy as np
 from . import registry
 from ._testing_core import (
     OpSpec, assert_close, jvp_program, positions, reference_jvp, reference_vjp, tolerance, vjp_program,
-    with_primals,
+    weighted_sum, with_primals,
 )
 from ._testing_data import NNZ, SIZES, csr_resampler, inject_nonfinite, random_csr, redraw
 from ._testing_vmap import VmapCase, check_jit_grad_vmap, check_nested_vmap, check_vmap, vmap_cases
@@ -118,7 +118,8 @@ def check_backend(spec: OpSpec, args: Sequence, seed: int = 0) -> set[str]:
     jaxpr = jax.make_jaxpr(lambda *d: spec.op(statics, d))(*dynamic)
     bound = list(_bound_ops(jaxpr.jaxpr))
     assert bound, f"{spec.name}: the program binds no evjax op, so backend {spec.backend!r} never ran"
-    wrong = sorted({f"{n} with backend={b!r}" for n, b in bound if isinstance(b, str) and b != spec.backend})
+    wrong = sorted({f"{n} with backend={b.per_call!r}" for n, b in bound  # b: a BackendChoice
+                    if b.per_call is not None and b.per_call != spec.backend})
     assert not wrong, f"{spec.name}: asked for backend {spec.backend!r}, but the program binds {', '.join(wrong)}"
     texts = [spec.program("forward", lambda: spec.op).lower(statics, dynamic).as_text()]
     outs = jax.tree_util.tree_leaves(jax.eval_shape(lambda *d: spec.op(statics, d), *dynamic))
@@ -172,17 +173,12 @@ def check_jvp(spec: OpSpec, args: Sequence, seed: int = 1) -> None:
     spec.close(jitted, expected, "jit(jvp)")
 
 
-def _weighted_sum(out, weights):
-    leaves = jax.tree_util.tree_leaves(out)
-    return sum(jnp.sum(leaf.astype(jnp.float32) * w) for leaf, w in zip(leaves, weights))
-
-
 def _grad_program(spec: OpSpec) -> Callable:
     pos = positions(spec)
 
     def run(statics, dynamic, weights):
         g = with_primals(spec.op, statics, dynamic, pos)
-        loss = lambda *p: _weighted_sum(g(*p), weights)  # noqa: E731
+        loss = lambda *p: weighted_sum(g(*p), weights)  # noqa: E731
         return jax.grad(loss, argnums=tuple(range(len(pos))))(*[dynamic[p] for p in pos])
 
     return run

@@ -20,7 +20,6 @@ subclassing and defining ``reference``, ``jvp_rule``, ``transpose_rule`` and
 from __future__ import annotations
 
 import functools
-import inspect
 import threading
 from typing import Any, Callable, Mapping
 
@@ -36,21 +35,10 @@ from .rules import batching as batching_rules
 
 PLATFORMS = registry.PLATFORMS
 REFERENCE = registry.REFERENCE
+BackendChoice = registry.BackendChoice
 _LOWERING_PLATFORMS = {"cpu": "cpu", "cuda": "gpu", "rocm": "gpu"}
 
-__all__ = ["XLACustomKernel", "KernelGenerator", "REFERENCE", "PLATFORMS"]
-
-
-def call_with_accepted(fn: Callable, *args, **kwargs):
-    """Call ``fn``, passing only the keyword arguments its signature accepts."""
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return fn(*args, **kwargs)
-    if any(p.kind is p.VAR_KEYWORD for p in params):
-        return fn(*args, **kwargs)
-    names = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-    return fn(*args, **{k: v for k, v in kwargs.items() if k in names})
+__all__ = ["XLACustomKernel", "KernelGenerator", "BackendChoice", "REFERENCE", "PLATFORMS"]
 
 
 def as_list(result) -> list:
@@ -63,9 +51,10 @@ def as_list(result) -> list:
 class KernelGenerator:
     """A backend's kernel generator, with a cache of kernels per signature.
 
-    The generator is called as ``generator(outs=..., ins=..., **params)`` (only
-    the keywords it accepts are passed) and returns a function of the input
-    arrays that returns the outputs; it runs once per distinct signature.
+    The generator is called as ``generator(outs=..., ins=..., **params)``, with
+    every static parameter the op was bound with (so a misspelled or missing
+    parameter raises ``TypeError``), and returns a function of the input arrays
+    that returns the outputs; it runs once per distinct signature.
     """
 
     def __init__(self, generator: Callable[..., Callable]):
@@ -80,7 +69,7 @@ class KernelGenerator:
         with self._lock:
             kernel = self._cache.get(key)
             if kernel is None:
-                kernel = call_with_accepted(self.generator, outs=outs, ins=ins, **params)
+                kernel = self.generator(outs=outs, ins=ins, **params)
                 if not callable(kernel):
                     raise TypeError(
                         f"kernel generator {getattr(self.generator, '__name__', self.generator)!r} "
@@ -105,13 +94,6 @@ def _check_hashable(op_name: str, params: dict) -> None:
 def _signature(structs) -> str:
     """``float32[3], int32[7]``: the shapes and dtypes of a signature, for messages."""
     return ", ".join(f"{np.dtype(s.dtype).name}{list(s.shape)}" for s in structs) or "none"
-
-
-def _is_snapshot(value) -> bool:
-    """Whether ``value`` is a choice recorded at trace time (see :func:`evjax.config.choices_snapshot`)."""
-    return isinstance(value, tuple) and all(
-        isinstance(e, tuple) and len(e) == 2 and e[0] in PLATFORMS for e in value
-    )
 
 
 class XLACustomKernel:
@@ -328,14 +310,18 @@ class XLACustomKernel:
         """``{platform: default backend}`` for each platform the op has a backend on."""
         return {p: self.default_backend(p) for p in PLATFORMS if self._has_any(p)}
 
-    def resolve_backend(self, platform: str, requested: str | tuple | None = None) -> str:
+    def resolve_backend(self, platform: str, requested: BackendChoice | str | None = None) -> str:
         """The backend this op runs on ``platform``: the one function that decides.
+
+        In order: the per-call ``backend=``, the :func:`evjax.use_backend` /
+        :func:`evjax.set_backend` choice in force when the op was bound, the
+        op's default on ``platform``, the reference.
 
         Args:
             platform: ``"cpu"`` or ``"gpu"`` (``"cuda"``/``"rocm"`` mean gpu).
-            requested: a per-call ``backend=`` (a name, which must be available
-                here), or the choices recorded when the op was traced (see
-                :func:`evjax.config.choices_snapshot`), or ``None``.
+            requested: the :class:`~evjax.registry.BackendChoice` the op was
+                bound with; a backend name or ``None`` stand for
+                ``BackendChoice(per_call=name)``.
 
         Returns:
             A backend name, or ``"reference"``.
@@ -348,9 +334,10 @@ class XLACustomKernel:
                 all for ``platform`` and no reference.
         """
         platform = registry.platform_of(platform, who=f"op '{self.name}'")
-        if isinstance(requested, str):
-            return self._usable(platform, requested, "backend=")
-        for entry_platform, name in requested or ():
+        choice = requested if isinstance(requested, BackendChoice) else BackendChoice(per_call=requested)
+        if choice.per_call is not None:
+            return self._usable(platform, choice.per_call, "backend=")
+        for entry_platform, name in choice.in_force:
             if entry_platform == platform and name is not None and self._has(platform, name):
                 return self._usable(platform, name, "evjax.use_backend / evjax.set_backend")
         name = self.default_backend(platform)
@@ -398,7 +385,7 @@ class XLACustomKernel:
             )
         return self._generator(platform, backend).generator
 
-    def kernel_for(self, platform: str, backend: str | tuple | None, args_avals, outs, params) -> Callable:
+    def kernel_for(self, platform: str, backend: BackendChoice | str | None, args_avals, outs, params) -> Callable:
         """The function of arrays that implements the op for this signature."""
         return self._kernel(platform, backend, args_avals, outs, params)[1]
 
@@ -406,7 +393,7 @@ class XLACustomKernel:
         name = self.resolve_backend(platform, backend) if name is None else name
         outs = tuple(outs)
         if name == REFERENCE:
-            return name, functools.partial(call_with_accepted, self._reference, outs=outs, **params)
+            return name, functools.partial(self._reference, outs=outs, **params)
         ins = tuple(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args_avals)
         generator = self._generator(platform, name)
         try:
@@ -478,23 +465,27 @@ class XLACustomKernel:
         """
         return self.bind(*args, outs=outs, backend=backend, **params)
 
-    def bind(self, *args, outs, backend: str | tuple | None = None, **params) -> list:
+    def bind(self, *args, outs, backend: str | BackendChoice | None = None, **params) -> list:
         """Same as calling the op.
 
         ``backend`` is a per-call choice (a name), or, as rules pass it on to
-        the ops they bind, the choices recorded when the calling op was traced.
-        Without one, the :func:`evjax.use_backend` / :func:`evjax.set_backend`
-        choices in force now are recorded.
+        the ops they bind, the :class:`~evjax.registry.BackendChoice` of the
+        calling op.  Without one, the :func:`evjax.use_backend` /
+        :func:`evjax.set_backend` choices in force now are recorded.
         """
         outs, _ = normalize_outs(outs, who=f"op '{self.name}'")
         _check_hashable(self.name, params)
+        return self.primitive.bind(*args, outs=outs, backend=self._choice(backend), **params)
+
+    def _choice(self, backend) -> BackendChoice:
+        if isinstance(backend, BackendChoice):
+            return backend
         if backend is None:
-            backend = config.choices_snapshot()
-        elif isinstance(backend, str):
+            return BackendChoice(in_force=config.choices_snapshot())
+        if isinstance(backend, str):
             self._check_known(backend)
-        elif not _is_snapshot(backend):
-            raise TypeError(f"op '{self.name}': backend must be a backend name or None, got {backend!r}")
-        return self.primitive.bind(*args, outs=outs, backend=backend, **params)
+            return BackendChoice(per_call=backend)
+        raise TypeError(f"op '{self.name}': backend must be a backend name or None, got {backend!r}")
 
     def _check_known(self, backend: str) -> None:
         registry.check_backend_name(backend, who=f"op '{self.name}'")

@@ -20,7 +20,7 @@ def leaky_accumulate(x, gain, out):
 
 
 op = evjax.XLACustomKernel("quickstart_gain")
-op.def_numba_kernel(lambda outs: evjax.numba_kernel(leaky_accumulate, outs=outs[0]))
+op.def_numba_kernel(lambda outs, ins: evjax.numba_kernel(leaky_accumulate, outs=outs[0]))
 op.def_reference(lambda x, gain, **params: [gain[0] * x])
 # Linear in x and in gain: d out = gain * dx + x * d gain.
 op.def_jvp_rule2(*ad_rules.linear_jvp_rules(op, 2, linear_argnums=(0, 1)))

@@ -47,7 +47,7 @@ def affine_kernel(x, out):
 
 op = evjax.XLACustomKernel("cold_affine")
 op.def_reference(lambda x, outs: [2 * x + 1])
-op.def_numba_kernel(lambda outs: (lambda x: [evjax.numba_kernel(affine_kernel, outs[0])(x)]))
+op.def_numba_kernel(lambda outs, ins: (lambda x: [evjax.numba_kernel(affine_kernel, outs[0])(x)]))
 
 def affine(x, backend=None):
     return op(x, outs=[jax.ShapeDtypeStruct(x.shape, x.dtype)], backend=backend)[0]
@@ -184,7 +184,7 @@ def test_a_kernel_that_fails_to_compile_fails_the_first_call(tmp_path):
     @numba.njit
     def broken_kernel(x, out):
         out[0] = undefined_name
-    op.def_numba_kernel(lambda outs: (lambda x: [evjax.numba_kernel(broken_kernel, outs[0])(x)]))
+    op.def_numba_kernel(lambda outs, ins: (lambda x: [evjax.numba_kernel(broken_kernel, outs[0])(x)]))
     try:
         jax.jit(affine)(x)
         result["error"] = None

@@ -1,5 +1,6 @@
 """Core v2: one backend resolver, strict names, the choice in JAX's config state (honoured under jit),
 the lazily chosen GPU default, and import hygiene."""
+import dataclasses
 import os
 import subprocess
 import sys
@@ -22,7 +23,7 @@ TAGS = {"numba": 0.0, "alt": 1000.0, "warp": 2000.0, "numba_cuda": 3000.0, "refe
 
 def tagging(tag):
     """A generator whose kernel returns ``x + tag``: which backend ran shows in the result."""
-    return lambda outs: (lambda x: [x + TAGS[tag]])
+    return lambda outs, ins: (lambda x: [x + TAGS[tag]])
 
 
 def op_tagged_by_backend(name, *gpu):
@@ -210,6 +211,25 @@ def test_set_default_retraces_without_clearing_caches(monkeypatch):
         op.set_default("cpu", "warp")
 
 
+def test_the_backend_parameter_is_one_frozen_value():
+    """Every bound op carries a BackendChoice, whatever the caller passed; anything else raises."""
+    from evjax.registry import BackendChoice
+
+    w = csr.CSR.fromdense(np.array([[1.0, 0.0], [2.0, 3.0]], np.float32))
+    x = np.array([1.0, 2.0], np.float32)
+    for backend, expected in ((None, BackendChoice()), ("reference", BackendChoice(per_call="reference"))):
+        jaxpr = jax.make_jaxpr(lambda d: w.with_data(d).__matmul__(x) if backend is None
+                               else csr.csrmv(d, w.indices, w.indptr, x, shape=w.shape, backend=backend))(w.data)
+        (eqn,) = [e for e in jaxpr.jaxpr.eqns if e.primitive.name.startswith("evjax_")]
+        assert eqn.params["backend"] == expected
+        hash(eqn.params["backend"])
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        BackendChoice().per_call = "numba"
+    with pytest.raises(TypeError, match="backend must be a backend name or None"):
+        csr.csrmv_p.bind(w.data, w.indices, w.indptr, x, outs=[jax.ShapeDtypeStruct((2,), np.float32)],
+                         shape=w.shape, transpose=False, backend=(("cpu", "numba"),))
+
+
 def test_gradients_follow_the_choice_recorded_when_the_op_was_traced():
     """Rules pass the recorded choice on: the weight gradient (another op, bound while
     transposing, outside the block) runs on the backend chosen around the forward op."""
@@ -222,9 +242,9 @@ def test_gradients_follow_the_choice_recorded_when_the_op_was_traced():
         return jnp.sum(y ** 2)
 
     jaxpr = jax.make_jaxpr(jax.grad(loss))(w.data)
-    backends = {str(e.params["backend"]) for e in jaxpr.jaxpr.eqns if e.primitive.name.startswith("evjax_")}
+    backends = {e.params["backend"] for e in jaxpr.jaxpr.eqns if e.primitive.name.startswith("evjax_")}
     assert {e.primitive.name for e in jaxpr.jaxpr.eqns} >= {"evjax_binary_csrmv", "evjax_csr_sddmm"}
-    assert backends == {str((("cpu", "reference"), ("gpu", "reference")))}
+    assert backends == {evjax.registry.BackendChoice(in_force=(("cpu", "reference"), ("gpu", "reference")))}
     np.testing.assert_allclose(jax.grad(loss)(w.data), [2 * 3.0, 2 * 3.0, 2 * 3.0], rtol=1e-6)
 
 

@@ -150,7 +150,7 @@ def test_dense_attributes_and_with_data(operands):
 def test_backend_of_dense_reaches_the_op(operands):
     w, s, _, _ = operands
     eqns = event_eqns(lambda s: s @ evjax.Dense(w, backend="reference"), s)
-    assert eqns[0].params["backend"] == "reference"
+    assert eqns[0].params["backend"].per_call == "reference"
 
 
 @pytest.mark.parametrize("bad, error, words", [

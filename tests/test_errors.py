@@ -52,7 +52,7 @@ def test_errors_module_imports_nothing():
 # ---------------------------------------------------------------------------
 def test_def_kernel_with_a_bad_platform_backend_or_default_type_raises_type_error():
     op = XLACustomKernel("err_registration")
-    gen = lambda outs: (lambda x: [x])  # noqa: E731
+    gen = lambda outs, ins: (lambda x: [x])  # noqa: E731
     for bad_platform in (3, None, ("cpu",), b"cpu"):
         with pytest.raises(TypeError, match="platform must be 'cpu' or 'gpu'"):
             op.def_kernel("numba", bad_platform, gen)
@@ -90,8 +90,8 @@ def test_an_exception_in_a_generator_names_op_platform_backend_and_alternatives(
         raise ZeroDivisionError("the generator's own message")
 
     op.def_kernel("alt", "cpu", broken)
-    op.def_kernel("other", "cpu", lambda outs: (lambda x: [x * 3]), default=False)
-    op.def_reference(_double_reference)
+    op.def_kernel("other", "cpu", lambda outs, ins, factor: (lambda x: [x * 3]), default=False)
+    op.def_reference(lambda x, *, outs, factor: _double_reference(x, outs=outs))
     with pytest.raises(KernelCompilationError) as info:
         op(jnp.ones(3), outs=F3, backend="alt", factor=2)
     message = str(info.value)
@@ -123,7 +123,7 @@ def test_a_kernel_error_from_a_generator_is_not_rewrapped():
 
 def test_a_generator_returning_no_kernel_is_a_compilation_error():
     op = XLACustomKernel("err_generator_none")
-    op.def_kernel("alt", "cpu", lambda outs: None)
+    op.def_kernel("alt", "cpu", lambda outs, ins: None)
     with pytest.raises(KernelCompilationError, match="err_generator_none.*'alt'.*returned NoneType, not a callable"):
         op(jnp.ones(3), outs=F3)
 
@@ -133,7 +133,7 @@ def test_a_generator_returning_no_kernel_is_a_compilation_error():
 # ---------------------------------------------------------------------------
 def test_lowering_with_no_kernel_and_no_reference_names_the_op_and_its_platforms():
     op = XLACustomKernel("err_gpu_only")
-    op.def_kernel("numba_cuda", "gpu", lambda outs: (lambda x: [x]))
+    op.def_kernel("numba_cuda", "gpu", lambda outs, ins: (lambda x: [x]))
     with pytest.raises(KernelNotFoundError, match="'err_gpu_only' has no backend for platform 'cpu'.*on: \\['gpu'\\]"):
         op(jnp.ones(3), outs=F3)
     with pytest.raises(KernelNotFoundError, match="err_gpu_only"):
@@ -145,7 +145,7 @@ def test_lowering_with_no_kernel_and_no_reference_names_the_op_and_its_platforms
 
 def test_unavailable_backends_raise_backend_not_available(monkeypatch):
     op = XLACustomKernel("err_unavailable")
-    op.def_kernel("warp", "cpu", lambda outs: (lambda x: [x]), default=False)
+    op.def_kernel("warp", "cpu", lambda outs, ins: (lambda x: [x]), default=False)
     op.def_reference(_double_reference)
     with pytest.raises(BackendNotAvailableError, match="no backend 'numba_cuda'"):
         op(jnp.ones(3), outs=F3, backend="numba_cuda")

@@ -182,7 +182,7 @@ def test_a_backend_that_did_not_run_fails():
 
 def test_a_kernel_backend_that_lowers_to_plain_jax_fails():
     op = XLACustomKernel("harness_fake_numba")
-    op.def_kernel("numba", "cpu", lambda outs: (lambda x: [2 * x]))  # registered as numba, runs no kernel
+    op.def_kernel("numba", "cpu", lambda outs, ins: (lambda x: [2 * x]))  # registered as numba, runs no kernel
     op.def_reference(lambda x, *, outs: [2 * x])
     spec = OpSpec(fn=lambda x: op(x, outs=[S(x.shape, x.dtype)], backend="numba")[0], reference=lambda x: 2 * x,
                   backend="numba", name="fake_numba")

@@ -369,7 +369,7 @@ def test_multi_backend_op_numba_default_warp_selectable():
             out[i] = a[i] + b[i] + 100.0  # tells the backends apart
 
     op = evjax.XLACustomKernel("test_warp_multi_backend")
-    op.def_numba_kernel(lambda outs: (lambda a, b: [evjax.numba_kernel(add_numba, outs[0])(a, b)]))
+    op.def_numba_kernel(lambda outs, ins: (lambda a, b: [evjax.numba_kernel(add_numba, outs[0])(a, b)]))
     op.def_warp_kernel(_warp_add_generator)
     assert op.defaults["cpu"] == "numba"
     a = jnp.arange(3, dtype=jnp.float32)

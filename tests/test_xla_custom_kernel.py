@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 import evjax
 from evjax import XLACustomKernel, numba_kernel
+from evjax.errors import KernelCompilationError
 from evjax.rules import ad as ad_rules
 from evjax.rules import batching as batching_rules
 from evjax.testing import OpSpec, check_all, check_forward, check_jvp, check_vjp, property_test
@@ -76,7 +77,7 @@ def test_scale_two_dimensional_operand_under_every_check():
             flat_out[i] = flat_x[i] * s[0]
 
     op = XLACustomKernel("scale_nd")
-    op.def_numba_kernel(lambda outs: numba_kernel(scale_nd, outs=outs[0]))
+    op.def_numba_kernel(lambda outs, ins: numba_kernel(scale_nd, outs=outs[0]))
     op.def_reference(scale_reference)
     op.def_jvp_rule2(*ad_rules.linear_jvp_rules(op, 2, (0, 1)))
     op.def_transpose_rule(ad_rules.linear_transpose_rule({
@@ -92,7 +93,7 @@ def test_scale_two_dimensional_operand_under_every_check():
 def scale_op_tagged_by_backend():
     op = XLACustomKernel("tagged")
     op.def_numba_kernel(scale_numba_generator)
-    op.def_kernel("alt", "cpu", lambda outs: (lambda x, s: [x * s[0] + 1000.0]), default=False)
+    op.def_kernel("alt", "cpu", lambda outs, ins: (lambda x, s: [x * s[0] + 1000.0]), default=False)
     op.def_reference(lambda x, s, **kw: [x * s[0] - 1000.0])
     return op
 
@@ -155,13 +156,26 @@ def test_generator_called_once_per_signature_and_receives_everything():
     assert len(calls) == 3
 
 
+def test_a_misspelled_parameter_raises_in_the_generator_and_the_reference():
+    """Generators and references get exactly the op's parameters: nothing is dropped on the way."""
+    op = XLACustomKernel("spelled")
+    op.def_numba_kernel(lambda outs, ins, factor: (lambda x: [x * factor]))
+    op.def_reference(lambda x, *, outs, factor: [x * factor])
+    out = [S((3,), jnp.float32)]
+    np.testing.assert_array_equal(op(jnp.ones(3), outs=out, factor=2.0)[0], [2, 2, 2])
+    with pytest.raises(KernelCompilationError, match="unexpected keyword argument 'facter'"):
+        op(jnp.ones(3), outs=out, facter=2.0)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'facter'"):
+        op(jnp.ones(3), outs=out, facter=2.0, backend="reference")
+
+
 def test_bad_params_and_outs():
     with pytest.raises(TypeError, match="unhashable"):
         SCALE(jnp.ones(2), jnp.ones(1), outs=[S((2,), jnp.float32)], factors=[1, 2])
     with pytest.raises(TypeError, match="ShapeDtypeStruct"):
         SCALE(jnp.ones(2), jnp.ones(1), outs=[(2,)])
     op = XLACustomKernel("liar")
-    op.def_numba_kernel(lambda outs: (lambda x: [jnp.zeros(5)]))
+    op.def_numba_kernel(lambda outs, ins: (lambda x: [jnp.zeros(5)]))
     with pytest.raises(TypeError, match="promised"):
         op(jnp.ones(2), outs=[S((2,), jnp.float32)])
 
@@ -202,7 +216,7 @@ def test_whole_op_jvp_rule_and_symbolic_zero_tangents():
 
 def test_default_batching_is_a_correct_sequential_loop():
     op = XLACustomKernel("gather_op")
-    op.def_numba_kernel(lambda outs: numba_kernel(K.gather_kernel, outs=outs[0]))
+    op.def_numba_kernel(lambda outs, ins: numba_kernel(K.gather_kernel, outs=outs[0]))
     f = lambda x, i: op(x, i, outs=[S(i.shape, x.dtype)])[0]  # noqa: E731
     xs = jnp.arange(12.0, dtype=jnp.float32).reshape(3, 4)
     idx = jnp.array([[3, 0], [1, 1], [2, 3]], jnp.int32)
@@ -239,7 +253,7 @@ class Affine(XLACustomKernel):
             for i in range(out.size):
                 out[i] = a[0] * x[i] + b[0]
 
-        self.def_numba_kernel(lambda outs: numba_kernel(kernel, outs=outs[0]))
+        self.def_numba_kernel(lambda outs, ins: numba_kernel(kernel, outs=outs[0]))
 
     def reference(self, x, a, b, **params):
         return [a[0] * x + b[0]]

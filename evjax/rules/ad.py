@@ -84,34 +84,43 @@ def linear_jvp_rules(op, n_args: int, linear_argnums: Sequence[int]) -> tuple:
     return tuple(rule_for(i) if i in linear_argnums else None for i in range(n_args))
 
 
+def linear_cotangents(args: Sequence, per_argument: Mapping[int, Callable[[], object]], *, name: str = "op") -> list:
+    """The cotangents a transpose rule returns, one per argument.
+
+    ``per_argument[i]()`` computes the cotangent of argument ``i``; it is
+    called only when that argument is undefined (linear in the traced
+    computation).  Other arguments get ``None``: defined ones, and undefined
+    integers or bools (index arrays, events), which have no cotangent.
+
+    Raises:
+        NotImplementedError: an undefined float argument that ``per_argument``
+            does not cover: the op is not linear in it.
+    """
+    result = []
+    for i, arg in enumerate(args):
+        if not is_undefined(arg):
+            result.append(None)
+        elif i in per_argument:
+            result.append(per_argument[i]())
+        elif not jnp.issubdtype(arg.aval.dtype, jnp.inexact):
+            result.append(None)
+        else:
+            raise NotImplementedError(
+                f"{name}: transpose w.r.t. argument {i} is not defined; the op is not linear in it"
+            )
+    return result
+
+
 def linear_transpose_rule(per_argument: Mapping[int, Callable], *, name: str = "op") -> Callable:
     """A transpose rule from one function per linear argument.
 
     ``per_argument[i](cotangents, *args, outs=..., **params)`` returns the
-    cotangent of argument ``i`` (it is called only when that argument is
-    undefined, i.e. linear in the traced computation).  Other arguments get
-    ``None``: defined ones, and undefined integers or bools (index arrays,
-    events), which have no cotangent.
-
-    Raises:
-        NotImplementedError: (when transposing) an undefined float argument
-            that ``per_argument`` does not cover: the op is not linear in it.
+    cotangent of argument ``i``, as in :func:`linear_cotangents`.
     """
 
     def rule(cotangents, *args, outs, **params):
-        result = []
-        for i, arg in enumerate(args):
-            if not is_undefined(arg):
-                result.append(None)
-            elif i in per_argument:
-                result.append(per_argument[i](cotangents, *args, outs=outs, **params))
-            elif not jnp.issubdtype(arg.aval.dtype, jnp.inexact):
-                result.append(None)
-            else:
-                raise NotImplementedError(
-                    f"{name}: transpose w.r.t. argument {i} is not defined; the op is not linear in it"
-                )
-        return result
+        thunks = {i: (lambda f=f: f(cotangents, *args, outs=outs, **params)) for i, f in per_argument.items()}
+        return linear_cotangents(args, thunks, name=name)
 
     return rule
 

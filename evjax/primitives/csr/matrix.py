@@ -48,12 +48,14 @@ from .convert import (
     transpose_structure,
     weights_of,
 )
-from .ops import binary_csrmm, binary_csrmv, csrmm, csrmv, row_ids, validate_csr
+from .ops import binary_csrmm_p, binary_csrmv_p, checked_matmul, csrmm_p, csrmv_p, row_ids, validate_csr
 from .validation import INT32_MAX, check_shape, checked_index_cast
 
 __all__ = ["CSR", "CSC"]
 
-_MATMUL = {(1, False): csrmv, (2, False): csrmm, (1, True): binary_csrmv, (2, True): binary_csrmm}
+# (rank of x, events) -> (op, the public wrapper named in errors)
+_MATMUL = {(1, False): (csrmv_p, "csrmv"), (2, False): (csrmm_p, "csrmm"),
+           (1, True): (binary_csrmv_p, "binary_csrmv"), (2, True): (binary_csrmm_p, "binary_csrmm")}
 
 
 def _split_operand(x):
@@ -67,22 +69,15 @@ def _split_operand(x):
     return x, x.dtype == jnp.bool_, False
 
 
-def _product(data, indices, indptr, stored_shape, x, event: bool, transpose: bool, weighted: bool = False):
-    """``A @ x`` (transpose=False) or ``A.T @ x`` for the stored CSR ``A``; x has the contracted dim first.
-
-    The public wrapper checks the structure's shapes at trace time (a matrix
-    rebuilt by a transform, e.g. a vmap whose in_axes leave a batched
-    ``indices`` unbatched, must not reach a kernel); its values were checked
-    when the matrix was made and are not checked again.
-    """
-    op = _MATMUL[(x.ndim, event)]
-    if weighted:
-        return op(data, indices, indptr, x, shape=stored_shape, transpose=transpose, weighted=True)
-    return op(data, indices, indptr, x, shape=stored_shape, transpose=transpose)
-
-
 def _matmul(sparse, x, *, sparse_on_left: bool):
-    """Shared ``@`` for CSR (``stored_transposed=False``) and CSC (its transposed view)."""
+    """Shared ``@`` for CSR (``stored_transposed=False``) and CSC (its transposed view).
+
+    ``S @ x`` is ``A @ x`` (or ``A.T @ x`` for a CSC) with ``A`` the stored CSR;
+    ``x @ S`` is ``(S.T @ x.T).T``.  The structure's shapes are checked at trace
+    time by :func:`.ops.checked_matmul` (a matrix rebuilt by a transform, e.g. a
+    vmap whose in_axes leave a batched ``indices`` unbatched, must not reach a
+    kernel); its values were checked when the matrix was made.
+    """
     x, event, weighted = _split_operand(x)
     m, n = sparse.shape
     contracted = n if sparse_on_left else m
@@ -92,15 +87,13 @@ def _matmul(sparse, x, *, sparse_on_left: bool):
     if x_dim != contracted:
         left, right = (sparse.shape, x.shape) if sparse_on_left else (x.shape, sparse.shape)
         raise ValueError(f"matmul: shapes {left} and {right} are not aligned ({x_dim} != {contracted})")
-    # transposition of the stored CSR needed for "sparse @ x"
-    transpose = isinstance(sparse, CSC)
-    stored = sparse._stored_shape
-    if sparse_on_left:  # S @ x
-        return _product(sparse.data, sparse.indices, sparse.indptr, stored, x, event, transpose, weighted)
-    # x @ S = (S.T @ x.T).T
-    if x.ndim == 1:
-        return _product(sparse.data, sparse.indices, sparse.indptr, stored, x, event, not transpose, weighted)
-    return _product(sparse.data, sparse.indices, sparse.indptr, stored, x.T, event, not transpose, weighted).T
+    transpose = isinstance(sparse, CSC) != (not sparse_on_left)  # of the stored CSR
+    flip = not sparse_on_left and x.ndim == 2  # x @ S = (S.T @ x.T).T
+    op, who = _MATMUL[(x.ndim, event)]
+    y = checked_matmul(op, sparse.data, sparse.indices, sparse.indptr, x.T if flip else x,
+                       shape=sparse._stored_shape, transpose=transpose, backend=None, rank=x.ndim, event=event,
+                       who=who, weighted=weighted)
+    return y.T if flip else y
 
 
 # ---------------------------------------------------------------------------

@@ -388,28 +388,28 @@ def _weighted_matmul_generator(out, dtype, kernel_fn, batch_major: bool):
     return kernel
 
 
-def csrmv_generator(outs, transpose: bool):
+def csrmv_generator(outs, ins, shape, transpose: bool):
     """Numba kernel for ``csrmv_p``: float vector."""
     return _matmul_generator(outs, transpose, event=False, batched=False)
 
 
-def csrmm_generator(outs, transpose: bool):
+def csrmm_generator(outs, ins, shape, transpose: bool):
     """Numba kernel for ``csrmm_p``: float matrix (contracted dimension first)."""
     return _matmul_generator(outs, transpose, event=False, batched=True)
 
 
-def binary_csrmv_generator(outs, transpose: bool, weighted: bool = False):
+def binary_csrmv_generator(outs, ins, shape, transpose: bool, weighted: bool):
     """Numba kernel for ``binary_csrmv_p``: event vector (bool, or float with nonzero = spike;
     weighted: values, see :mod:`.numba_weighted`)."""
     return _matmul_generator(outs, transpose, event=True, batched=False, weighted=weighted)
 
 
-def binary_csrmm_generator(outs, transpose: bool, weighted: bool = False):
+def binary_csrmm_generator(outs, ins, shape, transpose: bool, weighted: bool):
     """Numba kernel for ``binary_csrmm_p``: event matrix."""
     return _matmul_generator(outs, transpose, event=True, batched=True, weighted=weighted)
 
 
-def sddmm_generator(outs, ins, weighted=None):
+def sddmm_generator(outs, ins, shape, weighted):
     """Numba kernel for ``csr_sddmm_p``: ``g[k] = <r[row k], q[indices[k]]>`` (weighted modes:
     :data:`.numba_weighted.SDDMM_KERNELS`, on ``(n, k)`` matrices)."""
     out = outs[0]

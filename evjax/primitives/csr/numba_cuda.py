@@ -487,7 +487,7 @@ binary_csrmv_numba_cuda = _matmul_generator("mv", event=True)
 binary_csrmm_numba_cuda = _matmul_generator("mm", event=True)
 
 
-def csr_sddmm_numba_cuda(outs, ins, weighted=None):
+def csr_sddmm_numba_cuda(outs, ins, shape, weighted):
     """Numba CUDA kernel generator for ``csr_sddmm_p``: ``g[k] = <r[row k], q[indices[k]]>``.
 
     Args:

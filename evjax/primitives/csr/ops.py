@@ -72,10 +72,12 @@ def _bind(op: XLACustomKernel, data, indices, indptr, x, *, shape, transpose, dt
                    backend=backend, **params)[0]
 
 
-def _matmul(op, data, indices, indptr, x, *, shape, transpose, backend, rank, event, who, weighted=False):
-    """Validate, promote and bind one of the four matmul ops (the public wrappers).
+def checked_matmul(op, data, indices, indptr, x, *, shape, transpose, backend, rank, event, who, weighted=False):
+    """Validate, promote and bind one of the four matmul ops (the public wrappers and ``@``).
 
     Weighted events are values: promoted with the weights like a float operand.
+    It binds the op itself (not through ``_bind``): ``A @ x`` reaches ``bind``
+    in as few frames as the anchors' (issue "Structure v3").
     """
     data, indices, indptr, shape = validate_csr(data, indices, indptr, shape, who=who)
     weighted = bool(weighted)
@@ -83,8 +85,9 @@ def _matmul(op, data, indices, indptr, x, *, shape, transpose, backend, rank, ev
     if not event or weighted:
         data, x = data.astype(dtype), x.astype(dtype)
     params = {"weighted": weighted} if event else {}
-    return _bind(op, data, indices, indptr, x, shape=shape, transpose=transpose, dtype=dtype, backend=backend,
-                 **params)
+    outs = [jax.ShapeDtypeStruct(_out_shape(shape, transpose, x.shape), dtype)]
+    return op.bind(data, indices, indptr, x, outs=outs, shape=tuple(shape), transpose=bool(transpose),
+                   backend=backend, **params)[0]
 
 
 # ===========================================================================
@@ -198,127 +201,78 @@ def _weight_cotangent(op, data, indices, indptr, x, ct, *, shape, transpose, bac
     return _bind_sddmm(indices, indptr, r, q, shape=shape, dtype=aval.dtype, backend=backend, weighted=weighted)
 
 
-def _matmul_batching(vector_op, matrix_op, rank: int, event: bool):
-    """Batching rule of a matmul op (``rank`` of its dense operand).
+def _batch_matmul(vector_op, matrix_op, rank: int, event: bool, args, axes, *, outs, shape, transpose, backend,
+                  **params):
+    """The batching rule of the matmul ops (``rank`` of the dense operand), shared by all four.
 
     * dense operand batched: one call of the matrix op (``vmap`` of mv is mm;
       ``vmap`` of mm folds the batch into the columns): native, no loop.
     * homogeneous weights batched: y_b = w_b * op(1, ..., x_b), one call.  For events
       op(1, ...) counts active synapses, and a count of 0 gives 0 even for w_b = nan; for
-      values (and weighted events: op(1, ...) sums the selected values) it is the sum of the terms w_b x_k only for finite w_b (inf * 0 is nan): a
-      batch with a nan or inf weight takes the loop instead (lax.cond).
+      values (and weighted events: op(1, ...) sums the selected values) it is the sum of
+      the terms w_b x_k only for finite w_b (inf * 0 is nan): a batch with a nan or inf
+      weight takes the loop instead (lax.cond).
     * per-synapse weights or the structure batched: a loop over the batch.
     """
     op_self = vector_op if rank == 1 else matrix_op
-
-    def rule(args, axes, *, outs, shape, transpose, backend, **params):
-        data, indices, indptr, x = args
-        d_ax, i_ax, p_ax, x_ax = axes
-        dtype = outs[0].dtype
-        homogeneous = d_ax is not None and data.shape[1 - d_ax] == 1
-        loop = functools.partial(batching_rules.sequential_batch, op_self.primitive, args, axes, outs=outs,
-                                 shape=shape, transpose=transpose, backend=backend, **params)
-        if i_ax is not None or p_ax is not None or (d_ax is not None and not homogeneous):
-            return loop()
-        weights = jnp.ones((1,), data.dtype) if d_ax is not None else data  # scaled per example below
-        if x_ax is None:
-            y = _bind(op_self, weights, indices, indptr, x, shape=shape, transpose=transpose, dtype=dtype,
-                      backend=backend, **params)
-            y_ax = None
-        else:
-            xb = jnp.moveaxis(x, x_ax, 1)  # (n, batch) or (n, batch, k)
-            size = xb.shape[1]
-            flat = xb.reshape(xb.shape[0], int(np.prod(xb.shape[1:])))
-            y = _bind(matrix_op, weights, indices, indptr, flat, shape=shape, transpose=transpose,
-                      dtype=dtype, backend=backend, **params)
-            y = y.reshape((y.shape[0], size) + xb.shape[2:])
-            y_ax = 1
-        if d_ax is None:
-            return [y], [y_ax]
-        w = jnp.moveaxis(data, d_ax, 0)[:, 0]  # (batch,)
-        y = y[None] if y_ax is None else jnp.moveaxis(y, 1, 0)
-        acc = compute_dtype(dtype)
-        scale = w.astype(acc).reshape((-1,) + (1,) * (y.ndim - 1))
-        scaled = scale * y.astype(acc)
-        if event and not params.get("weighted"):  # y counts active synapses: none gives 0, whatever w_b holds
-            return [jnp.where(y != 0, scaled, 0).astype(dtype)], [0]
-        scaled = jnp.broadcast_to(scaled, (w.shape[0],) + scaled.shape[1:]).astype(dtype)
-        return [jax.lax.cond(jnp.all(jnp.isfinite(w)), lambda: scaled, lambda: loop()[0][0])], [0]
-
-    return rule
+    data, indices, indptr, x = args
+    d_ax, i_ax, p_ax, x_ax = axes
+    dtype = outs[0].dtype
+    homogeneous = d_ax is not None and data.shape[1 - d_ax] == 1
+    loop = functools.partial(batching_rules.sequential_batch, op_self.primitive, args, axes, outs=outs,
+                             shape=shape, transpose=transpose, backend=backend, **params)
+    if i_ax is not None or p_ax is not None or (d_ax is not None and not homogeneous):
+        return loop()
+    weights = jnp.ones((1,), data.dtype) if d_ax is not None else data  # scaled per example below
+    if x_ax is None:
+        y = _bind(op_self, weights, indices, indptr, x, shape=shape, transpose=transpose, dtype=dtype,
+                  backend=backend, **params)
+        y_ax = None
+    else:
+        xb = jnp.moveaxis(x, x_ax, 1)  # (n, batch) or (n, batch, k)
+        size = xb.shape[1]
+        flat = xb.reshape(xb.shape[0], int(np.prod(xb.shape[1:])))
+        y = _bind(matrix_op, weights, indices, indptr, flat, shape=shape, transpose=transpose,
+                  dtype=dtype, backend=backend, **params)
+        y = y.reshape((y.shape[0], size) + xb.shape[2:])
+        y_ax = 1
+    if d_ax is None:
+        return [y], [y_ax]
+    w = jnp.moveaxis(data, d_ax, 0)[:, 0]  # (batch,)
+    y = y[None] if y_ax is None else jnp.moveaxis(y, 1, 0)
+    acc = compute_dtype(dtype)
+    scale = w.astype(acc).reshape((-1,) + (1,) * (y.ndim - 1))
+    scaled = scale * y.astype(acc)
+    if event and not params.get("weighted"):  # y counts active synapses: none gives 0, whatever w_b holds
+        return [jnp.where(y != 0, scaled, 0).astype(dtype)], [0]
+    scaled = jnp.broadcast_to(scaled, (w.shape[0],) + scaled.shape[1:]).astype(dtype)
+    return [jax.lax.cond(jnp.all(jnp.isfinite(w)), lambda: scaled, lambda: loop()[0][0])], [0]
 
 
-# ===========================================================================
-# Rules shared by the four matmul ops
-# ===========================================================================
-def _operand_cotangent(float_op):
-    def rule(cts, data, indices, indptr, x, *, outs, shape, transpose, backend, **params):
-        # y = A x  =>  x_bar = A.T y_bar ;  y = A.T x  =>  x_bar = A y_bar
-        # (an event op is linear in its operand only when weighted: y = A v on the selected v)
-        return _bind(float_op, data, indices, indptr, cts[0], shape=shape, transpose=not transpose,
-                     dtype=ad_rules.aval_of(x).dtype, backend=backend)
+def _transpose_matmul(op, float_op, event: bool, cts, data, indices, indptr, x, *, shape, transpose, backend,
+                      **params):
+    """The transpose rule of the matmul ops, shared by all four (maths in each op's section)."""
+    ct = cts[0]
 
-    return rule
-
-
-def _weights_cotangent(op, event: bool):
-    def rule(cts, data, indices, indptr, x, *, outs, shape, transpose, backend, **params):
-        # w_bar_k = <y_bar[i_k], x[j_k]>  (or <x[i_k], y_bar[j_k]>), x as 1[x != 0] for events,
-        # where(v != 0, v * y_bar, 0) for weighted events v;
-        # in the scatter orientation only the synapses of active rows are computed.
-        x = as_bool_events(x) if event and not params.get("weighted") else x
-        return _weight_cotangent(op, data, indices, indptr, x, cts[0], shape=shape, transpose=transpose,
+    def weights():
+        events = as_bool_events(x) if event and not params.get("weighted") else x
+        return _weight_cotangent(op, data, indices, indptr, events, ct, shape=shape, transpose=transpose,
                                  backend=backend, event=event, **params)
 
-    return rule
+    def operand():
+        return _bind(float_op, data, indices, indptr, ct, shape=shape, transpose=not transpose,
+                     dtype=ad_rules.aval_of(x).dtype, backend=backend)
+
+    return ad_rules.linear_cotangents((data, indices, indptr, x), {0: weights, 3: operand}, name=op.name)
 
 
-def _straight_through(float_op):
-    def rule(t_s, data, indices, indptr, s, *, outs, shape, transpose, backend, **params):
-        # The forward uses 1[s != 0]; the derivative is taken as if y = A s:
-        # dy/ds = A (resp. A.T), so dy = A ds (the float op on the tangent).
-        # Weighted events: y = sum_k where(v != 0, w_k v, 0) equals A v wherever the
-        # weights are finite, so dy = A dv is the true derivative (IEEE: a nan weight
-        # gives a nan tangent, even at v == 0).
-        return float_op.bind(data, indices, indptr, t_s.astype(outs[0].dtype), outs=outs, shape=shape,
-                             transpose=transpose, backend=backend)
-
-    return rule
-
-
-def _define_matmul(name: str, float_op, event: bool) -> XLACustomKernel:
-    """One matmul op: reference, JVPs and transpose.
-
-    JVP: y = A(w) x is linear in w, and (float ops) in x: dy = A(dw) x + A(w) dx.
-    Event ops: dy = A(dw) 1[s != 0] + A(w) ds  (straight-through in s);
-    weighted: dy = A(dw) v + A(w) dv (true: linear in v), A(dw) v selecting v != 0.
-    """
-    op = XLACustomKernel(name)
-    op.def_reference(functools.partial(_reference_matmul, event=event))
-    rules = list(ad_rules.linear_jvp_rules(op, 4, (0,) if event else (0, 3)))
-    if event:
-        rules[3] = _straight_through(float_op)
-    op.def_jvp_rule2(*rules)
-    # an event op is not linear in its events: its JVP w.r.t. them is the float op, so only a
-    # weighted one (linear in its values) is ever transposed in x; then x_bar is the float op's
-    cotangents = {0: _weights_cotangent(op, event), 3: _operand_cotangent(float_op if event else op)}
-    op.def_transpose_rule(ad_rules.linear_transpose_rule(cotangents, name=name))
-    op.declare_backends(__package__, BACKENDS)
-    return op
-
-
-csrmv_p = _define_matmul("evjax_csrmv", None, event=False)
-csrmm_p = _define_matmul("evjax_csrmm", None, event=False)
-binary_csrmv_p = _define_matmul("evjax_binary_csrmv", csrmv_p, event=True)
-binary_csrmm_p = _define_matmul("evjax_binary_csrmm", csrmm_p, event=True)
-for _vector, _matrix in ((csrmv_p, csrmm_p), (binary_csrmv_p, binary_csrmm_p)):
-    _event = _vector is binary_csrmv_p
-    _vector.def_batching_rule(_matmul_batching(_vector, _matrix, rank=1, event=_event))
-    _matrix.def_batching_rule(_matmul_batching(_vector, _matrix, rank=2, event=_event))
+def _jvp_matmul_weights(op, tangent, data, indices, indptr, x, *, outs, **params):
+    # y = A(w) x is linear in w: dy = A(dw) x  (x binarised by an event op, selected when weighted)
+    return op.primitive.bind(tangent, indices, indptr, x, outs=outs, **params)
 
 
 # ===========================================================================
-# Public wrappers
+# csrmv: y = A x (transpose=False) or y = A.T x, x a float vector
 # ===========================================================================
 def csrmv(data, indices, indptr, v, *, shape, transpose: bool = False, backend: str | None = None) -> jax.Array:
     """Sparse matrix times float vector.
@@ -340,10 +294,50 @@ def csrmv(data, indices, indptr, v, *, shape, transpose: bool = False, backend: 
     Example:
         >>> y = evjax.csrmv(W.data, W.indices, W.indptr, v, shape=W.shape)
     """
-    return _matmul(csrmv_p, data, indices, indptr, v, shape=shape, transpose=transpose, backend=backend,
+    return checked_matmul(csrmv_p, data, indices, indptr, v, shape=shape, transpose=transpose, backend=backend,
                    rank=1, event=False, who="csrmv")
 
 
+csrmv_p = XLACustomKernel("evjax_csrmv")
+
+
+def _csrmv_reference(data, indices, indptr, v, *, outs, shape, transpose):
+    return _reference_matmul(data, indices, indptr, v, outs=outs, shape=shape, transpose=transpose, event=False)
+
+
+def _csrmv_jvp_data(tangent, data, indices, indptr, v, *, outs, **params):
+    # linear in w: dy = A(dw) v
+    return _jvp_matmul_weights(csrmv_p, tangent, data, indices, indptr, v, outs=outs, **params)
+
+
+def _csrmv_jvp_vector(tangent, data, indices, indptr, v, *, outs, **params):
+    # linear in v: dy = A dv
+    return csrmv_p.primitive.bind(data, indices, indptr, tangent, outs=outs, **params)
+
+
+def _csrmv_transpose(cts, data, indices, indptr, v, *, outs, shape, transpose, backend):
+    # y = A v:    w_bar_k = y_bar[i_k] v[j_k]  (csr_sddmm(y_bar, v)),  v_bar = A.T y_bar
+    # y = A.T v:  w_bar_k = v[i_k] y_bar[j_k]  (csr_sddmm(v, y_bar)),  v_bar = A y_bar
+    return _transpose_matmul(csrmv_p, csrmv_p, False, cts, data, indices, indptr, v, shape=shape,
+                             transpose=transpose, backend=backend)
+
+
+def _csrmv_batching(args, axes, *, outs, shape, transpose, backend):
+    # vmap over v: one csrmm; over a homogeneous w: w_b * A(1) v; else a loop (see _batch_matmul)
+    return _batch_matmul(csrmv_p, csrmm_p, 1, False, args, axes, outs=outs, shape=shape, transpose=transpose,
+                         backend=backend)
+
+
+csrmv_p.def_reference(_csrmv_reference)
+csrmv_p.def_jvp_rule2(_csrmv_jvp_data, None, None, _csrmv_jvp_vector)
+csrmv_p.def_transpose_rule(_csrmv_transpose)
+csrmv_p.def_batching_rule(_csrmv_batching)
+csrmv_p.declare_backends(__package__, BACKENDS)
+
+
+# ===========================================================================
+# csrmm: Y = A B (transpose=False) or Y = A.T B, B a float matrix (contracted dimension first)
+# ===========================================================================
 def csrmm(data, indices, indptr, B, *, shape, transpose: bool = False, backend: str | None = None) -> jax.Array:
     """Sparse matrix times float matrix.
 
@@ -362,10 +356,50 @@ def csrmm(data, indices, indptr, B, *, shape, transpose: bool = False, backend: 
     Example:
         >>> Y = evjax.csrmm(W.data, W.indices, W.indptr, X, shape=W.shape, transpose=True)   # W.T @ X
     """
-    return _matmul(csrmm_p, data, indices, indptr, B, shape=shape, transpose=transpose, backend=backend,
+    return checked_matmul(csrmm_p, data, indices, indptr, B, shape=shape, transpose=transpose, backend=backend,
                    rank=2, event=False, who="csrmm")
 
 
+csrmm_p = XLACustomKernel("evjax_csrmm")
+
+
+def _csrmm_reference(data, indices, indptr, B, *, outs, shape, transpose):
+    return _reference_matmul(data, indices, indptr, B, outs=outs, shape=shape, transpose=transpose, event=False)
+
+
+def _csrmm_jvp_data(tangent, data, indices, indptr, B, *, outs, **params):
+    # linear in w: dY = A(dw) B
+    return _jvp_matmul_weights(csrmm_p, tangent, data, indices, indptr, B, outs=outs, **params)
+
+
+def _csrmm_jvp_matrix(tangent, data, indices, indptr, B, *, outs, **params):
+    # linear in B: dY = A dB
+    return csrmm_p.primitive.bind(data, indices, indptr, tangent, outs=outs, **params)
+
+
+def _csrmm_transpose(cts, data, indices, indptr, B, *, outs, shape, transpose, backend):
+    # Y = A B:    w_bar_k = <Y_bar[i_k], B[j_k]>  (csr_sddmm on rows),  B_bar = A.T Y_bar
+    # Y = A.T B:  w_bar_k = <B[i_k], Y_bar[j_k]>,                        B_bar = A Y_bar
+    return _transpose_matmul(csrmm_p, csrmm_p, False, cts, data, indices, indptr, B, shape=shape,
+                             transpose=transpose, backend=backend)
+
+
+def _csrmm_batching(args, axes, *, outs, shape, transpose, backend):
+    # vmap over B: the batch folded into B's columns, one csrmm (see _batch_matmul)
+    return _batch_matmul(csrmv_p, csrmm_p, 2, False, args, axes, outs=outs, shape=shape, transpose=transpose,
+                         backend=backend)
+
+
+csrmm_p.def_reference(_csrmm_reference)
+csrmm_p.def_jvp_rule2(_csrmm_jvp_data, None, None, _csrmm_jvp_matrix)
+csrmm_p.def_transpose_rule(_csrmm_transpose)
+csrmm_p.def_batching_rule(_csrmm_batching)
+csrmm_p.declare_backends(__package__, BACKENDS)
+
+
+# ===========================================================================
+# binary_csrmv: y = A 1[s != 0] (or A.T ...), s an event vector; weighted: y = A where(v != 0, v, 0)
+# ===========================================================================
 def binary_csrmv(data, indices, indptr, v, *, shape, workspace=None, transpose: bool = False,
                  backend: str | None = None, weighted: bool = False) -> jax.Array:
     """Sparse matrix times event vector: only active entries of ``v`` contribute.
@@ -399,10 +433,56 @@ def binary_csrmv(data, indices, indptr, v, *, shape, workspace=None, transpose: 
         >>> y = evjax.binary_csrmv(W.data, W.indices, W.indptr, counts, shape=W.shape,
         ...                        transpose=True, weighted=True)
     """
-    return _matmul(binary_csrmv_p, data, indices, indptr, v, shape=shape, transpose=transpose,
+    return checked_matmul(binary_csrmv_p, data, indices, indptr, v, shape=shape, transpose=transpose,
                    backend=backend, rank=1, event=True, who="binary_csrmv", weighted=weighted)
 
 
+binary_csrmv_p = XLACustomKernel("evjax_binary_csrmv")
+
+
+def _binary_csrmv_reference(data, indices, indptr, s, *, outs, shape, transpose, weighted):
+    return _reference_matmul(data, indices, indptr, s, outs=outs, shape=shape, transpose=transpose, event=True,
+                             weighted=weighted)
+
+
+def _binary_csrmv_jvp_data(tangent, data, indices, indptr, s, *, outs, **params):
+    # linear in w: dy = A(dw) 1[s != 0]  (weighted: A(dw) v on the selected v)
+    return _jvp_matmul_weights(binary_csrmv_p, tangent, data, indices, indptr, s, outs=outs, **params)
+
+
+def _binary_csrmv_jvp_events(tangent, data, indices, indptr, s, *, outs, shape, transpose, backend, weighted):
+    # The forward uses 1[s != 0]; the derivative is taken as if y = A s (straight-through):
+    # dy = A ds, the float op on the tangent.  Weighted events: y = sum_k where(v != 0, w_k v, 0)
+    # equals A v wherever the weights are finite, so dy = A dv is the true derivative (IEEE: a nan
+    # weight gives a nan tangent, even at v == 0).
+    return csrmv_p.primitive.bind(data, indices, indptr, tangent.astype(outs[0].dtype), outs=outs, shape=shape,
+                                  transpose=transpose, backend=backend)
+
+
+def _binary_csrmv_transpose(cts, data, indices, indptr, s, *, outs, shape, transpose, backend, weighted):
+    # y = A e, e = 1[s != 0]:  w_bar_k = y_bar[i_k] e[j_k], only active events' synapses computed
+    # (in the scatter orientation only the rows of active events are visited; csr_sddmm in an event mode).
+    # Not linear in s, so s is transposed only when weighted (y = A v on the selected v): v_bar = A.T y_bar.
+    return _transpose_matmul(binary_csrmv_p, csrmv_p, True, cts, data, indices, indptr, s, shape=shape,
+                             transpose=transpose, backend=backend, weighted=weighted)
+
+
+def _binary_csrmv_batching(args, axes, *, outs, shape, transpose, backend, weighted):
+    # vmap over s: one binary_csrmm; over a homogeneous w: w_b * counts, 0 where none (see _batch_matmul)
+    return _batch_matmul(binary_csrmv_p, binary_csrmm_p, 1, True, args, axes, outs=outs, shape=shape,
+                         transpose=transpose, backend=backend, weighted=weighted)
+
+
+binary_csrmv_p.def_reference(_binary_csrmv_reference)
+binary_csrmv_p.def_jvp_rule2(_binary_csrmv_jvp_data, None, None, _binary_csrmv_jvp_events)
+binary_csrmv_p.def_transpose_rule(_binary_csrmv_transpose)
+binary_csrmv_p.def_batching_rule(_binary_csrmv_batching)
+binary_csrmv_p.declare_backends(__package__, BACKENDS)
+
+
+# ===========================================================================
+# binary_csrmm: Y = A 1[S != 0] (or A.T ...), S an event matrix; weighted as binary_csrmv
+# ===========================================================================
 def binary_csrmm(data, indices, indptr, B, *, shape, workspace=None, transpose: bool = False,
                  backend: str | None = None, weighted: bool = False) -> jax.Array:
     """Sparse matrix times event matrix (a batch of spike vectors as columns).
@@ -427,8 +507,47 @@ def binary_csrmm(data, indices, indptr, B, *, shape, workspace=None, transpose: 
         >>> spikes = jax.random.bernoulli(key, 0.05, (32, W.shape[0]))   # 32 trials
         >>> out = evjax.binary_csrmm(W.data, W.indices, W.indptr, spikes.T, shape=W.shape, transpose=True)
     """
-    return _matmul(binary_csrmm_p, data, indices, indptr, B, shape=shape, transpose=transpose,
+    return checked_matmul(binary_csrmm_p, data, indices, indptr, B, shape=shape, transpose=transpose,
                    backend=backend, rank=2, event=True, who="binary_csrmm", weighted=weighted)
+
+
+binary_csrmm_p = XLACustomKernel("evjax_binary_csrmm")
+
+
+def _binary_csrmm_reference(data, indices, indptr, S, *, outs, shape, transpose, weighted):
+    return _reference_matmul(data, indices, indptr, S, outs=outs, shape=shape, transpose=transpose, event=True,
+                             weighted=weighted)
+
+
+def _binary_csrmm_jvp_data(tangent, data, indices, indptr, S, *, outs, **params):
+    # linear in w: dY = A(dw) 1[S != 0]
+    return _jvp_matmul_weights(binary_csrmm_p, tangent, data, indices, indptr, S, outs=outs, **params)
+
+
+def _binary_csrmm_jvp_events(tangent, data, indices, indptr, S, *, outs, shape, transpose, backend, weighted):
+    # straight-through: dY = A dS, the float op on the tangent (true for weighted events, see binary_csrmv)
+    return csrmm_p.primitive.bind(data, indices, indptr, tangent.astype(outs[0].dtype), outs=outs, shape=shape,
+                                  transpose=transpose, backend=backend)
+
+
+def _binary_csrmm_transpose(cts, data, indices, indptr, S, *, outs, shape, transpose, backend, weighted):
+    # Y = A E, E = 1[S != 0]:  w_bar_k = <Y_bar[i_k], E[j_k]> (or <E[i_k], Y_bar[j_k]>), active rows only;
+    # weighted: S_bar = A.T Y_bar (linear in the selected values)
+    return _transpose_matmul(binary_csrmm_p, csrmm_p, True, cts, data, indices, indptr, S, shape=shape,
+                             transpose=transpose, backend=backend, weighted=weighted)
+
+
+def _binary_csrmm_batching(args, axes, *, outs, shape, transpose, backend, weighted):
+    # vmap over S: the batch folded into S's columns, one binary_csrmm (see _batch_matmul)
+    return _batch_matmul(binary_csrmv_p, binary_csrmm_p, 2, True, args, axes, outs=outs, shape=shape,
+                         transpose=transpose, backend=backend, weighted=weighted)
+
+
+binary_csrmm_p.def_reference(_binary_csrmm_reference)
+binary_csrmm_p.def_jvp_rule2(_binary_csrmm_jvp_data, None, None, _binary_csrmm_jvp_events)
+binary_csrmm_p.def_transpose_rule(_binary_csrmm_transpose)
+binary_csrmm_p.def_batching_rule(_binary_csrmm_batching)
+binary_csrmm_p.declare_backends(__package__, BACKENDS)
 
 
 # ===========================================================================
@@ -532,7 +651,7 @@ def sddmm_mode(r_dtype, q_dtype, weighted: str | None = None) -> str:
     return "q_events" if np.dtype(q_dtype) == np.bool_ else "values"
 
 
-def _sddmm_reference(indices, indptr, r, q, *, outs, shape, weighted=None):
+def _csr_sddmm_reference(indices, indptr, r, q, *, outs, shape, weighted):
     return [_sddmm_dense(indices, indptr, r, q, dtype=outs[0].dtype, shape=shape, weighted=weighted)]
 
 
@@ -547,7 +666,7 @@ def _sddmm_operand_cotangent(cts, indices, indptr, other, *, dt, rank, shape, tr
                  shape=shape, transpose=transpose, dtype=dt, backend=backend, **params)
 
 
-def _sddmm_r_cotangent(cts, indices, indptr, r, q, *, outs, shape, backend, weighted=None):
+def _sddmm_r_cotangent(cts, indices, indptr, r, q, *, shape, backend, weighted):
     # r_bar_i = sum_{k in row i} g_bar_k q_{j_k} = (A(g_bar) q)_i
     # (q weighted: the terms where(q != 0, g_bar q, 0); r weighted: linear in r, the plain product)
     aval = ad_rules.aval_of(r)
@@ -555,38 +674,48 @@ def _sddmm_r_cotangent(cts, indices, indptr, r, q, *, outs, shape, backend, weig
                                     transpose=False, backend=backend, weighted=weighted == "q")
 
 
-def _sddmm_q_cotangent(cts, indices, indptr, r, q, *, outs, shape, backend, weighted=None):
+def _sddmm_q_cotangent(cts, indices, indptr, r, q, *, shape, backend, weighted):
     # q_bar_j = sum_{k: j_k = j} g_bar_k r_{i_k} = (A(g_bar).T r)_j  (r weighted: r selects)
     aval = ad_rules.aval_of(q)
     return _sddmm_operand_cotangent(cts, indices, indptr, r, dt=aval.dtype, rank=aval.ndim, shape=shape,
                                     transpose=True, backend=backend, weighted=weighted == "r")
 
 
-def _sddmm_batching(args, axes, *, outs, shape, backend, weighted=None):
+def _csr_sddmm_batching(args, axes, *, outs, shape, backend, weighted):
     # vectorised pure-JAX formula g[b, k] = <r_b[i_k], q_b[j_k]> (used by jacfwd / hessian)
     fn = functools.partial(_sddmm_dense, dtype=outs[0].dtype, shape=shape, weighted=weighted)
     return [jax.vmap(fn, in_axes=tuple(axes))(*args)], [0]
 
 
-def _sddmm_jvp(argnum: int):
-    def rule(tangent, indices, indptr, r, q, *, outs, shape, backend, weighted=None):
-        # g = <r_i, q_j> is bilinear: dg = sddmm(dr, q) + sddmm(r, dq).  Weighted mode:
-        # g = where(e != 0, r q, 0) equals r q for finite values, so the weighted operand's own
-        # tangent gives the plain product (no select), the other's keeps the select by e.
-        args = [indices, indptr, r, q]
-        args[argnum] = tangent
-        mode = None if weighted == "rq"[argnum - 2] else weighted
-        return csr_sddmm_p.primitive.bind(*args, outs=outs, shape=shape, backend=backend, weighted=mode)
+def _csr_sddmm_jvp_r(tangent, indices, indptr, r, q, *, outs, shape, backend, weighted):
+    # g = <r_i, q_j> is bilinear: dg = sddmm(dr, q) + sddmm(r, dq).  Weighted mode: g = where(e != 0, r q, 0)
+    # equals r q for finite values, so the weighted operand's own tangent gives the plain product (no
+    # select), the other's keeps the select by e.
+    mode = None if weighted == "r" else weighted
+    return csr_sddmm_p.primitive.bind(indices, indptr, tangent, q, outs=outs, shape=shape, backend=backend,
+                                      weighted=mode)
 
-    return rule
+
+def _csr_sddmm_jvp_q(tangent, indices, indptr, r, q, *, outs, shape, backend, weighted):
+    # dg = sddmm(r, dq), as _csr_sddmm_jvp_r
+    mode = None if weighted == "q" else weighted
+    return csr_sddmm_p.primitive.bind(indices, indptr, r, tangent, outs=outs, shape=shape, backend=backend,
+                                      weighted=mode)
+
+
+def _csr_sddmm_transpose(cts, indices, indptr, r, q, *, outs, shape, backend, weighted):
+    # r_bar_i = sum_{k in row i} g_bar_k q_{j_k} = (A(g_bar) q)_i;  q_bar_j = (A(g_bar).T r)_j
+    return ad_rules.linear_cotangents((indices, indptr, r, q), {
+        2: lambda: _sddmm_r_cotangent(cts, indices, indptr, r, q, shape=shape, backend=backend, weighted=weighted),
+        3: lambda: _sddmm_q_cotangent(cts, indices, indptr, r, q, shape=shape, backend=backend, weighted=weighted),
+    }, name="evjax_csr_sddmm")
 
 
 csr_sddmm_p = XLACustomKernel("evjax_csr_sddmm")
-csr_sddmm_p.def_reference(_sddmm_reference)
-csr_sddmm_p.def_jvp_rule2(None, None, _sddmm_jvp(2), _sddmm_jvp(3))
-csr_sddmm_p.def_transpose_rule(ad_rules.linear_transpose_rule(
-    {2: _sddmm_r_cotangent, 3: _sddmm_q_cotangent}, name="evjax_csr_sddmm"))
-csr_sddmm_p.def_batching_rule(_sddmm_batching)
+csr_sddmm_p.def_reference(_csr_sddmm_reference)
+csr_sddmm_p.def_jvp_rule2(None, None, _csr_sddmm_jvp_r, _csr_sddmm_jvp_q)
+csr_sddmm_p.def_transpose_rule(_csr_sddmm_transpose)
+csr_sddmm_p.def_batching_rule(_csr_sddmm_batching)
 csr_sddmm_p.declare_backends(__package__, BACKENDS)
 
 OPS = (csrmv_p, csrmm_p, binary_csrmv_p, binary_csrmm_p, csr_sddmm_p)

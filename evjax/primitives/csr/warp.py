@@ -466,7 +466,7 @@ def binary_csrmm_warp(outs, ins, shape, transpose, weighted=False):
     return _matmul_generator(outs, ins, shape, transpose, "mm", event=True, weighted=weighted)
 
 
-def csr_sddmm_warp(outs, ins, weighted=None):
+def csr_sddmm_warp(outs, ins, shape, weighted):
     """Warp kernel generator for ``csr_sddmm_p``: ``g[k] = <r[row k], q[indices[k]]>``.
 
     Args:

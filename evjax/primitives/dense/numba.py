@@ -459,7 +459,7 @@ def events_for_kernel(x, weighted: bool, dtype):
     return x if x.dtype == dtype else x.astype(dtype)
 
 
-def matmul_generator(outs, transpose: bool, weighted: bool):
+def matmul_generator(outs, ins, transpose: bool, weighted: bool):
     """Numba kernel for ``binary_densemv_p`` / ``binary_densemm_p`` (a vector is a ``(k, 1)`` matrix)."""
     out = outs[0]
     dtype = compute_dtype(out.dtype)
@@ -479,7 +479,7 @@ def matmul_generator(outs, transpose: bool, weighted: bool):
     return kernel
 
 
-def outer_generator(outs, transpose: bool, weighted: bool):
+def outer_generator(outs, ins, transpose: bool, weighted: bool):
     """Numba kernel for ``binary_dense_outer_p``: ``outer(e(s), g)``, only active events computed."""
     out = outs[0]
     dtype = compute_dtype(out.dtype)

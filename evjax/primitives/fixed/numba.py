@@ -17,9 +17,10 @@ from . import ops
 
 __all__ = []
 
-for _op, _generator, _sddmm in (
-        (ops.fcnmv_p, csr_numba.csrmv_generator, False), (ops.fcnmm_p, csr_numba.csrmm_generator, False),
-        (ops.binary_fcnmv_p, csr_numba.binary_csrmv_generator, False),
-        (ops.binary_fcnmm_p, csr_numba.binary_csrmm_generator, False),
-        (ops.fcn_sddmm_p, csr_numba.sddmm_generator, True)):
-    _op.def_numba_kernel(ops.as_csr_generator(_generator, sddmm=_sddmm))
+# (fixed op, the CSR generator of the same op, whether it is the SDDMM, the CSR op's own parameters)
+for _op, _generator, _sddmm, _csr_params in (
+        (ops.fcnmv_p, csr_numba.csrmv_generator, False, {}), (ops.fcnmm_p, csr_numba.csrmm_generator, False, {}),
+        (ops.binary_fcnmv_p, csr_numba.binary_csrmv_generator, False, {"weighted": False}),
+        (ops.binary_fcnmm_p, csr_numba.binary_csrmm_generator, False, {"weighted": False}),
+        (ops.fcn_sddmm_p, csr_numba.sddmm_generator, True, {"weighted": None})):
+    _op.def_numba_kernel(ops.as_csr_generator(_generator, sddmm=_sddmm, **_csr_params))

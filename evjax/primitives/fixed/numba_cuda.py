@@ -16,9 +16,10 @@ from . import ops
 
 __all__ = []
 
-for _op, _generator, _sddmm in (
-        (ops.fcnmv_p, csr_cuda.csrmv_numba_cuda, False), (ops.fcnmm_p, csr_cuda.csrmm_numba_cuda, False),
-        (ops.binary_fcnmv_p, csr_cuda.binary_csrmv_numba_cuda, False),
-        (ops.binary_fcnmm_p, csr_cuda.binary_csrmm_numba_cuda, False),
-        (ops.fcn_sddmm_p, csr_cuda.csr_sddmm_numba_cuda, True)):
-    _op.def_numba_cuda_kernel(ops.as_csr_generator(_generator, sddmm=_sddmm))
+# (fixed op, the CSR generator of the same op, whether it is the SDDMM, the CSR op's own parameters)
+for _op, _generator, _sddmm, _csr_params in (
+        (ops.fcnmv_p, csr_cuda.csrmv_numba_cuda, False, {}), (ops.fcnmm_p, csr_cuda.csrmm_numba_cuda, False, {}),
+        (ops.binary_fcnmv_p, csr_cuda.binary_csrmv_numba_cuda, False, {"weighted": False}),
+        (ops.binary_fcnmm_p, csr_cuda.binary_csrmm_numba_cuda, False, {"weighted": False}),
+        (ops.fcn_sddmm_p, csr_cuda.csr_sddmm_numba_cuda, True, {"weighted": None})):
+    _op.def_numba_cuda_kernel(ops.as_csr_generator(_generator, sddmm=_sddmm, **_csr_params))

@@ -37,7 +37,7 @@ from ...dtypes import compute_dtype
 from ...events import as_bool_events
 from ...rules import ad as ad_rules
 from ...rules import batching as batching_rules
-from ...xla_custom_kernel import XLACustomKernel, call_with_accepted
+from ...xla_custom_kernel import XLACustomKernel
 from ..csr.ops import binary_csrmm, binary_csrmv
 from ..csr.validation import check_operand
 from . import blocks
@@ -76,7 +76,7 @@ def _matmul(op, weights, indices, x, *, shape, transpose, backend, rank, event, 
 # ===========================================================================
 # Backends: the CSR kernels on the flattened table
 # ===========================================================================
-def as_csr_generator(csr_generator, *, sddmm: bool = False):
+def as_csr_generator(csr_generator, *, sddmm: bool = False, **csr_params):
     """A fixed-width op's kernel generator from a CSR backend's generator of the same op.
 
     The table ``(n_rows, k)`` is the CSR structure ``indices.ravel()`` with row
@@ -84,23 +84,25 @@ def as_csr_generator(csr_generator, *, sddmm: bool = False):
     CSR kernel then visits row ``i``'s synapses ``[k i, k (i + 1))``.  Weights
     ``(n_rows, k)`` are flattened the same way (``(1,)`` stays homogeneous);
     ``fcn_sddmm``'s flat ``(n_rows k,)`` gradient is reshaped back.
+    ``csr_params`` are the CSR op's parameters that the fixed op lacks (the
+    binary ops' and the SDDMM's ``weighted``).
     """
     def flat(struct, size):
         return jax.ShapeDtypeStruct((size,), struct.dtype)
 
-    def generator(outs, ins, shape, transpose=False):
+    def generator(outs, ins, shape, **params):
         index_in = ins[0] if sddmm else ins[1]
         n, k = index_in.shape
         ptr = jax.ShapeDtypeStruct((n + 1,), pointer_dtype(index_in.dtype, n, k))
         structure = (flat(index_in, n * k), ptr)
         if sddmm:
             flat_outs = [flat(outs[0], n * k)]
-            run = call_with_accepted(csr_generator, outs=flat_outs, ins=structure + tuple(ins[1:]), shape=shape)
+            run = csr_generator(outs=flat_outs, ins=structure + tuple(ins[1:]), shape=shape, **params, **csr_params)
         else:
             weights_in = ins[0]
             flat_w = flat(weights_in, int(np.prod(weights_in.shape)))
-            run = call_with_accepted(csr_generator, outs=outs, ins=(flat_w,) + structure + (ins[2],),
-                                      shape=shape, transpose=transpose)
+            run = csr_generator(outs=outs, ins=(flat_w,) + structure + (ins[2],), shape=shape, **params,
+                                **csr_params)
 
         def kernel(*arrays):
             if sddmm:

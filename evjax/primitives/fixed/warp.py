@@ -16,9 +16,10 @@ from . import ops
 
 __all__ = []
 
-for _op, _generator, _sddmm in (
-        (ops.fcnmv_p, csr_warp.csrmv_warp, False), (ops.fcnmm_p, csr_warp.csrmm_warp, False),
-        (ops.binary_fcnmv_p, csr_warp.binary_csrmv_warp, False),
-        (ops.binary_fcnmm_p, csr_warp.binary_csrmm_warp, False),
-        (ops.fcn_sddmm_p, csr_warp.csr_sddmm_warp, True)):
-    _op.def_warp_kernel(ops.as_csr_generator(_generator, sddmm=_sddmm))
+# (fixed op, the CSR generator of the same op, whether it is the SDDMM, the CSR op's own parameters)
+for _op, _generator, _sddmm, _csr_params in (
+        (ops.fcnmv_p, csr_warp.csrmv_warp, False, {}), (ops.fcnmm_p, csr_warp.csrmm_warp, False, {}),
+        (ops.binary_fcnmv_p, csr_warp.binary_csrmv_warp, False, {"weighted": False}),
+        (ops.binary_fcnmm_p, csr_warp.binary_csrmm_warp, False, {"weighted": False}),
+        (ops.fcn_sddmm_p, csr_warp.csr_sddmm_warp, True, {"weighted": None})):
+    _op.def_warp_kernel(ops.as_csr_generator(_generator, sddmm=_sddmm, **_csr_params))

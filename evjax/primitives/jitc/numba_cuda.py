@@ -273,7 +273,7 @@ def dense_generator(law: str):
     """The Numba CUDA generator of the materialiser of ``law``."""
     n = ops.LAWS[law]
 
-    def generator(outs, shape, prob, transpose, corder):
+    def generator(outs, ins, shape, prob, transpose, corder):
         out = outs[0]
         dtype = compute_dtype(out.dtype)
         n_outer, n_inner = ops.generated_shape(shape, transpose, corder)

@@ -101,7 +101,7 @@ def _term(mode: str, dtype):
     return lambda w, x: jnp.where(as_bool_events(x), w * x.astype(dtype), zero)
 
 
-def _reference_matmul(*args, outs, law, mode, shape, prob, transpose, corder, **_):
+def _reference_matmul(*args, outs, law, mode, shape, prob, transpose, corder):
     # O(synapses): the streams generated block by block (generation.streamed_product), never the matrix
     out = outs[0]
     dtype = compute_dtype(out.dtype)
@@ -116,7 +116,7 @@ def _reference_matmul(*args, outs, law, mode, shape, prob, transpose, corder, **
     return [y.astype(out.dtype)]
 
 
-def _reference_dense(*args, outs, law, shape, prob, transpose, corder, **_):
+def _reference_dense(*args, outs, law, shape, prob, transpose, corder):
     out = outs[0]
     params, seed = args[:-1], args[-1]
     w, _ = _op_matrix(law, params, seed, shape=shape, prob=prob, transpose=transpose, corder=corder,
