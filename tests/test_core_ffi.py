@@ -241,6 +241,21 @@ def test_no_two_modules_import_each_other_and_ops_never_import_backends():
         backends = {m for m in imports if m.startswith(f"evjax.primitives.{parts[2]}.")
                     and m.split(".")[3].startswith(backend_prefixes)}
         assert not backends, f"{module} imports its family's backend modules {sorted(backends)}"
+    # Validation: what families share lives in evjax._validation, a low layer that imports only evjax
+    # modules which import no evjax module themselves (_compat, events); a family's validation module
+    # holds its own structural checks and no other family imports it.
+    assert "evjax._validation" in graph
+    for other in graph["evjax._validation"]:
+        assert not other.startswith("evjax.primitives"), f"evjax._validation imports the family module {other}"
+        assert not graph.get(other), f"evjax._validation imports {other}, which imports {sorted(graph[other])}"
+    for module, imports in graph.items():
+        if not module.startswith("evjax.primitives."):
+            continue
+        family = module.split(".")[2]
+        foreign = sorted(m for m in imports if m.startswith("evjax.primitives.") and m.count(".") == 3
+                         and m.endswith(".validation") and m.split(".")[2] != family)
+        assert not foreign, f"{module} imports another family's validation module {foreign}; shared checks " \
+                            f"belong in evjax/_validation.py"
 
 
 def test_private_apis_have_one_home():

@@ -137,6 +137,40 @@ def test_random_constructor(cls):
         cls.random(6, n_pre, n_post, cols + 1)
 
 
+@pytest.mark.parametrize("cls", [evjax.FixedPostNumConn, evjax.FixedPreNumConn])
+def test_random_and_shape_errors_name_the_argument(cls):
+    """NumPy's "expected non-negative integer" (key=-3) and "negative dimensions are not allowed"
+    (k=-1) named nothing; k=2.5, n_pre=4.5 and shape=(4.7, 5) were truncated by ``int()``."""
+    name = cls.__name__
+    with pytest.raises(ValueError, match=rf"{name}\.random: key = -3 is negative.*jax\.random\.key\(-3\)"):
+        cls.random(-3, 4, 5, 2)
+    for key in ("a", 1.5, True, jnp.ones(2, jnp.float32)):
+        with pytest.raises(TypeError, match=rf"{name}\.random: key must be a JAX random key or an integer seed"):
+            cls.random(key, 4, 5, 2)
+    with pytest.raises(ValueError, match=rf"{name}\.random: k must be a non-negative integer, got -1: -1 is negative"):
+        cls.random(0, 4, 5, -1)
+    with pytest.raises(TypeError, match=rf"{name}\.random: k must be a non-negative integer, got 2\.5: 2\.5 is not"):
+        cls.random(0, 4, 5, 2.5)
+    with pytest.raises(TypeError, match=rf"{name}\.random: n_pre must be a non-negative integer.*4\.5 is not a whole"):
+        cls.random(0, 4.5, 5, 2)
+    with pytest.raises(ValueError, match=rf"{name}\.random: n_post must be a non-negative integer.*-5 is negative"):
+        cls.random(0, 4, -5, 2)
+    with pytest.raises(ValueError, match=rf"{name}\.random: k = 2 targets per row, but there is no neuron"):
+        cls.random(0, 4, 0, 2, replace=True) if cls is evjax.FixedPostNumConn else cls.random(0, 0, 4, 2, replace=True)
+    # the accepted forms: ints of any kind, whole floats, a raw uint32 key; the same table for the same seed
+    W = cls.random(np.int64(7), np.int32(4), 5.0, np.uint8(2))
+    assert W.shape == (4, 5) and all(type(d) is int for d in W.shape) and W.num_conn == 2
+    np.testing.assert_array_equal(np.asarray(cls.random(7, 4, 5, 2).indices), np.asarray(W.indices))
+    raw = jax.random.key_data(jax.random.key(1))
+    np.testing.assert_array_equal(np.asarray(cls.random(raw, 4, 5, 2).indices),
+                                  np.asarray(cls.random(jax.random.key(1), 4, 5, 2).indices))
+    table = np.zeros((4, 1), np.int32) if cls is evjax.FixedPostNumConn else np.zeros((5, 1), np.int32)
+    with pytest.raises(TypeError, match=rf"{name}: shape must be a pair \(n_pre, n_post\).*4\.7 is not a whole"):
+        cls((0.5, table), shape=(4.7, 5))
+    with pytest.raises(TypeError, match=rf"{name}: shape must be a pair \(n_pre, n_post\).*got str 'ab'"):
+        cls((0.5, table), shape="ab")
+
+
 # ---------------------------------------------------------------------------
 # edge cases on every backend: k = 0, k = n, duplicates, one row, no events
 # ---------------------------------------------------------------------------

@@ -152,6 +152,36 @@ def test_errors_name_the_problem():
         evjax.jitsmv(1.0, 0.5, v, 0.5, shape=(4, 6))
 
 
+def test_seed_and_shape_errors_name_the_argument():
+    """seed="7" gave JAX's "Value '7' with dtype <U1 is not a valid JAX array type"; shape=(4.7, 6) was
+    truncated to (4, 6) by the classes and "ab" gave Python's "invalid literal for int()"."""
+    v = jnp.ones(6)
+    for call, who in [(lambda seed: evjax.jits(0.5, 0.1, seed, shape=(4, 6)), "jits"),
+                      (lambda seed: evjax.jitnmv(0.5, 0.1, 0.1, v, seed, shape=(4, 6)), "jitnmv"),
+                      (lambda seed: evjax.JITCScalarR(0.5, prob=0.1, seed=seed, shape=(4, 6)), "JITCScalarR"),
+                      (lambda seed: evjax.JITCUniformC(0.0, 1.0, prob=0.1, seed=seed, shape=(4, 6)), "JITCUniformC")]:
+        with pytest.raises(TypeError, match=rf"{who}: seed must be one integer, got str '7'; convert it: "
+                                            rf"seed=int\('7'\)"):
+            call("7")
+        with pytest.raises(TypeError, match=rf"{who}: seed must be one integer, got str 'x'; pass an int"):
+            call("x")
+        with pytest.raises(TypeError, match=rf"{who}: seed must be one integer, got dict"):
+            call({})
+        with pytest.raises(TypeError, match=rf"{who}: seed must be one integer"):
+            call(True)
+    for cls in (evjax.JITCScalarR, evjax.JITCScalarC):
+        with pytest.raises(TypeError, match=rf"{cls.__name__}: shape must be a pair .*4\.7 is not a whole number"):
+            cls(0.5, prob=0.1, seed=1, shape=(4.7, 6))
+        with pytest.raises(TypeError, match=rf"{cls.__name__}: shape must be a pair .*got str 'ab'"):
+            cls(0.5, prob=0.1, seed=1, shape="ab")
+        with pytest.raises(ValueError, match=rf"{cls.__name__}: shape must be a pair .*-1 is negative"):
+            cls(0.5, prob=0.1, seed=1, shape=(4, -1))
+        M = cls(0.5, prob=0.1, seed=np.int64(7), shape=(np.int64(4), 6.0), backend="reference")
+        assert M.shape == (4, 6) and all(type(d) is int for d in M.shape)
+        same = cls(0.5, prob=0.1, seed=7, shape=(4, 6), backend="reference")
+        np.testing.assert_array_equal(np.asarray(M.todense()), np.asarray(same.todense()))
+
+
 def test_prob_zero_is_an_empty_matrix():
     y = evjax.binary_jitnmv(np.nan, 1.0, 0.0, jnp.ones(6, bool), 1, shape=(4, 6))
     np.testing.assert_array_equal(y, np.zeros(4, np.float32))

@@ -200,26 +200,59 @@ def test_numba_cuda_kernels_take_int64_indptr_with_int32_indices():
 # ---------------------------------------------------------------------------
 # shapes
 # ---------------------------------------------------------------------------
-@pytest.mark.parametrize("shape, problem", [
-    ((4.7, 5), "4.7 is not a whole number"),
-    ("ab", "got 'ab'"),
+# a size that is not an integer is a TypeError (never truncated: (4.7, 5) is not (4, 5)); a shape of the
+# wrong length or a negative size a ValueError; every message names ``shape`` and the bad value
+TYPE_PROBLEMS = [
+    ((4.7, 5), "4.7 is not a whole number; pass an int"),
+    ("ab", r"got str 'ab'; pass a tuple of two ints, e\.g\. shape=\(3, 4\)"),
     ((2, "5"), "str '5' is not an integer"),
     ((None, 5), "NoneType None is not an integer"),
-    (5, "got 5"),
+    (5, "got int 5; pass a tuple of two ints"),
+    ((True, 5), "True is a bool"),
+    ((2, np.float32(np.nan)), "nan is not a whole number"),
+    ((2, np.float64(2.5)), "2.5 is not a whole number"),
+]
+VALUE_PROBLEMS = [
     ((2,), "got 1 sizes"),
     ((2, 5, 1), "got 3 sizes"),
     ((-1, 5), "-1 is negative"),
-    ((True, 5), "True is a bool"),
-    ((2, np.float32(np.nan)), "nan is not a whole number"),
-])
-def test_bad_shapes_raise_value_error_naming_shape(shape, problem):
+    ((2, np.int64(-3)), "-3 is negative"),
+]
+SHAPE_PROBLEMS = [(TypeError, *p) for p in TYPE_PROBLEMS] + [(ValueError, *p) for p in VALUE_PROBLEMS]
+
+
+@pytest.mark.parametrize("error, shape, problem", SHAPE_PROBLEMS)
+def test_bad_shapes_raise_naming_shape(error, shape, problem):
     indices, indptr = np.array([0, 1], np.int32), np.array([0, 1, 2], np.int32)
-    with pytest.raises(ValueError, match=f"CSR: shape .*{problem}"):
+    with pytest.raises(error, match=f"CSR: shape .*{problem}"):
         evjax.CSR((np.ones(2, np.float32), indices, indptr), shape=shape)
-    with pytest.raises(ValueError, match=f"csrmv: shape .*{problem}"):
+    with pytest.raises(error, match=f"csrmv: shape .*{problem}"):
         evjax.csrmv(np.ones(2, np.float32), indices, indptr, np.ones(5, np.float32), shape=shape)
-    with pytest.raises(ValueError, match=f"CSC: shape .*{problem}"):
+    with pytest.raises(error, match=f"CSC: shape .*{problem}"):
         evjax.CSC((np.ones(2, np.float32), indices, indptr), shape=shape)
+
+
+@pytest.mark.parametrize("error, shape, problem", SHAPE_PROBLEMS)
+def test_every_family_checks_shape_alike(error, shape, problem):
+    """Fixed, JITC and Dense took ``int(d)`` of each size: (4.7, 5) became (4, 5) and "ab" raised
+    Python's ``invalid literal for int()``.  Now each raises what CSR raises, naming ``shape``."""
+    table = np.zeros((2, 1), np.int32)
+    with pytest.raises(error, match=rf"FixedPostNumConn: shape must be a pair \(n_pre, n_post\).*{problem}"):
+        evjax.FixedPostNumConn((0.5, table), shape=shape)
+    with pytest.raises(error, match=rf"FixedPreNumConn: shape must be a pair \(n_pre, n_post\).*{problem}"):
+        evjax.FixedPreNumConn((0.5, table), shape=shape)
+    with pytest.raises(error, match=f"fcnmv: shape .*{problem}"):
+        evjax.fcnmv(0.5, table, np.ones(5, np.float32), shape=shape)
+    with pytest.raises(error, match=f"JITCScalarR: shape .*{problem}"):
+        evjax.JITCScalarR(0.5, prob=0.1, seed=1, shape=shape)
+    with pytest.raises(error, match=f"JITCNormalC: shape .*{problem}"):
+        evjax.JITCNormalC(0.5, 0.1, prob=0.1, seed=1, shape=shape)
+    with pytest.raises(error, match=f"jits: shape .*{problem}"):
+        evjax.jits(0.5, 0.1, 1, shape=shape)
+    with pytest.raises(error, match=f"binary_jitsmv: shape .*{problem}"):
+        evjax.binary_jitsmv(0.5, 0.1, np.ones(5, bool), 1, shape=shape)
+    with pytest.raises(error, match=f"Dense: shape .*{problem}"):
+        evjax.Dense(np.ones((2, 5), np.float32), shape=shape)
 
 
 def test_integral_shapes_of_any_integer_type_are_accepted():
@@ -228,8 +261,73 @@ def test_integral_shapes_of_any_integer_type_are_accepted():
     assert all(type(d) is int for d in check_shape((np.int32(2), np.float64(5)), "t"))
     _, _, _, shape = validate_csr(np.ones(2, np.float32), [0, 1], [0, 1, 2], (2.0, np.int16(5)))
     assert shape == (2, 5)
-    with pytest.raises(ValueError, match="t: n_shape must be a pair"):
+    with pytest.raises(TypeError, match="t: n_shape must be a pair"):
         check_shape(None, "t", name="n_shape")
+    table = np.zeros((2, 1), np.int32)
+    for shape in ((2.0, np.int64(5)), np.array([2, 5]), [np.uint8(2), 5]):
+        assert evjax.FixedPostNumConn((0.5, table), shape=shape).shape == (2, 5)
+        assert evjax.FixedPreNumConn((0.5, np.zeros((5, 1), np.int32)), shape=shape).shape == (2, 5)
+        assert evjax.JITCScalarR(0.5, prob=0.1, seed=1, shape=shape).shape == (2, 5)
+        assert evjax.Dense(np.ones((2, 5), np.float32), shape=shape).shape == (2, 5)
+        assert all(type(d) is int for d in evjax.FixedPostNumConn((0.5, table), shape=shape).shape)
+
+
+def test_the_shared_validators_are_one_module_that_csr_re_exports():
+    from evjax import _validation
+    from evjax.primitives.csr import validation as csr_validation
+    from evjax.primitives.jitc import functions as jitc_functions
+
+    assert csr_validation.check_shape is _validation.check_shape
+    assert csr_validation.check_operand is _validation.check_operand
+    assert csr_validation.INT32_MAX == _validation.INT32_MAX == INT32_MAX
+    assert jitc_functions.as_seed is _validation.as_seed
+    assert _validation.check_size(np.int16(3), "t", "k") == 3 and _validation.check_size(4.0, "t", "k") == 4
+    with pytest.raises(TypeError, match=r"t: k must be a non-negative integer, got 2\.5: 2\.5 is not a whole"):
+        _validation.check_size(2.5, "t", "k")
+    with pytest.raises(ValueError, match="t: k must be a non-negative integer, got -1: -1 is negative"):
+        _validation.check_size(-1, "t", "k")
+
+
+# ---------------------------------------------------------------------------
+# 64-bit arrays used after 64-bit mode is turned off
+# ---------------------------------------------------------------------------
+def test_a_matrix_built_in_x64_works_after_x64_is_turned_off():
+    """Weights made while 64-bit mode was on stay float64 arrays after it is off; the ops used to
+    promise float64 results that the kernels (computing on JAX's float32 view) did not return:
+    "the numba kernel returned float32, but outs promised float64".  They are now computed in the
+    dtype JAX gives them (float32), as jnp computes ``jnp.asarray(w64) @ x``."""
+    assert not jax.config.jax_enable_x64
+    rng = np.random.default_rng(0)
+    dense = np.where(rng.random((6, 5)) < 0.5, rng.standard_normal((6, 5)), 0.0)
+    x, spikes = np.ones(5, np.float32), np.array([1, 0, 1, 0, 1, 1], bool)
+    with jax.enable_x64(True):
+        W = evjax.CSR.fromdense(dense)
+        C = evjax.CSC.fromdense(dense)
+        fixed = evjax.FixedPostNumConn((jnp.asarray(rng.standard_normal((6, 2))), rng.integers(0, 5, (6, 2))),
+                                       shape=(6, 5), backend="reference")
+        D = evjax.Dense(jnp.asarray(dense), backend="reference")
+        J = evjax.JITCNormalR(jnp.float64(0.5), jnp.float64(0.1), prob=0.5, seed=3, shape=(6, 5),
+                              backend="reference")
+        x64 = jnp.ones(5, jnp.float64)
+        assert W.data.dtype == fixed.data.dtype == D.dtype == J.dtype == jnp.float64
+    dense32 = dense.astype(np.float32)
+    # the CSR path of the report (default backend), directly, under jit and with a float64 operand
+    for y, expected in [(W @ x, dense32 @ x), (spikes @ W, spikes @ dense32), (W.T @ spikes, spikes @ dense32),
+                        (jax.jit(lambda W, x: W @ x)(W, x), dense32 @ x), (W @ x64, dense32 @ x),
+                        (C @ x, dense32 @ x), (W @ np.ones((5, 2), np.float32), dense32 @ np.ones((5, 2)))]:
+        assert y.dtype == jnp.float32
+        np.testing.assert_allclose(np.asarray(y), expected, rtol=1e-5, atol=1e-6)
+    # the other families: fixed, dense and JITC
+    table = np.asarray(fixed.todense(), np.float32)
+    for y, expected in [(fixed @ x, table @ x), (spikes @ fixed, spikes @ table), (fixed @ x64, table @ x),
+                        (D @ np.ones(5, bool), dense32 @ np.ones(5)), (spikes @ D, spikes @ dense32)]:
+        assert y.dtype == jnp.float32
+        np.testing.assert_allclose(np.asarray(y), expected, rtol=1e-5, atol=1e-6)
+    m = np.asarray(J.todense())
+    assert m.dtype == np.float32 and (m != 0).any()
+    for y, expected in [(J @ x, m @ x), (spikes @ J, spikes @ m)]:
+        assert y.dtype == jnp.float32
+        np.testing.assert_allclose(np.asarray(y), expected, rtol=1e-5, atol=1e-6)
 
 
 # ---------------------------------------------------------------------------
@@ -271,7 +369,7 @@ def test_csr_sddmm_checks_its_structure_and_operands():
         evjax.csr_sddmm(w.indices, w.indptr, r.astype(jnp.complex64), q, shape=a.shape)
     with pytest.raises(TypeError, match="csr_sddmm: q must be float or bool.*int32"):
         evjax.csr_sddmm(w.indices, w.indptr, r, q.astype(jnp.int32), shape=a.shape)
-    with pytest.raises(ValueError, match="shape"):
+    with pytest.raises(TypeError, match="csr_sddmm: shape .*4.7 is not a whole number"):
         evjax.csr_sddmm(w.indices, w.indptr, r, q, shape=(4.7, a.shape[1]))
     bad = np.asarray(w.indices).copy()
     bad[0] = a.shape[1] + 3

@@ -36,6 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..._validation import INT32_MAX, check_shape, checked_index_cast
 from ...dtypes import LOW_PRECISION
 from ...events import BinaryArray, event_operand
 from .convert import (
@@ -49,7 +50,6 @@ from .convert import (
     weights_of,
 )
 from .ops import binary_csrmm_p, binary_csrmv_p, checked_matmul, csrmm_p, csrmv_p, row_ids, validate_csr
-from .validation import INT32_MAX, check_shape, checked_index_cast
 
 __all__ = ["CSR", "CSC"]
 

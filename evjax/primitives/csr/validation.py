@@ -14,10 +14,15 @@ So a matrix of more than ``2**31 - 1`` synapses keeps int32 columns and an
 int64 ``indptr``, which needs 64-bit mode.  Concrete index arrays are checked
 against the dtype they are converted to *before* the conversion: with 64-bit
 mode off JAX would silently wrap an int64 column ``2**32 + 4`` to ``4``.
+
+The checks every family shares (``shape``, fitting an index into its dtype,
+the dense operand, float64 weights made in 64-bit mode and used after it is
+off) live in :mod:`evjax._validation`; this module re-exports the ones it
+always exported (``INT32_MAX``, ``check_shape``, ``checked_index_cast``,
+``check_operand``).
 """
 from __future__ import annotations
 
-import operator
 import weakref
 
 import jax
@@ -25,58 +30,20 @@ import jax.numpy as jnp
 import numpy as np
 
 from ... import _compat
-from ...events import as_bool_events
+from ..._validation import (  # noqa: F401 (INT32_MAX, check_operand, checked_index_cast: re-exported)
+    ENABLE_X64 as _ENABLE_X64,
+    INT32_MAX,
+    canonical,
+    check_fits as _check_fits,
+    check_operand,
+    check_shape,
+    checked_index_cast,
+    is_concrete as _is_concrete,
+)
 
 __all__ = ["INT32_MAX", "check_shape", "index_dtypes", "checked_index_cast", "validate_csr", "check_operand"]
 
-INT32_MAX = int(np.iinfo(np.int32).max)
 _INT32, _INT64 = np.dtype(np.int32), np.dtype(np.int64)
-_ENABLE_X64 = 'jax.config.update("jax_enable_x64", True)'
-
-
-def _is_concrete(x) -> bool:
-    return not isinstance(x, _compat.Tracer)
-
-
-# ---------------------------------------------------------------------------
-# shape
-# ---------------------------------------------------------------------------
-def _dimension(d, shape, who: str, name: str) -> int:
-    """One size of ``shape`` as a Python int: an integer, or a float with an integral value, >= 0."""
-    problem = f"{who}: {name} must be a pair (n_rows, n_cols) of non-negative integers, got {shape!r}"
-    if isinstance(d, (bool, np.bool_)):
-        raise ValueError(f"{problem}: {d} is a bool")
-    if isinstance(d, (float, np.floating)):
-        if not float(d).is_integer():
-            raise ValueError(f"{problem}: {d} is not a whole number")
-        d = int(d)
-    try:
-        d = operator.index(d)
-    except TypeError:
-        raise ValueError(f"{problem}: {type(d).__name__} {d!r} is not an integer (sizes are static)") from None
-    if d < 0:
-        raise ValueError(f"{problem}: {d} is negative")
-    return d
-
-
-def check_shape(shape, who: str, name: str = "shape") -> tuple[int, int]:
-    """``(n_rows, n_cols)`` as Python ints.
-
-    Raises:
-        ValueError: ``shape`` is not a pair, or a size is negative, not a
-            whole number or not a number; the message names ``name``.
-    """
-    if isinstance(shape, (str, bytes)):
-        raise ValueError(f"{who}: {name} must be a pair (n_rows, n_cols) of non-negative integers, got {shape!r}")
-    try:
-        dims = tuple(shape)
-    except TypeError:
-        raise ValueError(
-            f"{who}: {name} must be a pair (n_rows, n_cols) of non-negative integers, got {shape!r}"
-        ) from None
-    if len(dims) != 2:
-        raise ValueError(f"{who}: {name} must be a pair (n_rows, n_cols), got {len(dims)} sizes: {shape!r}")
-    return _dimension(dims[0], shape, who, name), _dimension(dims[1], shape, who, name)
 
 
 # ---------------------------------------------------------------------------
@@ -138,38 +105,6 @@ def index_dtypes(indices_dtype, indptr_dtype, nnz: int, *, requested="auto", who
         ptr = _INT64 if x64 and _wide(indptr_dtype) else _INT32
     idx = _INT64 if x64 and _wide(indices_dtype) else _INT32
     return idx, ptr
-
-
-def _check_fits(x, dtype: np.dtype, name: str, who: str) -> None:
-    """Raise unless every value of the (concrete) integer array ``x`` is representable in ``dtype``."""
-    if np.can_cast(x.dtype, dtype, "safe") or not _is_concrete(x):
-        return
-    values = np.asarray(x)
-    info = np.iinfo(dtype)
-    bad = values > info.max
-    if np.issubdtype(values.dtype, np.signedinteger):
-        bad |= values < info.min
-    if not bad.any():
-        return
-    k = int(np.argmax(bad))
-    if dtype == _INT32 and not jax.config.jax_enable_x64:
-        fix = (f"{name} are stored as int32 while JAX's 64-bit mode is off; enable it ({_ENABLE_X64}) "
-               f"before building the matrix, or fix the value")
-    else:
-        fix = f"fix the value (no {dtype} can hold it)"
-    raise ValueError(f"{who}: {name}[{k}] = {values[k]} does not fit {dtype}: {fix}")
-
-
-def checked_index_cast(x, dtype, name: str, who: str) -> np.ndarray:
-    """The host integer array ``x`` as ``dtype``, after checking that every value fits.
-
-    Raises:
-        ValueError: a value does not fit ``dtype``.
-    """
-    x = np.asarray(x)
-    dtype = np.dtype(dtype)
-    _check_fits(x, dtype, name, who)
-    return x if x.dtype == dtype else x.astype(dtype)
 
 
 def _index_array(x, name: str, who: str):
@@ -240,7 +175,7 @@ def _check_values(indices, indptr, shape, who: str) -> None:
 
 
 # ---------------------------------------------------------------------------
-# the structure and the dense operand
+# the structure
 # ---------------------------------------------------------------------------
 def validate_csr(data, indices, indptr, shape, *, who: str = "CSR", check_values: bool = True,
                  indptr_dtype="auto"):
@@ -267,14 +202,15 @@ def validate_csr(data, indices, indptr, shape, *, who: str = "CSR", check_values
         pair of Python ints.
 
     Raises:
-        TypeError: non-float weights or non-integer indices.
+        TypeError: non-float weights, non-integer indices, or a ``shape``
+            that is not a pair of integers (see :func:`evjax._validation.check_shape`).
         ValueError: any shape or value that does not describe a CSR matrix,
             an index that does not fit its dtype, or an ``indptr_dtype`` that
             cannot be had (see :func:`index_dtypes`).
     """
     shape = check_shape(shape, who)
     n_rows = shape[0]
-    data = jnp.asarray(data)
+    data = canonical(data)  # float64 weights made in 64-bit mode: float32 once it is off
     if not jnp.issubdtype(data.dtype, jnp.floating):
         raise TypeError(
             f"{who}: weights (data) must be floating point (float16, bfloat16, float32, float64), "
@@ -301,32 +237,3 @@ def validate_csr(data, indices, indptr, shape, *, who: str = "CSR", check_values
     if check_values and _is_concrete(indptr) and _is_concrete(indices):
         _check_values(indices, indptr, shape, who)
     return data, indices, indptr, shape
-
-
-def check_operand(x, data, shape, transpose: bool, rank: int, event: bool, who: str):
-    """Check the dense operand of a matmul; return it and the result dtype.
-
-    Raises:
-        ValueError: ``x`` has the wrong rank or contracted size.
-        TypeError: ``x`` is complex.
-    """
-    x = jnp.asarray(x)
-    name = "v" if rank == 1 else "B"
-    need = shape[1] if not transpose else shape[0]
-    what = "n_cols" if not transpose else "n_rows"
-    if x.ndim != rank or x.shape[0] != need:
-        expect = f"({need},)" if rank == 1 else f"({need}, k)"
-        raise ValueError(
-            f"{who}: {name} has shape {x.shape}, but a matrix of shape {shape} with transpose={transpose} "
-            f"needs {expect} ({what} = {need} first)"
-        )
-    if jnp.issubdtype(x.dtype, jnp.complexfloating):
-        raise TypeError(f"{who}: complex operands are not supported, got {x.dtype}; pass the real part "
-                        f"(jnp.real(x)) or split real and imaginary parts into two calls")
-    if event:
-        if not (x.dtype == jnp.bool_ or jnp.issubdtype(x.dtype, jnp.floating)):
-            x = as_bool_events(x)  # integer spike counts: nonzero = spike
-        return x, data.dtype
-    if not jnp.issubdtype(x.dtype, jnp.floating):
-        return x.astype(data.dtype), data.dtype
-    return x, jnp.promote_types(data.dtype, x.dtype)

@@ -22,6 +22,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from ..._validation import check_shape
 from ...events import BinaryArray, event_operand
 from .ops import binary_densemm, binary_densemv
 
@@ -38,7 +39,7 @@ class Dense:
         backend: the backend its event ops ask for (default: see :mod:`evjax.config`).
 
     Raises:
-        TypeError: ``data`` is not a 2-d float array.
+        TypeError: ``data`` is not a 2-d float array, or ``shape`` is not a pair of integers.
         ValueError: ``shape`` differs from ``data.shape``.
 
     Example:
@@ -54,7 +55,7 @@ class Dense:
         if data.ndim != 2 or not jnp.issubdtype(data.dtype, jnp.floating):
             raise TypeError(f"Dense: data must be a 2-d float matrix, got {data.dtype}{list(data.shape)}; "
                             f"e.g. Dense(jnp.asarray(w, jnp.float32))")
-        if shape is not None and tuple(shape) != tuple(data.shape):
+        if shape is not None and check_shape(shape, "Dense") != tuple(data.shape):
             raise ValueError(f"Dense: shape {tuple(shape)} does not match data.shape {tuple(data.shape)}; "
                              f"leave shape out, it is read from data")
         self.data, self.backend = data, backend

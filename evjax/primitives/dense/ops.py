@@ -41,6 +41,7 @@ import jax
 import jax.numpy as jnp
 
 from ... import events as events_module
+from ..._validation import canonical
 from ...dtypes import compute_dtype
 from ...events import event_operand
 from ...rules import ad as ad_rules
@@ -63,8 +64,8 @@ _FLOATS = (jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64)
 # ===========================================================================
 def _check(weights, spikes, transpose, weighted, rank: int, who: str):
     """``(weights, spikes, out_dtype)`` checked; errors name the argument and the fix."""
-    weights = weights if isinstance(weights, jax.Array) else jnp.asarray(weights)
-    spikes = spikes if isinstance(spikes, jax.Array) else jnp.asarray(spikes)
+    weights = canonical(weights)  # float64 weights made in 64-bit mode: float32 once it is off
+    spikes = canonical(spikes)
     if not isinstance(transpose, (bool, int)) or not isinstance(weighted, (bool, int)):
         raise TypeError(f"{who}: transpose and weighted must be True or False, got {transpose!r}, {weighted!r}")
     if weights.ndim != 2 or weights.dtype not in [jnp.dtype(d) for d in _FLOATS]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from ..csr.validation import INT32_MAX
+from ..._validation import INT32_MAX
 
 __all__ = ["stack", "stack_rows", "block_table", "fits"]
 

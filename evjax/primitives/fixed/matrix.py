@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..._validation import check_shape, check_size, host_rng
 from ...events import BinaryArray, event_operand
 from ..csr.matrix import CSR
 from .ops import binary_fcnmm, binary_fcnmv, fcnmm, fcnmv, row_pointers, validate_table
@@ -41,14 +42,17 @@ def _register_pytree(cls):
     return cls
 
 
-def _random_table(rng: np.random.Generator, n: int, n_targets: int, k: int, replace: bool) -> np.ndarray:
+def _random_table(rng: np.random.Generator, n: int, n_targets: int, k: int, replace: bool,
+                  who: str = "random") -> np.ndarray:
     """``(n, k)`` int32 targets in ``[0, n_targets)``; without replacement, distinct in each row."""
     if k == 0 or n == 0:
         return np.zeros((n, k), np.int32)
+    if n_targets == 0:
+        raise ValueError(f"{who}: k = {k} targets per row, but there is no neuron to draw them from; pass k=0")
     if replace:
         return rng.integers(0, n_targets, (n, k)).astype(np.int32)
     if k > n_targets:
-        raise ValueError(f"random: k = {k} distinct targets per row need n >= k, but there are {n_targets}; "
+        raise ValueError(f"{who}: k = {k} distinct targets per row need n >= k, but there are {n_targets}; "
                          f"pass replace=True or a smaller k")
     if 2 * k > n_targets:  # dense: a random permutation per row
         return np.argsort(rng.random((n, n_targets)), axis=1)[:, :k].astype(np.int32)
@@ -63,16 +67,6 @@ def _random_table(rng: np.random.Generator, n: int, n_targets: int, k: int, repl
         dup = np.zeros_like(dup_sorted)
         np.put_along_axis(dup, order, dup_sorted, axis=1)
         table[dup] = rng.integers(0, n_targets, int(dup.sum()))
-
-
-def _seed(key) -> np.random.Generator:
-    """A NumPy generator seeded from a JAX key (typed or raw uint32) or an integer seed."""
-    if isinstance(key, (int, np.integer)):
-        return np.random.default_rng(int(key))
-    key = jnp.asarray(key)
-    if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
-        key = jax.random.key_data(key)
-    return np.random.default_rng(np.asarray(key).astype(np.uint32).ravel().tolist())
 
 
 class _FixedNumConn:
@@ -94,9 +88,7 @@ class _FixedNumConn:
                 raise TypeError(f"{type(self).__name__}: pass (data, indices) or data and indices, got "
                                 f"{type(data).__name__}")
             data, indices = data
-        shape = tuple(int(d) for d in shape)
-        if len(shape) != 2:
-            raise ValueError(f"{type(self).__name__}: shape must be (n_pre, n_post), got {shape!r}")
+        shape = check_shape(shape, type(self).__name__, dims=("n_pre", "n_post"))
         stored = shape if self._fan_out else shape[::-1]
         data, indices, _ = validate_table(data, indices, stored, who=type(self).__name__)
         self.data, self.indices, self.shape, self.backend = data, indices, shape, backend
@@ -191,10 +183,15 @@ class _FixedNumConn:
 
     # -- construction ----------------------------------------------------------
     @classmethod
-    def _random(cls, key, n_rows: int, n_targets: int, k: int, weight, replace: bool, shape, backend):
-        indices = _random_table(_seed(key), int(n_rows), int(n_targets), int(k), bool(replace))
+    def _random(cls, key, n_pre, n_post, k, weight, replace: bool, backend):
+        who = f"{cls.__name__}.random"
+        n_pre, n_post, k = (check_size(n_pre, who, "n_pre"), check_size(n_post, who, "n_post"),
+                            check_size(k, who, "k"))
+        rng = host_rng(key, who, "key")
+        n_rows, n_targets = (n_pre, n_post) if cls._fan_out else (n_post, n_pre)
+        indices = _random_table(rng, n_rows, n_targets, k, bool(replace), who)
         weight = jnp.asarray(weight, jnp.float32) if isinstance(weight, (int, float)) else jnp.asarray(weight)
-        return cls((weight, jnp.asarray(indices)), shape=shape, backend=backend)
+        return cls((weight, jnp.asarray(indices)), shape=(n_pre, n_post), backend=backend)
 
 
 @_register_pytree
@@ -208,7 +205,8 @@ class FixedPostNumConn(_FixedNumConn):
         backend: the backend of every product (default: see :mod:`evjax.config`).
 
     Raises:
-        ValueError: shapes that do not fit, or (concrete) a target outside ``[0, n_post)``.
+        TypeError: ``shape`` is not a pair of integers (``4.7`` is never truncated).
+        ValueError: a negative size, shapes that do not fit, or (concrete) a target outside ``[0, n_post)``.
 
     Example:
         >>> W = FixedPostNumConn((0.5, indices), shape=(n_pre, n_post))
@@ -228,15 +226,19 @@ class FixedPostNumConn(_FixedNumConn):
         """Each of ``n_pre`` rows connects to ``k`` targets drawn uniformly from ``[0, n_post)``.
 
         Args:
-            key: a JAX random key (or an integer seed).
+            key: a JAX random key (or a non-negative integer seed).
             n_pre: presynaptic neurons (rows).
             n_post: postsynaptic neurons (columns).
             k: targets per presynaptic neuron (the fan-out).
             weight: a scalar (homogeneous) or an ``(n_pre, k)`` array.
             replace: allow a row to hit a target more than once (the weights add up).
             backend: as in the constructor.
+
+        Raises:
+            TypeError: ``key`` is neither a key nor an integer, or a size is not an integer.
+            ValueError: a negative seed or size, or ``k`` distinct targets that ``n_post`` cannot hold.
         """
-        return cls._random(key, n_pre, n_post, k, weight, replace, (n_pre, n_post), backend)
+        return cls._random(key, n_pre, n_post, k, weight, replace, backend)
 
 
 @_register_pytree
@@ -268,7 +270,7 @@ class FixedPreNumConn(_FixedNumConn):
 
         Args: as :meth:`FixedPostNumConn.random` (weights ``(n_post, k)``).
         """
-        return cls._random(key, n_post, n_pre, k, weight, replace, (n_pre, n_post), backend)
+        return cls._random(key, n_pre, n_post, k, weight, replace, backend)
 
 
 # brainevent 0.2's current names for the two classes (the ones above are its deprecated ones, kept there):

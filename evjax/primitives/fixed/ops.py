@@ -33,13 +33,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..._validation import check_operand
 from ...dtypes import compute_dtype
 from ...events import as_bool_events
 from ...rules import ad as ad_rules
 from ...rules import batching as batching_rules
 from ...xla_custom_kernel import XLACustomKernel
 from ..csr.ops import binary_csrmm, binary_csrmv
-from ..csr.validation import check_operand
 from . import blocks
 from .validation import pointer_dtype, row_pointers, validate_table  # noqa: F401 (re-exported)
 

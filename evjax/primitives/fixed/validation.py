@@ -1,8 +1,8 @@
 """Checks of a fixed-width connectivity table: shapes and dtypes always, index values when concrete.
 
 Split from :mod:`evjax.primitives.fixed.ops` (which re-exports ``validate_table``
-and ``row_pointers``); the CSR family's checks it builds on live in
-:mod:`evjax.primitives.csr.validation`.
+and ``row_pointers``); the checks every family shares (``shape``, sizes, seeds,
+the dense operand) live in :mod:`evjax._validation`.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from jax import lax
 import numpy as np
 
 from ... import _compat
-from ..csr.validation import INT32_MAX, check_shape
+from ..._validation import INT32_MAX, canonical, check_shape, is_concrete as _is_concrete
 
 __all__ = ["validate_table", "row_pointers", "pointer_dtype"]
 
@@ -22,10 +22,6 @@ __all__ = ["validate_table", "row_pointers", "pointer_dtype"]
 # ===========================================================================
 # Validation: shapes and dtypes always; index values when concrete
 # ===========================================================================
-def _is_concrete(x) -> bool:
-    return not isinstance(x, _compat.Tracer)
-
-
 def validate_table(weights, indices, shape, *, who: str):
     """Check and normalise a fixed-width table.
 
@@ -40,12 +36,13 @@ def validate_table(weights, indices, shape, *, who: str):
         indices int32 (int64 only in 64-bit mode), shape a pair of ints.
 
     Raises:
-        TypeError: non-float weights or non-integer indices.
+        TypeError: non-float weights, non-integer indices, or a ``shape``
+            that is not a pair of integers (see :func:`evjax._validation.check_shape`).
         ValueError: shapes that do not fit, or (concrete indices) an index
             outside ``[0, n_cols)``.
     """
     shape = check_shape(shape, who)
-    weights = jnp.asarray(weights)
+    weights = canonical(weights)  # float64 weights made in 64-bit mode: float32 once it is off
     if not jnp.issubdtype(weights.dtype, jnp.floating):
         raise TypeError(f"{who}: weights must be floating point, got {weights.dtype}; convert them, "
                         f"e.g. weights.astype(jnp.float32)")

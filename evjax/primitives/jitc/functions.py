@@ -6,15 +6,12 @@
 """
 from __future__ import annotations
 
-import operator
-
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from ... import _compat
+from ..._validation import as_seed, canonical, check_shape
 from ...events import event_operand
-from ..csr.validation import check_shape
 from .ops import LAWS, bind_dense, bind_matmul
 
 __all__ = [
@@ -41,26 +38,10 @@ def check_prob(prob, who: str) -> float:
     return p
 
 
-def as_seed(seed, who: str):
-    """The seed as a ``(1,)`` uint32 array (integers wrap modulo 2^32; traced seeds do not recompile).
-
-    ``None`` draws a random seed on the host (a new matrix on every call: pass one to reproduce it).
-    """
-    if seed is None:
-        seed = int(np.random.randint(0, 2**31 - 1))
-    if isinstance(seed, (int, np.integer)) and not isinstance(seed, (bool, np.bool_)):
-        return jnp.asarray([operator.index(seed) & 0xFFFFFFFF], jnp.uint32)
-    seed = jnp.asarray(seed)
-    if seed.size != 1 or not (jnp.issubdtype(seed.dtype, jnp.integer) and seed.dtype != jnp.bool_):
-        raise TypeError(f"{who}: seed must be one integer (a Python int or an integer array of one element), "
-                        f"got {seed.dtype}{list(seed.shape)}")
-    return seed.reshape(1).astype(jnp.uint32)
-
-
 def _params(law: str, values, who: str):
     out = []
     for name, v in zip(_PARAM_NAMES[law], values):
-        v = jnp.asarray(v)
+        v = canonical(v)  # a float64 weight made in 64-bit mode: float32 once it is off
         if v.size != 1:
             raise ValueError(f"{who}: {name} must be a scalar (one value for the whole matrix), got shape "
                              f"{v.shape}; per-synapse weights need an explicit structure (evjax.CSR)")
@@ -89,7 +70,7 @@ def _matmul(law, values, prob, x, seed, *, shape, transpose, corder, backend, ra
     if event:
         x, from_wrapper = event_operand(x)
         weighted = bool(weighted) or from_wrapper
-    x = jnp.asarray(x)
+    x = canonical(x)
     n_in = shape[0] if transpose else shape[1]
     what = "vector" if rank == 1 else "matrix B"
     if x.ndim != rank or x.shape[0] != n_in:

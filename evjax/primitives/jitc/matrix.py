@@ -23,8 +23,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..._validation import as_seed, check_shape
 from ...events import BinaryArray, event_operand
-from .functions import as_seed, check_prob
+from .functions import check_prob
 from .ops import LAWS, generated_shape, host_structure
 
 __all__ = ["JITCMatrix", "JITCScalarR", "JITCScalarC", "JITCNormalR", "JITCNormalC", "JITCUniformR", "JITCUniformC",
@@ -62,10 +63,7 @@ class JITCMatrix:
                             f"{len(params)} parameters")
         who = type(self).__name__
         self.prob = check_prob(prob, who)
-        shape = tuple(int(d) for d in shape)
-        if len(shape) != 2 or min(shape) < 0:
-            raise ValueError(f"{who}: shape must be a pair (n_rows, n_cols) of non-negative integers, got {shape}")
-        self.shape = shape
+        self.shape = check_shape(shape, who)
         self.corder = bool(corder)
         self.backend = backend
         self.params = tuple(jnp.asarray(p) for p in params)
