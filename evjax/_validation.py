@@ -45,9 +45,9 @@ ENABLE_X64 = 'jax.config.update("jax_enable_x64", True)'
 _WIDE_INEXACT = (np.dtype(np.float64), np.dtype(np.complex128))
 
 
-def is_concrete(x) -> bool:
-    """Whether ``x`` holds values (is not traced under ``jit``/``vmap``/``grad``)."""
-    return not isinstance(x, _compat.Tracer)
+def is_concrete(*arrays) -> bool:
+    """Whether every one of ``arrays`` holds values (none is traced under ``jit``/``vmap``/``grad``)."""
+    return not any(isinstance(x, _compat.Tracer) for x in arrays)
 
 
 # ---------------------------------------------------------------------------

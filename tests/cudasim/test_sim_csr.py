@@ -291,7 +291,7 @@ def test_sddmm_generator_end_to_end_under_jit(matrix, dtype, r_bool):
         want = ops.csr_sddmm(indices, indptr, r, q, shape=shape, dtype=dtype, backend="reference")
         outs = [jax.ShapeDtypeStruct((indices.shape[0],), dtype)]
         ins = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in (indices, indptr, r, q)]
-        run = csr_cuda.csr_sddmm_numba_cuda(outs=outs, ins=ins)
+        run = csr_cuda.csr_sddmm_numba_cuda(outs=outs, ins=ins, shape=shape, weighted=None)
         (got,) = jax.jit(run)(indices, indptr, r, q)
         assert got.dtype == dtype and got.shape == want.shape
         tol = 1e-2 if np.dtype(dtype).itemsize == 2 else 1e-5
@@ -309,7 +309,8 @@ def test_sddmm_with_no_synapses_or_no_rows():
         q = np.ones((4, 2) if matrix else (4,), np.float32)
         outs = [jax.ShapeDtypeStruct((0,), np.float32)]
         ins = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in (indices, indptr, r, q)]
-        (g,) = jax.jit(csr_cuda.csr_sddmm_numba_cuda(outs=outs, ins=ins))(indices, indptr, r, q)
+        (g,) = jax.jit(csr_cuda.csr_sddmm_numba_cuda(outs=outs, ins=ins, shape=(n_rows, 4), weighted=None))(
+            indices, indptr, r, q)
         assert g.shape == (0,) and g.dtype == np.float32
     # synapses, but every row of r silent: all zeros (the zero-filled buffer)
     indices = np.array([0, 1, 1], np.int32)
@@ -317,7 +318,7 @@ def test_sddmm_with_no_synapses_or_no_rows():
     r, q = np.zeros(2, np.float32), np.ones(2, np.float32)
     outs = [jax.ShapeDtypeStruct((3,), np.float32)]
     ins = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in (indices, indptr, r, q)]
-    (g,) = jax.jit(csr_cuda.csr_sddmm_numba_cuda(outs=outs, ins=ins))(indices, indptr, r, q)
+    (g,) = jax.jit(csr_cuda.csr_sddmm_numba_cuda(outs=outs, ins=ins, shape=(2, 2), weighted=None))(indices, indptr, r, q)
     np.testing.assert_array_equal(g, np.zeros(3))
 
 

@@ -63,5 +63,5 @@ def test_sddmm_generator_takes_mixed_index_dtypes(matrix):
     with jax.enable_x64(True):
         outs = [jax.ShapeDtypeStruct((indices.shape[0],), np.float32)]
         ins = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in (indices, indptr, r, q)]
-        (got,) = jax.jit(csr_cuda.csr_sddmm_numba_cuda(outs=outs, ins=ins))(indices, jnp.asarray(indptr), r, q)
+        (got,) = jax.jit(csr_cuda.csr_sddmm_numba_cuda(outs=outs, ins=ins, shape=(N_ROWS, N_COLS), weighted=None))(indices, jnp.asarray(indptr), r, q)
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-6)

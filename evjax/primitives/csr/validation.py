@@ -234,6 +234,6 @@ def validate_csr(data, indices, indptr, shape, *, who: str = "CSR", check_values
         )
     idx_dtype, ptr_dtype = index_dtypes(indices.dtype, indptr.dtype, nnz, requested=indptr_dtype, who=who)
     indices, indptr = _stored(indices, idx_dtype, "indices", who), _stored(indptr, ptr_dtype, "indptr", who)
-    if check_values and _is_concrete(indptr) and _is_concrete(indices):
+    if check_values and _is_concrete(indptr, indices):
         _check_values(indices, indptr, shape, who)
     return data, indices, indptr, shape
