@@ -341,7 +341,7 @@ def test_registered_as_the_numba_cuda_backend_of_the_csr_ops():
     for op, shape_in, transpose, event in cases:
         assert "numba_cuda" in op.backends("gpu")
         x = _dense_operand(rng, shape_in, event, np.bool_)
-        params = dict(shape=(N_ROWS, N_COLS), transpose=transpose)
+        params = dict(shape=(N_ROWS, N_COLS), transpose=transpose, **({"weighted": False} if event else {}))
         want = op(data, indices, indptr, x, outs=[jax.ShapeDtypeStruct(
             ((N_COLS if transpose else N_ROWS),) + shape_in[1:], np.float32)], backend="reference", **params)[0]
         avals = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in (data, indices, indptr, x)]
@@ -351,7 +351,7 @@ def test_registered_as_the_numba_cuda_backend_of_the_csr_ops():
 
     op = csr.csr_sddmm_p
     assert "numba_cuda" in op.backends("gpu")
-    params = dict(shape=(N_ROWS, N_COLS))
+    params = dict(shape=(N_ROWS, N_COLS), weighted=None)
     for matrix in (False, True):
         r, q = _sddmm_operands(rng, matrix)
         outs = (jax.ShapeDtypeStruct((indices.shape[0],), np.float32),)

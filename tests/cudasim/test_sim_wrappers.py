@@ -215,7 +215,7 @@ def test_unwritten_integer_outputs_are_garbage_not_zero():
 
 
 def test_generator_registered_with_def_numba_cuda_kernel():
-    def generator(outs, alpha):
+    def generator(outs, ins, alpha):
         n = outs[0].shape[0]
         call = numba_cuda_kernel(add, outs[0], launch_dims=n, threads_per_block=32)
         return lambda x: call(x, jnp.full(x.shape, alpha, x.dtype))
