@@ -237,7 +237,7 @@ def test_batch_scatter_and_gradient_parallel_decisions():
 def test_vector_scatter_kernel_split_between_thresholds(pool, weighted):
     """Above the vector threshold (about 96k synapses into 1500 outputs), called directly with each
     pool size: duplicates summed, NaN rows of silent events ignored, every output written."""
-    from evjax.primitives.csr import numba_rows, numba_weighted
+    from evjax.primitives.csr import numba_rows
 
     rng = np.random.default_rng(pool)
     n_rows, n_out, k = 3000, 1500, 40
@@ -253,8 +253,8 @@ def test_vector_scatter_kernel_split_between_thresholds(pool, weighted):
     np.add.at(want, indices[x[rows]], data[x[rows]].astype(np.float64))
     out = np.full(n_out, np.nan, np.float32)
     if weighted:  # graded events of value 1 (silent: 0)
-        numba_weighted.weighted_scatter_mv(pool, data, indices, indptr, x.astype(np.float32),
-                                           out)
+        csr_numba.weighted_scatter_mv(pool, data, indices, indptr, x.astype(np.float32),
+                                      out)
     else:
         csr_numba.scatter_mv(pool, data, indices, indptr, x, out)
     np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-4)

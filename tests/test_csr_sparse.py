@@ -330,7 +330,7 @@ def test_batch_scatter_and_gradient_kernels_with_any_pool_size(active_rows):
     """Batch scatters (plain and weighted) and weight gradients near their parallel thresholds, on a
     fixed-width table with duplicate targets: every pool size gives the dense answer, and the NaN
     weights of silent rows never reach an output."""
-    from evjax.primitives.csr import numba_rows, numba_weighted
+    from evjax.primitives.csr import numba_rows
 
     rng = np.random.default_rng(active_rows)
     n_rows, n_out, k, width = 600, 300, 20, 5
@@ -356,13 +356,13 @@ def test_batch_scatter_and_gradient_kernels_with_any_pool_size(active_rows):
         csr_numba.scatter_mm_batch_major(pool, data, indices, indptr, S, out)
         np.testing.assert_allclose(out, S @ dense, rtol=1e-5, atol=1e-5)
         out = np.full((width, n_out), np.nan, np.float32)
-        numba_weighted.weighted_scatter_mm_batch_major(pool, data, indices, indptr, V, out)
+        csr_numba.weighted_scatter_mm_batch_major(pool, data, indices, indptr, V, out)
         np.testing.assert_allclose(out, V @ dense, rtol=1e-5, atol=1e-5)
         g = np.full(n_rows * k, np.nan, np.float32)
         csr_numba.sddmm_mm(pool, indices, indptr, S.T.copy(), CT, g)
         np.testing.assert_allclose(g, np.sum(S.T[rows] * CT[indices], axis=1), rtol=1e-5, atol=1e-5)
         g = np.full(n_rows * k, np.nan, np.float32)
-        numba_weighted.sddmm_r_weighted(pool, indices, indptr, V.T.copy(), CT, g)
+        csr_numba.sddmm_r_weighted(pool, indices, indptr, V.T.copy(), CT, g)
         np.testing.assert_allclose(g, want_g, rtol=1e-5, atol=1e-5)
 
 

@@ -272,7 +272,8 @@ def get_handler(kernel, in_types: Sequence[tuple[np.dtype, int]], out_types, tra
         return handler
 
 
-def call(kernel, args: Sequence, out_shape: Sequence[int], out_dtype, *, threads: bool = True):
+def call(kernel, args: Sequence, out_shape: Sequence[int], out_dtype, *, threads: bool = True,
+         bool_as_bytes: bool = False):
     """Call ``kernel(threads, *args, out)`` (or ``kernel(*args, out)``) through its FFI handler.
 
     The one call path of the operator families' Numba CPU kernels: the
@@ -284,11 +285,15 @@ def call(kernel, args: Sequence, out_shape: Sequence[int], out_dtype, *, threads
         args: its input arrays.
         out_shape, out_dtype: the output.
         threads: pass the thread count in force as the first argument.
+        bool_as_bytes: the kernel reads a bool buffer as its uint8 bytes (one
+            byte per element either way; Numba's bool loads are slower, and a
+            kernel then compiles no bool-to-bytes view).
 
     Returns:
         The output array.
     """
-    in_types = [(np.dtype(a.dtype), a.ndim) for a in args]
+    in_types = [(np.dtype(np.uint8) if bool_as_bytes and a.dtype == np.bool_ else np.dtype(a.dtype), a.ndim)
+                for a in args]
     handler = get_handler(kernel, in_types, [(np.dtype(out_dtype), len(out_shape))], threads=threads)
     ffi = jax.ffi.ffi_call(handler.target_name, [jax.ShapeDtypeStruct(tuple(out_shape), out_dtype)])
     return ffi(*args)[0]

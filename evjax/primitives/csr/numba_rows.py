@@ -1,27 +1,41 @@
-"""Row-level loops of the Numba CSR kernels in :mod:`evjax.primitives.csr.numba`.
+"""Row loops of the Numba CSR kernels in :mod:`evjax.primitives.csr.numba`, and their thresholds.
 
-Small ``@numba.njit(inline="always")`` helpers (and five ``@overload``-dispatched
-ones), inlined into every kernel specialisation: clamped row spans, unsigned
-column reads, the NaN rules (``_visits``: which rows a scatter visits;
-``_product``: one term, where an event selects and a value multiplies), the
-gather dot product of one row, the scatter of one row or a range of active
-rows, and the work counts that decide how a scatter is split over threads;
-the thresholds above which the kernels (here and in ``numba_weighted``) go
+One plain ``@numba.njit`` loop per kind of work, shared by every kernel that
+does it: the gather of rows (a vector or a batch), the scatter of rows, the
+weight gradient (SDDMM) of rows; the work counts and splits that decide how a
+sum is divided into parts; the thresholds above which the kernels go
 parallel.  Nothing here is called from Python.
 
-The kernels of ``numba.py`` and ``numba_weighted.py`` inline this file; their
-disk cache is fresh only while every file of this folder is unchanged
-(:func:`evjax._kernel_compat.stamp_kernel_caches`), so an edit here rebuilds them.
+Each loop is compiled once per argument signature and called (not inlined at
+Numba's IR level: LLVM inlines what pays off), so a kernel's first compile
+costs its own few lines plus the loops it calls, and the serial and parallel
+paths of a kernel share one compiled loop.  Loops take positions and flags as
+variables (``np.int64``, ``bool``): a literal argument would compile another
+specialisation.
+
+``selects`` (a loop's last arguments) is the NaN rule of ``docs/semantics.md``:
+an operand that selects (events, bool as their uint8 bytes, or weighted
+events) contributes nothing where it is zero, whatever the other operand
+holds; a value operand multiplies (IEEE: ``0 * nan`` is nan).  Every term is
+``w * s`` in the weights' dtype (an event is 1), replaced by 0 where a
+selecting operand is 0.
+
+Every loop tolerates a malformed structure passed under ``jit``: row spans
+are clamped to ``[0, nnz]`` and columns outside ``[0, n)`` are ignored.
+
+The kernels' disk cache is fresh only while every file of this folder is
+unchanged (:func:`evjax._kernel_compat.stamp_kernel_caches`), so an edit here
+rebuilds them.
 """
 from __future__ import annotations
 
 import numba
 import numpy as np
-from numba import prange, types
+from numba import types
 from numba.extending import overload
 
 from ..._kernel_compat import prange_only
-from ...backends.threads import add_parts, part_done, pool_chunks, region_done, start_region
+from ...backends.threads import pool_chunks
 
 # Below this many synapses visited a kernel stays on one thread: waking the
 # pool, splitting the work and (scatter) summing per-thread outputs would cost
@@ -39,13 +53,13 @@ VECTOR_SCATTER_PARALLEL_MIN_WORK = 65536
 VECTOR_SCATTER_WORK_PER_OUTPUT = 4
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@numba.njit(cache=True, nogil=True)
 def _vector_scatter_serial(work, n_out):
     """Whether a vector scatter of ``work`` synapses into ``n_out`` outputs stays on one thread."""
     return work < VECTOR_SCATTER_PARALLEL_MIN_WORK or work < VECTOR_SCATTER_WORK_PER_OUTPUT * n_out
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@numba.njit(cache=True, nogil=True)
 def _vector_scatter_parts(work, n_out):
     """How many parts a vector scatter's sum is split into: 1 (one pass, no private copy) below the
     thresholds, else up to Numba's pool size, each part beyond the first with at least
@@ -73,7 +87,7 @@ def _vector_scatter_parts(work, n_out):
 BATCH_SCATTER_PARALLEL_MIN_COST = 8192
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@numba.njit(cache=True, nogil=True)
 def _batch_scatter_serial(synapses, n_outputs):
     """Whether a batch scatter visiting ``synapses`` into ``n_outputs`` output entries stays on one thread."""
     return synapses + n_outputs // 4 < BATCH_SCATTER_PARALLEL_MIN_COST
@@ -89,7 +103,7 @@ def _batch_scatter_serial(synapses, n_outputs):
 SDDMM_PARALLEL_MIN_COST = 16384
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@numba.njit(cache=True, nogil=True)
 def _sddmm_serial(computed, entries):
     """Whether a weight gradient computing ``computed`` of its ``entries`` (the rest zero-filled)
     stays on one thread."""
@@ -100,8 +114,6 @@ def _sddmm_serial(computed, entries):
 # parallel regions, which would wake every thread even on the serial path.
 _PARALLEL = prange_only()
 
-# inline="always" gives every kernel specialisation the same, fully optimised loop.
-#
 # Synapse positions are unsigned (uint64): indexing with them skips Numba's
 # wrap-around of negative indices, which otherwise costs a compare per access
 # and keeps LLVM from turning zero-fills into memsets.  (uint64 + int64 is
@@ -110,7 +122,19 @@ U0, U1, U2, U3, U4 = np.uint64(0), np.uint64(1), np.uint64(2), np.uint64(3), np.
 U5, U6, U7, U8 = np.uint64(5), np.uint64(6), np.uint64(7), np.uint64(8)
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+def _selects(x):
+    """Whether an operand selects by its type: events (bool or their uint8 bytes) do, floats do not."""
+    raise NotImplementedError("compiled by Numba only")
+
+
+@overload(_selects)
+def _selects_overload(x):
+    dtype = x.dtype if isinstance(x, types.Array) else x
+    events = isinstance(dtype, (types.Boolean, types.Integer))
+    return lambda x: events
+
+
+@numba.njit(cache=True, nogil=True)
 def _span(indptr, i, nnz):
     """Synapses ``[a, b)`` of row ``i``, unsigned, both ends clamped to ``[0, nnz]``."""
     a = min(max(np.int64(indptr[i]), np.int64(0)), np.int64(nnz))
@@ -118,18 +142,11 @@ def _span(indptr, i, nnz):
     return np.uint64(a), np.uint64(b)
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@numba.njit(cache=True, nogil=True)
 def _zero(arr, lo, hi):
-    """``arr[lo:hi] = 0`` for a 1-d array, as a plain unsigned loop (LLVM makes it a
-    memset; Numba's slice assignment and signed loops are several times slower)."""
+    """``arr[lo:hi] = 0`` for a 1-d array, as a plain unsigned loop (LLVM makes it a memset)."""
     for k in range(np.uint64(lo), np.uint64(hi)):
         arr[k] = 0
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _column(indices, k):
-    """Column of synapse ``k`` as unsigned: one compare ``< n`` also rejects negatives."""
-    return np.uint64(np.int64(indices[k]))
 
 
 @numba.njit(cache=True, nogil=True)
@@ -147,181 +164,167 @@ def _balanced_rows(indptr, n_rows, nnz, parts):
     return bounds
 
 
-def _numeric(x):
-    """A bool array as its uint8 bytes (Numba's bool loads are slow); others unchanged."""
-    return x
-
-
-@overload(_numeric)
-def _numeric_overload(x):
-    if isinstance(x, types.Array) and isinstance(x.dtype, types.Boolean):
-        return lambda x: x.view(np.uint8)
-    return lambda x: x
-
-
-def _zero_of(arr):
-    """A zero scalar of ``arr``'s dtype (the accumulator type)."""
-    return arr.dtype.type(0)
-
-
-@overload(_zero_of)
-def _zero_of_overload(arr):
-    dtype = arr.dtype
-    # (``np.zeros(1, arr.dtype)[0]`` compiles to a slow loop in later
-    # specialisations of a kernel, Numba 0.68)
-    return lambda arr: dtype(0)
-
-
-def _is_event_type(ty) -> bool:
-    """Events reach the kernels as bool or as their uint8 bytes (see ``_numeric``); values as floats."""
-    return isinstance(ty, (types.Boolean, types.Integer))
-
-
-def _visits(s):
-    """Whether a scatter visits a row whose input is ``s``.
-
-    Events: only active rows (a silent event contributes nothing, whatever its
-    weights hold).  Values: every row, as IEEE arithmetic does (``0 * nan`` is nan).
-    """
+# ---------------------------------------------------------------------------
+# gather: out[i] = sum_{k in row i} w_k * x[indices[k]]
+# ---------------------------------------------------------------------------
+def _cast(zero, s):
+    """``s`` in ``zero``'s type (an event: 1 or 0)."""
     raise NotImplementedError("compiled by Numba only")
 
 
-@overload(_visits)
-def _visits_overload(s):
-    if _is_event_type(s):
-        return lambda s: s != 0
-    return lambda s: True
+@overload(_cast)
+def _cast_overload(zero, s):
+    kind = zero
+    return lambda zero, s: kind(s)
 
 
-def _product(a, b):
-    """One term of a sum: ``a * b`` for two values (IEEE); an event operand selects the other
-    (``b if a else 0``), never multiplies it, so a silent event hides a nan or inf weight."""
-    raise NotImplementedError("compiled by Numba only")
+@numba.njit(cache=True, nogil=True)
+def _term(w, x, j, n, zero, selects):
+    """``w * x[j]`` in the accumulator's type (0 where ``x[j]`` selects and is 0; 0 for a column
+    ``j`` outside ``[0, n)``)."""
+    if j >= n:
+        return zero
+    v = _cast(zero, x[j])  # (an event: 1 or 0 in the accumulator's type)
+    if selects and v == 0:
+        return zero
+    return w * v
 
 
-@overload(_product)
-def _product_overload(a, b):
-    if _is_event_type(a) and _is_event_type(b):
-        return lambda a, b: 1 if (a != 0 and b != 0) else 0
-    if _is_event_type(a):
-        value = b  # the value's Numba type, for its zero
-        return lambda a, b: b if a != 0 else value(0)
-    if _is_event_type(b):
-        value = a
-        return lambda a, b: a if b != 0 else value(0)
-    return lambda a, b: a * b
+@numba.njit(cache=True, nogil=True)
+def _gather_rows_mv(data, indices, indptr, x, out, lo, hi, selects):
+    """Rows ``[lo, hi)`` of ``out[i] = sum_k term(data[k], x[indices[k]])`` (``data[0]`` for every k
+    when homogeneous): four partial sums over blocks of four synapses, the rest into the first,
+    ``(s0 + s1) + (s2 + s3)``.
 
-
-def _skips_zero_rows(r, q):
-    """Whether an SDDMM ``g[k] = <r[i], q[j]>`` may skip the rows where ``r`` is zero: only
-    where an operand is events (every term of such a row is then 0, see ``_product``); two
-    value operands give the IEEE product on every row (``0 * inf`` is nan)."""
-    raise NotImplementedError("compiled by Numba only")
-
-
-@overload(_skips_zero_rows)
-def _skips_zero_rows_overload(r, q):
-    skips = _is_event_type(r.dtype) or _is_event_type(q.dtype)
-    return lambda r, q: skips
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _gather_row(data, indices, a, b, x, homogeneous, zero):
-    """``sum_k _product(data[k], x[indices[k]])`` over ``k in [a, b)`` (``data[0]``
-    for every k when homogeneous): four independent accumulators (of ``zero``'s
-    type) hide the latency of the additions.
-
-    Term by term, never ``w * sum(x)``: a row with no active event (or no
-    synapse) is 0 even for a nan or inf weight, and ``inf * 0`` terms stay nan.
+    Term by term, never ``w * sum(x)``: a row with no active event (or no synapse) is 0 even
+    for a nan or inf weight, and ``inf * 0`` terms stay nan.
     """
     n = np.uint64(x.shape[0])
-    a0 = zero
-    a1 = zero
-    a2 = zero
-    a3 = zero
-    k = a
-    if homogeneous:
-        w = data[0]
+    nnz = indices.shape[0]
+    homogeneous = data.shape[0] != nnz
+    zero = out.dtype.type(0)
+    for i in range(lo, hi):
+        a, b = _span(indptr, i, nnz)
+        s0 = zero
+        s1 = zero
+        s2 = zero
+        s3 = zero
+        k = a
         while k + U3 < b:
-            j0, j1, j2, j3 = _column(indices, k), _column(indices, k + U1), _column(indices, k + U2), \
-                _column(indices, k + U3)
-            if j0 < n:
-                a0 += _product(w, x[j0])
-            if j1 < n:
-                a1 += _product(w, x[j1])
-            if j2 < n:
-                a2 += _product(w, x[j2])
-            if j3 < n:
-                a3 += _product(w, x[j3])
+            j0 = np.uint64(np.int64(indices[k]))
+            j1 = np.uint64(np.int64(indices[k + U1]))
+            j2 = np.uint64(np.int64(indices[k + U2]))
+            j3 = np.uint64(np.int64(indices[k + U3]))
+            if homogeneous:
+                w = data[0]
+                s0 += _term(w, x, j0, n, zero, selects)
+                s1 += _term(w, x, j1, n, zero, selects)
+                s2 += _term(w, x, j2, n, zero, selects)
+                s3 += _term(w, x, j3, n, zero, selects)
+            else:
+                s0 += _term(data[k], x, j0, n, zero, selects)
+                s1 += _term(data[k + U1], x, j1, n, zero, selects)
+                s2 += _term(data[k + U2], x, j2, n, zero, selects)
+                s3 += _term(data[k + U3], x, j3, n, zero, selects)
             k += U4
         while k < b:
-            j0 = _column(indices, k)
-            if j0 < n:
-                a0 += _product(w, x[j0])
+            s0 += _term(data[0] if homogeneous else data[k], x, np.uint64(np.int64(indices[k])), n, zero, selects)
             k += U1
-        return (a0 + a1) + (a2 + a3)
-    while k + U3 < b:
-        j0, j1, j2, j3 = _column(indices, k), _column(indices, k + U1), _column(indices, k + U2), \
-            _column(indices, k + U3)
-        if j0 < n:
-            a0 += _product(data[k], x[j0])
-        if j1 < n:
-            a1 += _product(data[k + U1], x[j1])
-        if j2 < n:
-            a2 += _product(data[k + U2], x[j2])
-        if j3 < n:
-            a3 += _product(data[k + U3], x[j3])
-        k += U4
-    while k < b:
-        j0 = _column(indices, k)
-        if j0 < n:
-            a0 += _product(data[k], x[j0])
-        k += U1
-    return (a0 + a1) + (a2 + a3)
+        out[i] = (s0 + s1) + (s2 + s3)
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def _columns8(indices, k, n):
-    """Columns of synapses ``k .. k+7`` (unsigned) and whether all eight are below ``n``."""
-    j0 = _column(indices, k)
-    j1 = _column(indices, k + U1)
-    j2 = _column(indices, k + U2)
-    j3 = _column(indices, k + U3)
-    j4 = _column(indices, k + U4)
-    j5 = _column(indices, k + U5)
-    j6 = _column(indices, k + U6)
-    j7 = _column(indices, k + U7)
-    valid = (j0 < n) & (j1 < n) & (j2 < n) & (j3 < n) & (j4 < n) & (j5 < n) & (j6 < n) & (j7 < n)
-    return valid, j0, j1, j2, j3, j4, j5, j6, j7
+@numba.njit(cache=True, nogil=True)
+def _gather_rows_mm(data, indices, indptr, x, out, lo, hi, selects):
+    """Rows ``[lo, hi)`` of ``out[i, c] = sum_k term(data[k], x[indices[k], c])``, term by term."""
+    n = np.uint64(x.shape[0])
+    width = x.shape[1]
+    nnz = indices.shape[0]
+    homogeneous = data.shape[0] != nnz
+    zero = out.dtype.type(0)
+    for i in range(lo, hi):
+        row = out[i]
+        for c in range(width):
+            row[c] = zero
+        a, b = _span(indptr, i, nnz)
+        for k in range(a, b):
+            j = np.uint64(np.int64(indices[k]))
+            if j < n:
+                xj = x[j]
+                w = data[0] if homogeneous else data[k]
+                for c in range(width):
+                    v = _cast(zero, xj[c])
+                    row[c] += zero if (selects and v == 0) else w * v
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def _scatter_span(data, indices, a, b, s, target, homogeneous):
-    """``target[indices[k]] += data[k] * s`` for ``k in [a, b)``, one synapse at a time."""
-    n = np.uint64(target.shape[0])
-    w = data[0] * s if homogeneous else s  # (per-synapse data may be empty: no data[0] then)
-    for k in range(a, b):
-        j = _column(indices, k)
-        if j < n:
-            target[j] += w if homogeneous else data[k] * s
+def _gather_rows(data, indices, indptr, x, out, lo, hi, selects):
+    """Rows ``[lo, hi)`` of ``out = A @ x``: :func:`_gather_rows_mv` for a vector ``x``,
+    :func:`_gather_rows_mm` for a batch."""
+    raise NotImplementedError("compiled by Numba only")
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def _scatter_row(data, indices, indptr, i, s, target, homogeneous):
-    """``target[indices[k]] += data[k] * s`` for the synapses ``k`` of row ``i``.
+@overload(_gather_rows)
+def _gather_rows_overload(data, indices, indptr, x, out, lo, hi, selects):
+    if x.ndim == 2:
+        return lambda data, indices, indptr, x, out, lo, hi, selects: \
+            _gather_rows_mm(data, indices, indptr, x, out, lo, hi, selects)
+    return lambda data, indices, indptr, x, out, lo, hi, selects: \
+        _gather_rows_mv(data, indices, indptr, x, out, lo, hi, selects)
 
-    Eight synapses per step, their columns checked together: the independent
-    read-modify-writes overlap (20-30 % faster than one at a time at 5-20 %
-    rates, n=4000).  A block with an out-of-range column goes one by one.
+
+def _width(x):
+    """Columns of a row-major batch; 1 for a vector."""
+    raise NotImplementedError("compiled by Numba only")
+
+
+@overload(_width)
+def _width_overload(x):
+    if x.ndim == 2:
+        return lambda x: x.shape[1]
+    return lambda x: 1
+
+
+# ---------------------------------------------------------------------------
+# scatter: target[indices[k]] += w_k * x[i]
+# ---------------------------------------------------------------------------
+@numba.njit(cache=True, nogil=True)
+def _scatter_rows(data, indices, indptr, x, target, lo, hi, selects):
+    """``target[indices[k]] += data[k] * x[i]`` for the synapses of rows ``i`` in ``[lo, hi)``.
+
+    Selecting operands (events, weighted events): rows with ``x[i] == 0`` are
+    skipped, eight aligned rows tested at once where all are zero, so the cost
+    follows the synapses of the active rows.  Values: every row, ``x[i] == 0``
+    included (IEEE).  Eight synapses per step, their columns checked together:
+    the independent read-modify-writes overlap; a block with a column out of
+    range goes one by one.
     """
     n = np.uint64(target.shape[0])
-    a, b = _span(indptr, i, indices.shape[0])
-    k = a
-    if homogeneous:
-        w = data[0] * s
+    nnz = indices.shape[0]
+    homogeneous = data.shape[0] != nnz
+    i = lo
+    while i < hi:
+        if selects and i % 8 == 0 and i + 8 <= hi and x[i] == 0 and x[i + 1] == 0 and x[i + 2] == 0 \
+                and x[i + 3] == 0 and x[i + 4] == 0 and x[i + 5] == 0 and x[i + 6] == 0 and x[i + 7] == 0:
+            i += 8
+            continue
+        s = data.dtype.type(x[i])
+        if selects and s == 0:
+            i += 1
+            continue
+        a, b = _span(indptr, i, nnz)
+        w = data[0] * s if homogeneous else s  # (per-synapse data may be empty: no data[0] then)
+        k = a
         while k + U8 <= b:
-            valid, j0, j1, j2, j3, j4, j5, j6, j7 = _columns8(indices, k, n)
-            if valid:
+            j0 = np.uint64(np.int64(indices[k]))
+            j1 = np.uint64(np.int64(indices[k + U1]))
+            j2 = np.uint64(np.int64(indices[k + U2]))
+            j3 = np.uint64(np.int64(indices[k + U3]))
+            j4 = np.uint64(np.int64(indices[k + U4]))
+            j5 = np.uint64(np.int64(indices[k + U5]))
+            j6 = np.uint64(np.int64(indices[k + U6]))
+            j7 = np.uint64(np.int64(indices[k + U7]))
+            if not ((j0 < n) & (j1 < n) & (j2 < n) & (j3 < n) & (j4 < n) & (j5 < n) & (j6 < n) & (j7 < n)):
+                break  # one by one from here
+            if homogeneous:
                 target[j0] += w
                 target[j1] += w
                 target[j2] += w
@@ -331,13 +334,6 @@ def _scatter_row(data, indices, indptr, i, s, target, homogeneous):
                 target[j6] += w
                 target[j7] += w
             else:
-                _scatter_span(data, indices, k, k + U8, s, target, True)
-            k += U8
-        _scatter_span(data, indices, k, b, s, target, True)
-    else:
-        while k + U8 <= b:
-            valid, j0, j1, j2, j3, j4, j5, j6, j7 = _columns8(indices, k, n)
-            if valid:
                 target[j0] += data[k] * s
                 target[j1] += data[k + U1] * s
                 target[j2] += data[k + U2] * s
@@ -346,123 +342,55 @@ def _scatter_row(data, indices, indptr, i, s, target, homogeneous):
                 target[j5] += data[k + U5] * s
                 target[j6] += data[k + U6] * s
                 target[j7] += data[k + U7] * s
-            else:
-                _scatter_span(data, indices, k, k + U8, s, target, False)
             k += U8
-        _scatter_span(data, indices, k, b, s, target, False)
-
-
-def _event_words(x):
-    """Events (``x`` as uint8 bytes) as 64-bit words, eight rows each; any other ``x``: no words."""
-    raise NotImplementedError("compiled by Numba only")
-
-
-@overload(_event_words, inline="always")
-def _event_words_overload(x):
-    if isinstance(x, types.Array) and x.dtype == types.uint8 and x.layout == "C":
-        return lambda x: x[:(x.shape[0] // 8) * 8].view(np.uint64)
-    return lambda x: np.empty(0, np.uint64)
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _scatter_rows(data, indices, indptr, x, target, lo, hi, homogeneous):
-    """``target[indices[k]] += data[k] * x[i]`` for the rows ``i`` in ``[lo, hi)`` that ``_visits``.
-
-    Events: silent rows are skipped (eight rows aligned to a 64-bit word of the
-    uint8 bytes, see ``_numeric``, are tested at once, so silent stretches cost
-    an eighth of a per-row test); an active row adds its weights times 1, as
-    IEEE arithmetic does.  Values: every row, ``x[i] == 0`` included (IEEE:
-    a nan or inf weight times 0 is nan).
-
-    One plain inlined function for events and values alike: ``_scatter_row`` is
-    inlined once per call site, and Numba inlines this function before typing,
-    once per site (an ``@overload(inline="always")`` here was re-inlined at
-    every typing pass: about twice the compile time of a scatter kernel).
-    """
-    words = _event_words(x)
-    wordwise = words.shape[0] > 0
-    i = lo
-    while i < hi:
-        if wordwise and i % 8 == 0 and i + 8 <= hi and words[i // 8] == 0:
-            i += 8
-            continue
-        s = x[i]
-        if _visits(s):
-            # (events: 1 in the weights' dtype; values already have that dtype)
-            _scatter_row(data, indices, indptr, i, data.dtype.type(s), target, homogeneous)
+        while k < b:
+            j = np.uint64(np.int64(indices[k]))
+            if j < n:
+                target[j] += w if homogeneous else data[k] * s
+            k += U1
         i += 1
 
 
 @numba.njit(cache=True, nogil=True)
-def _scatter_part(data, indices, indptr, x, out, private, bounds, part, homogeneous):
-    """Part ``part`` of a split scatter (:func:`_split_scatter`): rows ``bounds[part] .. bounds[part + 1]``
-    into ``out`` (part 0) or its private copy. Not inlined: the one compiled copy of the row loop
-    serves both ways of running the parts."""
+def _scatter_part(data, indices, indptr, x, out, private, bounds, part, selects):
+    """Part ``part`` of a split vector scatter: rows ``bounds[part] .. bounds[part + 1]`` into
+    ``out`` (part 0) or its private copy ``private[part - 1]`` (zeroed by the caller)."""
     target = out if part == 0 else private[part - 1]
-    _scatter_rows(data, indices, indptr, x, target, bounds[part], bounds[part + 1], homogeneous)
+    _scatter_rows(data, indices, indptr, x, target, bounds[part], bounds[part + 1], selects)
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def _split_scatter(threads, bounds, scatter_part, data, indices, indptr, x, out, homogeneous):
-    """A vector scatter in ``bounds.shape[0] - 1`` parts (``scatter_part``: one part, e.g.
-    :func:`_scatter_part`; a global function, which this inlined helper calls statically), each
-    into its own copy of ``out``, summed in part order per output: on ``threads`` threads (parallel
-    regions that report stalls, see :mod:`evjax.backends.threads`) or, with one thread, in turn;
-    the same bits either way."""
-    parts = bounds.shape[0] - 1
-    n = out.shape[0]
-    private = np.zeros((parts - 1, n), out.dtype)
-    if threads > 1:
-        ends, t0 = start_region(parts)
-        for t in prange(parts):
-            scatter_part(data, indices, indptr, x, out, private, bounds, t, homogeneous)
-            part_done(ends, t)
-        region_done(ends, t0)
-        ends, t0 = start_region(parts)
-        for t in prange(parts):
-            add_parts(out, private, (n * t) // parts, (n * (t + 1)) // parts)
-            part_done(ends, t)
-        region_done(ends, t0)
-    else:
-        for t in range(parts):
-            scatter_part(data, indices, indptr, x, out, private, bounds, t, homogeneous)
-        add_parts(out, private, 0, n)
+@numba.njit(cache=True, nogil=True)
+def _scatter_samples(data, indices, indptr, xt, out_t, lo, hi, selects):
+    """``out_t[c] = A.T @ xt[c]`` for the samples ``c`` in ``[lo, hi)``, one after the other."""
+    for c in range(lo, hi):
+        row = out_t[c]
+        _zero(row, 0, row.shape[0])
+        _scatter_rows(data, indices, indptr, xt[c], row, np.int64(0), np.int64(xt.shape[1]), selects)
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def _count_active(x):
-    """Rows a scatter visits (see ``_visits``): the active events, or every row of values."""
-    count = 0
-    for i in range(x.shape[0]):
-        count += _visits(x[i])
-    return count
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _count_nonzero(x):
+@numba.njit(cache=True, nogil=True)
+def _count_visited(x, selects):
+    """Rows a scatter visits: the nonzero rows of a selecting operand, else every row."""
+    if not selects:
+        return np.int64(x.shape[0])
     count = 0
     for i in range(x.shape[0]):
         count += x[i] != 0
-    return count
+    return np.int64(count)
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def _row_work(indptr, x, i):
-    """Synapses of row ``i`` if a scatter visits it, else 0 (branch-free, unclamped: only used to split work)."""
-    return _visits(x[i]) * (np.int64(indptr[i + 1]) - np.int64(indptr[i]))
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _active_work(indptr, x):
-    """Synapses of the active rows."""
+@numba.njit(cache=True, nogil=True)
+def _active_work(indptr, x, selects):
+    """Synapses of the rows a scatter visits (unclamped: only used to split work)."""
     work = 0
     for i in range(x.shape[0]):
-        work += _row_work(indptr, x, i)
+        if not selects or x[i] != 0:
+            work += np.int64(indptr[i + 1]) - np.int64(indptr[i])
     return work
 
 
 @numba.njit(cache=True, nogil=True)
-def _split_active_work(indptr, x, work, parts):
+def _split_active_work(indptr, x, work, parts, selects):
     """Row boundaries of ``parts`` ranges with equal active work."""
     n_rows = x.shape[0]
     bounds = np.empty(parts + 1, np.int64)
@@ -472,8 +400,87 @@ def _split_active_work(indptr, x, work, parts):
     for t in range(1, parts):
         target = (work * t) // parts
         while row < n_rows and done < target:
-            done += _row_work(indptr, x, row)
+            if not selects or x[row] != 0:
+                done += np.int64(indptr[row + 1]) - np.int64(indptr[row])
             row += 1
         bounds[t] = row
     bounds[parts] = n_rows
     return bounds
+
+
+# ---------------------------------------------------------------------------
+# the weight gradient (SDDMM): g[k] = <r[row k], q[indices[k]]>
+# ---------------------------------------------------------------------------
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+def _dot(u, v, zero, u_selects, v_selects):
+    """``sum_c term(u[c], v[c])``, each term in ``zero``'s type, accumulated in float64
+    (reassociated: LLVM vectorises it)."""
+    acc = 0.0
+    for c in range(u.shape[0]):
+        a = _cast(zero, u[c])
+        b = _cast(zero, v[c])
+        acc += zero if ((u_selects and a == 0) or (v_selects and b == 0)) else a * b
+    return acc
+
+
+@numba.njit(cache=True, nogil=True)
+def _sddmm_rows(indices, indptr, r, q, g, lo, hi, r_selects, q_selects, skips):
+    """Rows ``[lo, hi)`` of ``g[k] = term(r[i], q[indices[k]])`` (``r``, ``q`` vectors) or
+    ``<r[i, :], q[indices[k], :]>`` (matrices, :func:`_dot`).  With ``skips``, the rows where
+    ``r`` is all zero are not computed but zero-filled, in runs (only where that gives the
+    same zeros: ``r`` selects, or ``q`` is events, which never multiply)."""
+    n = np.uint64(q.shape[0])
+    nnz = indices.shape[0]
+    zero = g.dtype.type(0)
+    zero_from, _ = _span(indptr, lo, nnz)
+    for i in range(lo, hi):
+        ri = r[i]
+        if not skips or _any(ri):
+            a, b = _span(indptr, i, nnz)
+            if a > zero_from:
+                _zero(g, zero_from, a)
+            for k in range(a, b):
+                j = np.uint64(np.int64(indices[k]))
+                g[k] = _sddmm_term(ri, q, j, n, zero, r_selects, q_selects)
+            zero_from = max(zero_from, b)
+    _, end = _span(indptr, hi - 1, nnz)
+    if end > zero_from:
+        _zero(g, zero_from, end)
+
+
+def _any(u):
+    """Whether a scalar or a row is nonzero anywhere."""
+    raise NotImplementedError("compiled by Numba only")
+
+
+@overload(_any)
+def _any_overload(u):
+    if isinstance(u, types.Array):
+        def any_row(u):
+            for c in range(u.shape[0]):
+                if u[c] != 0:
+                    return True
+            return False
+        return any_row
+    return lambda u: u != 0
+
+
+def _sddmm_term(ri, q, j, n, zero, r_selects, q_selects):
+    """One entry of the SDDMM: ``term(ri, q[j])`` (vectors) or ``_dot(ri, q[j])`` (matrices); 0 for
+    a column ``j`` outside ``[0, n)``."""
+    raise NotImplementedError("compiled by Numba only")
+
+
+@overload(_sddmm_term)
+def _sddmm_term_overload(ri, q, j, n, zero, r_selects, q_selects):
+    if isinstance(ri, types.Array):
+        return lambda ri, q, j, n, zero, r_selects, q_selects: \
+            zero if j >= n else _cast(zero, _dot(ri, q[j], zero, r_selects, q_selects))
+
+    def term(ri, q, j, n, zero, r_selects, q_selects):
+        if j >= n:
+            return zero
+        a = _cast(zero, ri)
+        b = _cast(zero, q[j])
+        return zero if ((r_selects and a == 0) or (q_selects and b == 0)) else a * b
+    return term
