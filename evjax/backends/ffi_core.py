@@ -42,6 +42,7 @@ from typing import Callable
 
 import numba
 import numpy as np
+from llvmlite import binding as llvm
 from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
@@ -58,7 +59,7 @@ __all__ = [
     "python_target", "PROCEED",
 ]
 
-HANDLER_FORMAT = 4  # bump when the generated handler layout changes
+HANDLER_FORMAT = 5  # bump when the generated handler layout changes
 
 
 def cache_dir() -> str:
@@ -127,7 +128,7 @@ def _abi_mismatch(frame, message):
     (API version 0.0)."""
     if load_i64(frame + abi.FRAME_API) == 0:
         return 0
-    return create_error(frame, message, abi.ERRC_FAILED_PRECONDITION)
+    return create_error(frame, message, numba.int64(abi.ERRC_FAILED_PRECONDITION))
 
 
 @numba.njit(nogil=True, cache=True)
@@ -248,23 +249,53 @@ def _message_address(frame: int, key: int, detail: int) -> int:
     """Compose the message of key ``key`` and return the address of its C string.
 
     The buffer stays alive until the thread's next message; XLA copies it at once.
+    Called from compiled code through :data:`MESSAGE_SYMBOL` (a ctypes callback,
+    which takes the GIL): it never raises.
     """
     try:
-        describe = _describers.get(key)
-        text = describe(frame, detail) if describe else f"evjax: a kernel failed (no description for key {key})"
-    except Exception as exc:  # noqa: BLE001 - reported to the caller instead
-        text = f"evjax: a kernel failed ({exc!r} while describing the failure)"
-    _local.buffer = ctypes.create_string_buffer(text.encode("utf-8", "replace"))
-    return ctypes.addressof(_local.buffer)
+        try:
+            describe = _describers.get(key)
+            text = describe(frame, detail) if describe else f"evjax: a kernel failed (no description for key {key})"
+        except Exception as exc:  # noqa: BLE001 - reported to the caller instead
+            text = f"evjax: a kernel failed ({exc!r} while describing the failure)"
+        _local.buffer = ctypes.create_string_buffer(text.encode("utf-8", "replace"))
+        return ctypes.addressof(_local.buffer)
+    except BaseException:  # noqa: BLE001 - must not unwind into compiled code
+        return ctypes.addressof(_FALLBACK_MESSAGE)
 
 
-@numba.njit  # (no nogil: the object-mode block holds the GIL anyway)
+_FALLBACK_MESSAGE = ctypes.create_string_buffer(b"evjax: a kernel failed (its message could not be composed)")
+# Compiled code calls _message_address through this symbol, resolved when a handler's machine code is linked
+# (compiled or loaded from Numba's disk cache): no address is baked into the code, and no object-mode block
+# has to be compiled into each handler.
+MESSAGE_SYMBOL = "evjax_compose_message"
+_MESSAGE_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)(_message_address)
+llvm.add_symbol(MESSAGE_SYMBOL, ctypes.cast(_MESSAGE_CALLBACK, ctypes.c_void_p).value)
+
+
+@intrinsic
+def _compose_message(typingctx, frame, key, detail):
+    """``_message_address(frame, key, detail)``, called through :data:`MESSAGE_SYMBOL` (takes the GIL)."""
+    def codegen(context, builder, signature, args):
+        i64 = ir.IntType(64)
+        function = builder.module.globals.get(MESSAGE_SYMBOL)
+        if function is None:
+            function = ir.Function(builder.module, ir.FunctionType(i64, [i64, i64, i64]), MESSAGE_SYMBOL)
+        return builder.call(function, args)
+
+    return types.int64(types.int64, types.int64, types.int64), codegen
+
+
+@numba.njit(nogil=True, cache=True)
 def report(frame, key, detail, errc):
     """An ``XLA_FFI_Error*`` whose message the describer registered under ``key`` composes
-    in Python (only on a failure path)."""
-    with numba.objmode(message="int64"):
-        message = _message_address(frame, key, detail)
-    return create_error(frame, message, errc)
+    in Python (only on a failure path: the call takes the GIL).
+
+    Call it with int64 arguments (``numba.int64(KEY)``, not a bare constant): Numba
+    compiles a function once per literal value it is given, so constants would
+    compile it anew for every handler.
+    """
+    return create_error(frame, _compose_message(frame, key, detail), errc)
 
 
 # ---------------------------------------------------------------------------
@@ -283,7 +314,7 @@ from evjax.backends.ffi_core import prologue, PROCEED, create_error, report, que
 @{decorator}(types.voidptr(types.voidptr), cache={cache}, nogil=True)
 def handler(frame_pointer):
     frame = as_int(frame_pointer)
-    prologue_result = prologue(frame, {traits}, {major}, {minor})
+    prologue_result = prologue(frame, numba.int64({traits}), numba.int64({major}), numba.int64({minor}))
     if prologue_result != PROCEED:
         return as_voidptr(prologue_result)
 {body}
@@ -431,10 +462,12 @@ _TRAMPOLINE_BODY = f"""\
     callback = scalar_attribute(frame)
     if callback == 0:
         return as_voidptr(create_error(frame, cstring("evjax: a Python handler was called without its "
-                                                     "'{CALLBACK_ATTRIBUTE}' attribute"), {abi.ERRC_INVALID_ARGUMENT}))
+                                                     "'{CALLBACK_ATTRIBUTE}' attribute"),
+                                       numba.int64({abi.ERRC_INVALID_ARGUMENT})))
     status = call_ptr_ptr(callback, frame)
     if status == -1:
-        return as_voidptr(report(frame, {PYTHON_EXCEPTION}, 0, {abi.ERRC_INTERNAL}))
+        return as_voidptr(report(frame, numba.int64({PYTHON_EXCEPTION}), numba.int64(0),
+                                 numba.int64({abi.ERRC_INTERNAL})))
     return as_voidptr(status)
 """
 _registered_targets: set[str] = set()
