@@ -21,7 +21,7 @@ Wall seconds and the process's CPU seconds (``time.process_time``, every
 thread), medians over the rounds; a bare ``@numba.njit`` compile of a trivial
 function (first of the process, then a second one) is measured for scale, in
 processes of their own after the same imports.  One more process splits the
-first two kernels' CPU time into Numba's front end per compiled function, LLVM (IR parsing and function
+cases' CPU time into Numba's front end per compiled function, LLVM (IR parsing and function
 passes, module passes, machine code), disk-cache loads and writes, and Numba's
 one-time set-up of its target (``Numba init``: the registries every first
 compile of a process loads, handler or not).
@@ -89,7 +89,7 @@ def bare_b(x):
 
 
 def child(mode: str) -> dict:
-    """``mode``: "handlers" (the cases), "bare" (bare njit compiles) or "stages" (the first two cases, split)."""
+    """``mode``: "handlers" (the cases), "bare" (bare njit compiles) or "stages" (the cases, split)."""
     import jax
     import jax.numpy as jnp
 
@@ -116,7 +116,7 @@ def child(mode: str) -> dict:
     if stages:
         profile = StageProfile()
         profile.install()
-    for name, kernel, args, outs in runs[:2] if stages else runs:
+    for name, kernel, args, outs in runs:
         if profile:
             profile.begin(name)
         w, c = time.perf_counter(), time.process_time()
@@ -221,7 +221,7 @@ def run_child(mode: str, tree: str = ROOT) -> dict:
 
 
 def stage_tables(tree: str = ROOT) -> list[str]:
-    """Markdown: one fresh process's split of the first two kernels' CPU time."""
+    """Markdown: one fresh process's split of the cases' CPU time."""
     r = run_child("stages", tree)
     columns = ["Numba init", "front end", "LLVM: IR in, function passes", "LLVM: module passes",
                "LLVM: machine code", "disk cache", "other"]
@@ -301,7 +301,7 @@ def main(argv=None):
     emit()
     emit("## Where the CPU goes")
     emit()
-    emit("One more fresh process, its first two kernels: each compiled function's own CPU seconds (less the "
+    emit("One more fresh process, the same cases: each compiled function's own CPU seconds (less the "
          "functions it compiles in turn), split into Numba's front end (bytecode to LLVM IR), LLVM (IR parsing "
          "and function passes, module passes, machine code), Numba's disk cache, and Numba's one-time set-up "
          "of its target (its first compile in a process loads its registries, handler or not). Timers add "
