@@ -80,6 +80,11 @@ def cache_dir() -> str:
 
 # ---------------------------------------------------------------------------
 # Compiled helpers (inlined into every handler)
+#
+# Compiled once per process (or loaded from Numba's disk cache), then linked into each handler that
+# calls them.  Call them with int64 arguments, never bare constants (``numba.int64(13)``, not ``13``):
+# Numba compiles a function anew for each literal value it is passed.  They have no Python entry
+# point (``_kernel_compat.COMPILED_CODE_ONLY``), which Numba would compile for nothing.
 # ---------------------------------------------------------------------------
 PROCEED = -1  # the prologue's answer when the handler has its work to do
 
@@ -121,7 +126,7 @@ def _abi_message(typingctx, which):
     return types.int64(which), codegen
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit(nogil=True, cache=True, **_kernel_compat.COMPILED_CODE_ONLY)
 def _abi_mismatch(frame, message):
     """XLA's error for a frame evjax cannot read; 0 (no error, no answer) where the frame has no API
     table to create one with, which leaves a metadata query unanswered: XLA then refuses the handler
@@ -131,7 +136,7 @@ def _abi_mismatch(frame, message):
     return create_error(frame, message, numba.int64(abi.ERRC_FAILED_PRECONDITION))
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit(nogil=True, cache=True, **_kernel_compat.COMPILED_CODE_ONLY)
 def prologue(frame, traits, major, minor):
     """What every handler does first; :data:`PROCEED` when it has its own work to do, else what it returns.
 
@@ -159,7 +164,7 @@ def prologue(frame, traits, major, minor):
     return PROCEED
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit(nogil=True, cache=True, **_kernel_compat.COMPILED_CODE_ONLY)
 def create_error(frame, message, errc):
     """An ``XLA_FFI_Error*`` (as int64) carrying the C string at address ``message``."""
     api = load_i64(frame + abi.FRAME_API)
@@ -171,7 +176,7 @@ def create_error(frame, message, errc):
     return call_ptr_ptr(load_i64(api + abi.API_ERROR_CREATE), args)
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit(nogil=True, cache=True, **_kernel_compat.COMPILED_CODE_ONLY)
 def query_stream(frame):
     """``(error, stream)``: XLA's stream for this call (``XLA_FFI_Stream_Get``; GPU only)."""
     args = stack_bytes(32)  # XLA_FFI_Stream_Get_Args {struct_size, extension_start, ctx, stream (out)}
@@ -184,7 +189,7 @@ def query_stream(frame):
     return error, load_i64(args + abi.STREAM_GET_STREAM)
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit(nogil=True, cache=True, **_kernel_compat.COMPILED_CODE_ONLY)
 def query_device_ordinal(frame):
     """``(error, ordinal)``: the device of this call (``XLA_FFI_DeviceOrdinal_Get``; 0 where the
     API table predates it)."""
@@ -200,7 +205,7 @@ def query_device_ordinal(frame):
     return error, np.int64(load_i32(args + abi.DEVICE_ORDINAL_GET_ORDINAL))
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit(nogil=True, cache=True, **_kernel_compat.COMPILED_CODE_ONLY)
 def scalar_attribute(frame):
     """The int64 value of the call's only attribute, an int64 scalar (0 if there is not exactly one)."""
     if load_i64(frame + abi.FRAME_ATTRS_SIZE) != 1:
@@ -211,7 +216,7 @@ def scalar_attribute(frame):
     return load_i64(load_i64(scalar + abi.SCALAR_VALUE))
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit(nogil=True, cache=True, **_kernel_compat.COMPILED_CODE_ONLY)
 def array_attribute(frame):
     """``(size, data address)`` of the call's only attribute, an int64 array ((0, 0) otherwise)."""
     if load_i64(frame + abi.FRAME_ATTRS_SIZE) != 1:
@@ -286,7 +291,7 @@ def _compose_message(typingctx, frame, key, detail):
     return types.int64(types.int64, types.int64, types.int64), codegen
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit(nogil=True, cache=True, **_kernel_compat.COMPILED_CODE_ONLY)
 def report(frame, key, detail, errc):
     """An ``XLA_FFI_Error*`` whose message the describer registered under ``key`` composes
     in Python (only on a failure path: the call takes the GIL).

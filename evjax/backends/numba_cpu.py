@@ -157,12 +157,10 @@ def _handler_source(in_types, out_types, threads: bool) -> str:
         [(f"a{i}", "args", i, t) for i, t in enumerate(in_types)]
         + [(f"r{i}", "rets", i, t) for i, t in enumerate(out_types)]
     ):
-        shape = "(" + "".join(f"load_i64({name}_dims + {8 * d}), " for d in range(rank)) + ")"
         body += [
             f"    {name}_buf = load_i64({table} + {8 * index})",
-            f"    {name}_dims = load_i64({name}_buf + {ffi_abi.BUFFER_DIMS})",
-            f"    {name} = numba.carray(typed_pointer(load_i64({name}_buf + {ffi_abi.BUFFER_DATA}), "
-            f"types.{NUMBA_TYPE_NAMES[dtype]}), {shape})",
+            f"    {name} = array_view(load_i64({name}_buf + {ffi_abi.BUFFER_DATA}), "
+            f"load_i64({name}_buf + {ffi_abi.BUFFER_DIMS}), types.{NUMBA_TYPE_NAMES[dtype]}, {rank})",
         ]
     body += [
         f"    if raised(KERNEL, ({params},)):",
@@ -199,7 +197,8 @@ def _new_job(kernel, in_types, out_types, traits, threads: bool) -> _Job:
     compiled = prepare_kernel(kernel)
     fingerprint, cacheable = _kernel_fingerprint(compiled)
     body = _handler_source(in_types, out_types, threads)
-    imports = "from evjax._kernel_compat import raised_intrinsic\nraised = raised_intrinsic()"
+    imports = ("from evjax._kernel_compat import array_view_intrinsic, raised_intrinsic\n"
+               "array_view, raised = array_view_intrinsic(), raised_intrinsic()")
     if threads:
         imports += "\nfrom evjax.backends.threads import threads_now"
     module, digest = ffi_core.compile_handler(
