@@ -203,7 +203,7 @@ def _new_job(kernel, in_types, out_types, traits, threads: bool) -> _Job:
         imports += "\nfrom evjax.backends.threads import threads_now"
     module, digest = ffi_core.compile_handler(
         body, traits=traits, imports=imports, namespace={"KERNEL": compiled},
-        cache=cacheable, fingerprint=fingerprint, lazy=True,
+        cache=cacheable, fingerprint=fingerprint, lazy=True, depends=(_kernel_compat,),  # its intrinsics
     )
     name = getattr(kernel, "__name__", "kernel")
     op = compile_log.current_op()
