@@ -31,6 +31,7 @@ Writes ``benchmarks/results/handler_compile.{md,png}`` (``--stages`` only prints
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import subprocess
@@ -193,7 +194,14 @@ class StageProfile:
         caching.Cache.save_overload = self._timed(None, "disk cache", caching.Cache.save_overload)
         caching.Cache.load_overload = self._timed(None, "disk cache", caching.Cache.load_overload)
         base.BaseContext.refresh = self._timed(None, "Numba init", base.BaseContext.refresh)
+        gc.callbacks.append(self._collection)
         _kernel_compat.compile_cfunc = self._timed("handler cfunc", "front end", _kernel_compat.compile_cfunc)
+
+    def _collection(self, phase, info):  # Python's garbage collections: a row of their own
+        if phase == "start":
+            self.push("(garbage collection)", "other")
+        elif self.stack and self.stack[-1][0] == "(garbage collection)":
+            self.pop()
 
     def begin(self, case):
         self.case = case
@@ -304,8 +312,8 @@ def main(argv=None):
     emit("One more fresh process, the same cases: each compiled function's own CPU seconds (less the "
          "functions it compiles in turn), split into Numba's front end (bytecode to LLVM IR), LLVM (IR parsing "
          "and function passes, module passes, machine code), Numba's disk cache, and Numba's one-time set-up "
-         "of its target (its first compile in a process loads its registries, handler or not). Timers add "
-         "some overhead; a garbage collection lands wherever it falls.")
+         "of its target (its first compile in a process loads its registries, handler or not); Python's "
+         "garbage collections have a row of their own. The timers add some overhead.")
     for name, tree in trees.items():
         if args.baseline:
             emit()
