@@ -23,10 +23,8 @@ from . import _disk_cache
 __all__ = [
     # Numba (CPU)
     "quiet_numba_compile", "is_cpu_dispatcher", "kernel_options", "can_compile", "declared_signatures",
-    "serial_clone", "prange_only", "threadsafe_layer", "launch_numba_threads", "COMPILED_CODE_ONLY", "raised_intrinsic",
-    "array_view_intrinsic",
-    "lazy_cfunc",
-    "cfunc_in_disk_cache",
+    "serial_clone", "prange_only", "threadsafe_layer", "launch_numba_threads", "COMPILED_CODE_ONLY",
+    "raised_intrinsic", "array_view_intrinsic", "lazy_cfunc", "cfunc_in_disk_cache",
     "compile_cfunc", "cfunc_cache_dir", "kernel_source_stamp", "stamp_kernel_caches", "guard_numba_cache",
     # Numba CUDA
     "cuda_simulator_enabled", "cuda_simulator_threadsafe_shared", "is_cuda_dispatcher", "is_cuda_device_function", "cuda_overload", "cuda_function", "cuda_kernel_limits",
@@ -157,8 +155,8 @@ def launch_numba_threads() -> None:
 COMPILED_CODE_ONLY = {"no_cpython_wrapper": True, "no_cfunc_wrapper": True}
 
 
-_RAISED = None
-_raised_lock = threading.Lock()
+_RAISED = _ARRAY_VIEW = None
+_intrinsics_lock = threading.Lock()
 
 
 def raised_intrinsic():
@@ -174,7 +172,7 @@ def raised_intrinsic():
     leaves it.  Built at first use (no Numba import before).
     """
     global _RAISED
-    with _raised_lock:
+    with _intrinsics_lock:
         if _RAISED is None:
             _RAISED = _make_raised()
     return _RAISED
@@ -212,9 +210,6 @@ def _make_raised():
     return raised
 
 
-_ARRAY_VIEW = None
-
-
 def array_view_intrinsic():
     """A Numba intrinsic ``array_view(data, dims, dtype, ndim)``: the C-contiguous array of
     ``ndim`` (a literal) dimensions of ``dtype`` (a Numba type, e.g. ``types.float32``) at
@@ -226,7 +221,7 @@ def array_view_intrinsic():
     per buffer.  Built at first use (no Numba import before).
     """
     global _ARRAY_VIEW
-    with _raised_lock:
+    with _intrinsics_lock:
         if _ARRAY_VIEW is None:
             _ARRAY_VIEW = _make_array_view()
     return _ARRAY_VIEW
