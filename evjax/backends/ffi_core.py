@@ -42,6 +42,7 @@ from typing import Callable
 
 import numba
 import numpy as np
+from llvmlite import binding as llvm
 from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
@@ -58,7 +59,7 @@ __all__ = [
     "python_target", "PROCEED",
 ]
 
-HANDLER_FORMAT = 4  # bump when the generated handler layout changes
+HANDLER_FORMAT = 5  # bump when the generated handler layout changes
 
 
 def cache_dir() -> str:
@@ -79,6 +80,11 @@ def cache_dir() -> str:
 
 # ---------------------------------------------------------------------------
 # Compiled helpers (inlined into every handler)
+#
+# Compiled once per process (or loaded from Numba's disk cache), then linked into each handler that
+# calls them.  Call them with int64 arguments, never bare constants (``numba.int64(13)``, not ``13``):
+# Numba compiles a function anew for each literal value it is passed.  They have no Python entry
+# point (``_kernel_compat.COMPILED_CODE_ONLY``), which Numba would compile for nothing.
 # ---------------------------------------------------------------------------
 PROCEED = -1  # the prologue's answer when the handler has its work to do
 
@@ -120,17 +126,17 @@ def _abi_message(typingctx, which):
     return types.int64(which), codegen
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit(nogil=True, cache=True, **_kernel_compat.COMPILED_CODE_ONLY)
 def _abi_mismatch(frame, message):
     """XLA's error for a frame evjax cannot read; 0 (no error, no answer) where the frame has no API
     table to create one with, which leaves a metadata query unanswered: XLA then refuses the handler
     (API version 0.0)."""
     if load_i64(frame + abi.FRAME_API) == 0:
         return 0
-    return create_error(frame, message, abi.ERRC_FAILED_PRECONDITION)
+    return create_error(frame, message, numba.int64(abi.ERRC_FAILED_PRECONDITION))
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit(nogil=True, cache=True, **_kernel_compat.COMPILED_CODE_ONLY)
 def prologue(frame, traits, major, minor):
     """What every handler does first; :data:`PROCEED` when it has its own work to do, else what it returns.
 
@@ -158,7 +164,7 @@ def prologue(frame, traits, major, minor):
     return PROCEED
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit(nogil=True, cache=True, **_kernel_compat.COMPILED_CODE_ONLY)
 def create_error(frame, message, errc):
     """An ``XLA_FFI_Error*`` (as int64) carrying the C string at address ``message``."""
     api = load_i64(frame + abi.FRAME_API)
@@ -170,7 +176,7 @@ def create_error(frame, message, errc):
     return call_ptr_ptr(load_i64(api + abi.API_ERROR_CREATE), args)
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit(nogil=True, cache=True, **_kernel_compat.COMPILED_CODE_ONLY)
 def query_stream(frame):
     """``(error, stream)``: XLA's stream for this call (``XLA_FFI_Stream_Get``; GPU only)."""
     args = stack_bytes(32)  # XLA_FFI_Stream_Get_Args {struct_size, extension_start, ctx, stream (out)}
@@ -183,7 +189,7 @@ def query_stream(frame):
     return error, load_i64(args + abi.STREAM_GET_STREAM)
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit(nogil=True, cache=True, **_kernel_compat.COMPILED_CODE_ONLY)
 def query_device_ordinal(frame):
     """``(error, ordinal)``: the device of this call (``XLA_FFI_DeviceOrdinal_Get``; 0 where the
     API table predates it)."""
@@ -199,7 +205,7 @@ def query_device_ordinal(frame):
     return error, np.int64(load_i32(args + abi.DEVICE_ORDINAL_GET_ORDINAL))
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit(nogil=True, cache=True, **_kernel_compat.COMPILED_CODE_ONLY)
 def scalar_attribute(frame):
     """The int64 value of the call's only attribute, an int64 scalar (0 if there is not exactly one)."""
     if load_i64(frame + abi.FRAME_ATTRS_SIZE) != 1:
@@ -210,7 +216,7 @@ def scalar_attribute(frame):
     return load_i64(load_i64(scalar + abi.SCALAR_VALUE))
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit(nogil=True, cache=True, **_kernel_compat.COMPILED_CODE_ONLY)
 def array_attribute(frame):
     """``(size, data address)`` of the call's only attribute, an int64 array ((0, 0) otherwise)."""
     if load_i64(frame + abi.FRAME_ATTRS_SIZE) != 1:
@@ -248,23 +254,53 @@ def _message_address(frame: int, key: int, detail: int) -> int:
     """Compose the message of key ``key`` and return the address of its C string.
 
     The buffer stays alive until the thread's next message; XLA copies it at once.
+    Called from compiled code through :data:`MESSAGE_SYMBOL` (a ctypes callback,
+    which takes the GIL): it never raises.
     """
     try:
-        describe = _describers.get(key)
-        text = describe(frame, detail) if describe else f"evjax: a kernel failed (no description for key {key})"
-    except Exception as exc:  # noqa: BLE001 - reported to the caller instead
-        text = f"evjax: a kernel failed ({exc!r} while describing the failure)"
-    _local.buffer = ctypes.create_string_buffer(text.encode("utf-8", "replace"))
-    return ctypes.addressof(_local.buffer)
+        try:
+            describe = _describers.get(key)
+            text = describe(frame, detail) if describe else f"evjax: a kernel failed (no description for key {key})"
+        except Exception as exc:  # noqa: BLE001 - reported to the caller instead
+            text = f"evjax: a kernel failed ({exc!r} while describing the failure)"
+        _local.buffer = ctypes.create_string_buffer(text.encode("utf-8", "replace"))
+        return ctypes.addressof(_local.buffer)
+    except BaseException:  # noqa: BLE001 - must not unwind into compiled code
+        return ctypes.addressof(_FALLBACK_MESSAGE)
 
 
-@numba.njit  # (no nogil: the object-mode block holds the GIL anyway)
+_FALLBACK_MESSAGE = ctypes.create_string_buffer(b"evjax: a kernel failed (its message could not be composed)")
+# Compiled code calls _message_address through this symbol, resolved when a handler's machine code is linked
+# (compiled or loaded from Numba's disk cache): no address is baked into the code, and no object-mode block
+# has to be compiled into each handler.
+MESSAGE_SYMBOL = "evjax_compose_message"
+_MESSAGE_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)(_message_address)
+llvm.add_symbol(MESSAGE_SYMBOL, ctypes.cast(_MESSAGE_CALLBACK, ctypes.c_void_p).value)
+
+
+@intrinsic
+def _compose_message(typingctx, frame, key, detail):
+    """``_message_address(frame, key, detail)``, called through :data:`MESSAGE_SYMBOL` (takes the GIL)."""
+    def codegen(context, builder, signature, args):
+        i64 = ir.IntType(64)
+        function = builder.module.globals.get(MESSAGE_SYMBOL)
+        if function is None:
+            function = ir.Function(builder.module, ir.FunctionType(i64, [i64, i64, i64]), MESSAGE_SYMBOL)
+        return builder.call(function, args)
+
+    return types.int64(types.int64, types.int64, types.int64), codegen
+
+
+@numba.njit(nogil=True, cache=True, **_kernel_compat.COMPILED_CODE_ONLY)
 def report(frame, key, detail, errc):
     """An ``XLA_FFI_Error*`` whose message the describer registered under ``key`` composes
-    in Python (only on a failure path)."""
-    with numba.objmode(message="int64"):
-        message = _message_address(frame, key, detail)
-    return create_error(frame, message, errc)
+    in Python (only on a failure path: the call takes the GIL).
+
+    Call it with int64 arguments (``numba.int64(KEY)``, not a bare constant): Numba
+    compiles a function once per literal value it is given, so constants would
+    compile it anew for every handler.
+    """
+    return create_error(frame, _compose_message(frame, key, detail), errc)
 
 
 # ---------------------------------------------------------------------------
@@ -283,7 +319,7 @@ from evjax.backends.ffi_core import prologue, PROCEED, create_error, report, que
 @{decorator}(types.voidptr(types.voidptr), cache={cache}, nogil=True)
 def handler(frame_pointer):
     frame = as_int(frame_pointer)
-    prologue_result = prologue(frame, {traits}, {major}, {minor})
+    prologue_result = prologue(frame, numba.int64({traits}), numba.int64({major}), numba.int64({minor}))
     if prologue_result != PROCEED:
         return as_voidptr(prologue_result)
 {body}
@@ -431,10 +467,12 @@ _TRAMPOLINE_BODY = f"""\
     callback = scalar_attribute(frame)
     if callback == 0:
         return as_voidptr(create_error(frame, cstring("evjax: a Python handler was called without its "
-                                                     "'{CALLBACK_ATTRIBUTE}' attribute"), {abi.ERRC_INVALID_ARGUMENT}))
+                                                     "'{CALLBACK_ATTRIBUTE}' attribute"),
+                                       numba.int64({abi.ERRC_INVALID_ARGUMENT})))
     status = call_ptr_ptr(callback, frame)
     if status == -1:
-        return as_voidptr(report(frame, {PYTHON_EXCEPTION}, 0, {abi.ERRC_INTERNAL}))
+        return as_voidptr(report(frame, numba.int64({PYTHON_EXCEPTION}), numba.int64(0),
+                                 numba.int64({abi.ERRC_INTERNAL})))
     return as_voidptr(status)
 """
 _registered_targets: set[str] = set()

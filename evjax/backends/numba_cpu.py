@@ -134,24 +134,19 @@ def _option_text(value) -> str:
     return repr(value)
 
 
-def _handler_source(in_types, out_types, cache: bool, threads: bool) -> tuple[str, str]:
-    """``(preamble, body)`` of a handler calling ``KERNEL`` on the frame's buffers.
+def _handler_source(in_types, out_types, threads: bool) -> str:
+    """The body of a handler calling ``KERNEL`` on the frame's buffers.
 
     With ``threads``, the kernel's first argument is the number of threads it
     may use now (:func:`evjax.backends.threads.threads_now`, read at every call).
+    The kernel is called through ``raised`` (:func:`evjax._kernel_compat.raised_intrinsic`),
+    which tells whether it raised: then the handler returns the error that
+    :func:`evjax.backends.ffi_core.report` composes.  There is no other
+    generated function (no ``try``/``except``, whose front end costs a compile
+    some 0.2 s of CPU; see ``benchmarks/handler_compile.py``).
     """
     names = [f"a{i}" for i in range(len(in_types))] + [f"r{i}" for i in range(len(out_types))]
-    arglist = ", ".join(names)
-    params = ("threads, " if threads else "") + arglist
-    preamble = "\n".join([
-        f"@numba.njit(cache={cache}, nogil=True)",
-        f"def guarded({params}):",
-        "    try:",
-        f"        KERNEL({params})",
-        "    except Exception:",
-        "        return 1",
-        "    return 0",
-    ])
+    params = ("threads, " if threads else "") + ", ".join(names)
     body = [
         f"    args = load_i64(frame + {ffi_abi.FRAME_ARGS})",
         f"    rets = load_i64(frame + {ffi_abi.FRAME_RETS})",
@@ -162,19 +157,18 @@ def _handler_source(in_types, out_types, cache: bool, threads: bool) -> tuple[st
         [(f"a{i}", "args", i, t) for i, t in enumerate(in_types)]
         + [(f"r{i}", "rets", i, t) for i, t in enumerate(out_types)]
     ):
-        shape = "(" + "".join(f"load_i64({name}_dims + {8 * d}), " for d in range(rank)) + ")"
         body += [
             f"    {name}_buf = load_i64({table} + {8 * index})",
-            f"    {name}_dims = load_i64({name}_buf + {ffi_abi.BUFFER_DIMS})",
-            f"    {name} = numba.carray(typed_pointer(load_i64({name}_buf + {ffi_abi.BUFFER_DATA}), "
-            f"types.{NUMBA_TYPE_NAMES[dtype]}), {shape})",
+            f"    {name} = array_view(load_i64({name}_buf + {ffi_abi.BUFFER_DATA}), "
+            f"load_i64({name}_buf + {ffi_abi.BUFFER_DIMS}), types.{NUMBA_TYPE_NAMES[dtype]}, {rank})",
         ]
     body += [
-        f"    if guarded({params}) != 0:",
-        f"        return as_voidptr(report(frame, HANDLER_KEY, 0, {ffi_abi.ERRC_INTERNAL}))",
+        f"    if raised(KERNEL, ({params},)):",
+        f"        return as_voidptr(report(frame, numba.int64(HANDLER_KEY), numba.int64(0), "
+        f"numba.int64({ffi_abi.ERRC_INTERNAL})))",
         "    return as_voidptr(0)",
     ]
-    return preamble, "\n".join(body)
+    return "\n".join(body)
 
 
 class _Job:
@@ -202,11 +196,14 @@ def _signature_text(in_types, out_types) -> str:
 def _new_job(kernel, in_types, out_types, traits, threads: bool) -> _Job:
     compiled = prepare_kernel(kernel)
     fingerprint, cacheable = _kernel_fingerprint(compiled)
-    preamble, body = _handler_source(in_types, out_types, cacheable, threads)
-    imports = "from evjax.backends.threads import threads_now" if threads else ""
+    body = _handler_source(in_types, out_types, threads)
+    imports = ("from evjax._kernel_compat import array_view_intrinsic, raised_intrinsic\n"
+               "array_view, raised = array_view_intrinsic(), raised_intrinsic()")
+    if threads:
+        imports += "\nfrom evjax.backends.threads import threads_now"
     module, digest = ffi_core.compile_handler(
-        body, traits=traits, imports=imports, preamble=preamble, namespace={"KERNEL": compiled},
-        cache=cacheable, fingerprint=fingerprint, lazy=True,
+        body, traits=traits, imports=imports, namespace={"KERNEL": compiled},
+        cache=cacheable, fingerprint=fingerprint, lazy=True, depends=(_kernel_compat,),  # its intrinsics
     )
     name = getattr(kernel, "__name__", "kernel")
     op = compile_log.current_op()
