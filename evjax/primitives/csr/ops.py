@@ -271,6 +271,15 @@ def _jvp_matmul_weights(op, tangent, data, indices, indptr, x, *, outs, **params
     return op.primitive.bind(tangent, indices, indptr, x, outs=outs, **params)
 
 
+def _jvp_straight_through(float_op, tangent, data, indices, indptr, *, outs, shape, transpose, backend):
+    # an event op's derivative in its events, taken as if y = A x (straight-through): dy = A dx, the
+    # float op on the tangent.  Weighted events: y = sum_k where(v != 0, w_k v, 0) equals A v wherever
+    # the weights are finite, so dy = A dv is the true derivative (IEEE: a nan weight gives a nan
+    # tangent, even at v == 0).
+    return float_op.primitive.bind(data, indices, indptr, tangent.astype(outs[0].dtype), outs=outs, shape=shape,
+                                   transpose=transpose, backend=backend)
+
+
 # ===========================================================================
 # csrmv: y = A x (transpose=False) or y = A.T x, x a float vector
 # ===========================================================================
@@ -295,7 +304,7 @@ def csrmv(data, indices, indptr, v, *, shape, transpose: bool = False, backend: 
         >>> y = evjax.csrmv(W.data, W.indices, W.indptr, v, shape=W.shape)
     """
     return checked_matmul(csrmv_p, data, indices, indptr, v, shape=shape, transpose=transpose, backend=backend,
-                   rank=1, event=False, who="csrmv")
+                          rank=1, event=False, who="csrmv")
 
 
 csrmv_p = XLACustomKernel("evjax_csrmv")
@@ -357,7 +366,7 @@ def csrmm(data, indices, indptr, B, *, shape, transpose: bool = False, backend: 
         >>> Y = evjax.csrmm(W.data, W.indices, W.indptr, X, shape=W.shape, transpose=True)   # W.T @ X
     """
     return checked_matmul(csrmm_p, data, indices, indptr, B, shape=shape, transpose=transpose, backend=backend,
-                   rank=2, event=False, who="csrmm")
+                          rank=2, event=False, who="csrmm")
 
 
 csrmm_p = XLACustomKernel("evjax_csrmm")
@@ -434,7 +443,7 @@ def binary_csrmv(data, indices, indptr, v, *, shape, workspace=None, transpose: 
         ...                        transpose=True, weighted=True)
     """
     return checked_matmul(binary_csrmv_p, data, indices, indptr, v, shape=shape, transpose=transpose,
-                   backend=backend, rank=1, event=True, who="binary_csrmv", weighted=weighted)
+                          backend=backend, rank=1, event=True, who="binary_csrmv", weighted=weighted)
 
 
 binary_csrmv_p = XLACustomKernel("evjax_binary_csrmv")
@@ -451,12 +460,9 @@ def _binary_csrmv_jvp_data(tangent, data, indices, indptr, s, *, outs, **params)
 
 
 def _binary_csrmv_jvp_events(tangent, data, indices, indptr, s, *, outs, shape, transpose, backend, weighted):
-    # The forward uses 1[s != 0]; the derivative is taken as if y = A s (straight-through):
-    # dy = A ds, the float op on the tangent.  Weighted events: y = sum_k where(v != 0, w_k v, 0)
-    # equals A v wherever the weights are finite, so dy = A dv is the true derivative (IEEE: a nan
-    # weight gives a nan tangent, even at v == 0).
-    return csrmv_p.primitive.bind(data, indices, indptr, tangent.astype(outs[0].dtype), outs=outs, shape=shape,
-                                  transpose=transpose, backend=backend)
+    # the forward uses 1[s != 0]; straight-through: dy = A ds (the true derivative for weighted events)
+    return _jvp_straight_through(csrmv_p, tangent, data, indices, indptr, outs=outs, shape=shape,
+                                 transpose=transpose, backend=backend)
 
 
 def _binary_csrmv_transpose(cts, data, indices, indptr, s, *, outs, shape, transpose, backend, weighted):
@@ -508,7 +514,7 @@ def binary_csrmm(data, indices, indptr, B, *, shape, workspace=None, transpose: 
         >>> out = evjax.binary_csrmm(W.data, W.indices, W.indptr, spikes.T, shape=W.shape, transpose=True)
     """
     return checked_matmul(binary_csrmm_p, data, indices, indptr, B, shape=shape, transpose=transpose,
-                   backend=backend, rank=2, event=True, who="binary_csrmm", weighted=weighted)
+                          backend=backend, rank=2, event=True, who="binary_csrmm", weighted=weighted)
 
 
 binary_csrmm_p = XLACustomKernel("evjax_binary_csrmm")
@@ -525,9 +531,9 @@ def _binary_csrmm_jvp_data(tangent, data, indices, indptr, S, *, outs, **params)
 
 
 def _binary_csrmm_jvp_events(tangent, data, indices, indptr, S, *, outs, shape, transpose, backend, weighted):
-    # straight-through: dY = A dS, the float op on the tangent (true for weighted events, see binary_csrmv)
-    return csrmm_p.primitive.bind(data, indices, indptr, tangent.astype(outs[0].dtype), outs=outs, shape=shape,
-                                  transpose=transpose, backend=backend)
+    # the forward uses 1[S != 0]; straight-through: dY = A dS (the true derivative for weighted events)
+    return _jvp_straight_through(csrmm_p, tangent, data, indices, indptr, outs=outs, shape=shape,
+                                 transpose=transpose, backend=backend)
 
 
 def _binary_csrmm_transpose(cts, data, indices, indptr, S, *, outs, shape, transpose, backend, weighted):
