@@ -1,6 +1,6 @@
 """Numba CPU backend of the CSR operators in :mod:`evjax.primitives.csr.ops`.
 
-Imported by the ops the first time they lower with ``backend="numba"``; it
+Imported (through the family's ``BACKEND_LOADERS``) the first time its ops lower with ``backend="numba"``; it
 registers its generators on them (the ops never import this module).
 
 The kernels are module-level ``@numba.njit(cache=True)`` entry points, one

@@ -53,8 +53,6 @@ __all__ = [
     "validate_csr", "row_ids", "OPS",
 ]
 
-# backend -> {platform: default candidate?}, candidates in order of preference
-BACKENDS = {"numba": {"cpu": True}, "warp": {"cpu": False, "gpu": True}, "numba_cuda": {"gpu": True}}
 
 
 # ===========================================================================
@@ -341,7 +339,6 @@ csrmv_p.def_reference(_csrmv_reference)
 csrmv_p.def_jvp_rule2(_csrmv_jvp_data, None, None, _csrmv_jvp_vector)
 csrmv_p.def_transpose_rule(_csrmv_transpose)
 csrmv_p.def_batching_rule(_csrmv_batching)
-csrmv_p.declare_backends(__package__, BACKENDS)
 
 
 # ===========================================================================
@@ -403,7 +400,6 @@ csrmm_p.def_reference(_csrmm_reference)
 csrmm_p.def_jvp_rule2(_csrmm_jvp_data, None, None, _csrmm_jvp_matrix)
 csrmm_p.def_transpose_rule(_csrmm_transpose)
 csrmm_p.def_batching_rule(_csrmm_batching)
-csrmm_p.declare_backends(__package__, BACKENDS)
 
 
 # ===========================================================================
@@ -483,7 +479,6 @@ binary_csrmv_p.def_reference(_binary_csrmv_reference)
 binary_csrmv_p.def_jvp_rule2(_binary_csrmv_jvp_data, None, None, _binary_csrmv_jvp_events)
 binary_csrmv_p.def_transpose_rule(_binary_csrmv_transpose)
 binary_csrmv_p.def_batching_rule(_binary_csrmv_batching)
-binary_csrmv_p.declare_backends(__package__, BACKENDS)
 
 
 # ===========================================================================
@@ -553,7 +548,6 @@ binary_csrmm_p.def_reference(_binary_csrmm_reference)
 binary_csrmm_p.def_jvp_rule2(_binary_csrmm_jvp_data, None, None, _binary_csrmm_jvp_events)
 binary_csrmm_p.def_transpose_rule(_binary_csrmm_transpose)
 binary_csrmm_p.def_batching_rule(_binary_csrmm_batching)
-binary_csrmm_p.declare_backends(__package__, BACKENDS)
 
 
 # ===========================================================================
@@ -722,6 +716,5 @@ csr_sddmm_p.def_reference(_csr_sddmm_reference)
 csr_sddmm_p.def_jvp_rule2(None, None, _csr_sddmm_jvp_r, _csr_sddmm_jvp_q)
 csr_sddmm_p.def_transpose_rule(_csr_sddmm_transpose)
 csr_sddmm_p.def_batching_rule(_csr_sddmm_batching)
-csr_sddmm_p.declare_backends(__package__, BACKENDS)
 
 OPS = (csrmv_p, csrmm_p, binary_csrmv_p, binary_csrmm_p, csr_sddmm_p)

@@ -5,7 +5,7 @@
 * :mod:`.matrix`: the data types ``FixedPostNumConn`` and ``FixedPreNumConn`` (also named
   ``FixedNumPerPre`` and ``FixedNumPerPost``, brainevent's newer names);
 * :mod:`.numba`, :mod:`.warp`, :mod:`.numba_cuda`: the backends (the CSR kernels
-  on the flattened table), each imported by the ops the first time it is needed.
+  on the flattened table), each loaded by ``BACKEND_LOADERS`` below the first time an op needs it.
 """
 from .matrix import FixedNumPerPost, FixedNumPerPre, FixedPostNumConn, FixedPreNumConn
 from .ops import (
@@ -28,3 +28,25 @@ __all__ = [
     "fcnmv", "fcnmm", "binary_fcnmv", "binary_fcnmm", "fcn_sddmm",
     "fcnmv_p", "fcnmm_p", "binary_fcnmv_p", "binary_fcnmm_p", "fcn_sddmm_p", "validate_table",
 ]
+
+# ---------------------------------------------------------------------------
+# backends: one module per kernel language, loaded the first time an op needs it (it
+# registers its generators on the ops); {backend: {platform: is_default_candidate}}
+# ---------------------------------------------------------------------------
+def _load_numba():
+    from . import numba  # noqa: F401
+
+
+def _load_warp():
+    from . import warp  # noqa: F401
+
+
+def _load_numba_cuda():
+    from . import numba_cuda  # noqa: F401
+
+
+BACKEND_LOADERS = {"numba": _load_numba, "warp": _load_warp, "numba_cuda": _load_numba_cuda}
+BACKENDS = {"numba": {"cpu": True}, "warp": {"cpu": False, "gpu": True}, "numba_cuda": {"gpu": True}}
+for _op in OPS:
+    _op.declare_backends(BACKEND_LOADERS, BACKENDS)
+

@@ -1,6 +1,6 @@
 """Numba CPU backend of the fixed-width operators in :mod:`evjax.primitives.fixed.ops`.
 
-Imported by the ops the first time they lower with ``backend="numba"``.  A
+Imported (through the family's ``BACKEND_LOADERS``) the first time its ops lower with ``backend="numba"``.  A
 fixed-width table is a CSR structure with row pointers ``k * arange(n + 1)``,
 so each op runs the CSR family's Numba kernel of the same op on the flattened
 table (:func:`evjax.primitives.fixed.ops.as_csr_generator`): the same compiled

@@ -17,7 +17,7 @@ per output; ``transpose=True`` is ``A.T @ x``, the scatter of the rows'
 synapses, event-driven: its cost is ``active rows x k``).
 
 The table is a CSR matrix whose row pointers are ``k * arange(n_rows + 1)``,
-so the backends (``numba``, ``warp``, ``numba_cuda``, declared here and loaded
+so the backends (``numba``, ``warp``, ``numba_cuda``, declared in the package and loaded
 on first use) run the CSR kernels on the flattened table with those pointers
 made on the fly: no new compiled kernel, and the CSR backend contract
 (``docs/csr_backend_contract.md``) holds, including for malformed indices
@@ -49,8 +49,6 @@ __all__ = [
     "validate_table", "row_pointers", "OPS",
 ]
 
-# backend -> {platform: default candidate?}, as the CSR family (the same kernels run)
-BACKENDS = {"numba": {"cpu": True}, "warp": {"cpu": False, "gpu": True}, "numba_cuda": {"gpu": True}}
 
 
 def _out_shape(shape, transpose: bool, x_shape) -> tuple:
@@ -302,7 +300,6 @@ def _define_matmul(name: str, float_op, event: bool) -> XLACustomKernel:
     if not event:  # an event op is not linear in its events: its JVP w.r.t. them is the float op
         cotangents[2] = _operand_cotangent
     op.def_transpose_rule(ad_rules.linear_transpose_rule(cotangents, name=name))
-    op.declare_backends(__package__, BACKENDS)
     return op
 
 
@@ -545,6 +542,5 @@ fcn_sddmm_p.def_jvp_rule2(*ad_rules.linear_jvp_rules(fcn_sddmm_p, 3, (1, 2)))
 fcn_sddmm_p.def_transpose_rule(ad_rules.linear_transpose_rule(
     {1: _sddmm_r_cotangent, 2: _sddmm_q_cotangent}, name="evjax_fcn_sddmm"))
 fcn_sddmm_p.def_batching_rule(_sddmm_batching)
-fcn_sddmm_p.declare_backends(__package__, BACKENDS)
 
 OPS = (fcnmv_p, fcnmm_p, binary_fcnmv_p, binary_fcnmm_p, fcn_sddmm_p)

@@ -52,7 +52,6 @@ from .generation import dense_generated, streamed_product
 __all__ = ["LAWS", "MATMUL_OPS", "DENSE_OPS", "OPS", "generated_shape", "row_outer", "bind_matmul",
            "bind_dense"]
 
-BACKENDS = {"numba": {"cpu": True}, "warp": {"cpu": False, "gpu": True}, "numba_cuda": {"gpu": True}}
 
 # Host-side generators of the structure, ``fn(law, params, seed, prob, n_outer, n_inner, dtype) ->
 # (data, indices, indptr)`` (NumPy), by backend: the backend module fills its slot when it is loaded
@@ -275,7 +274,6 @@ def _define_matmul(law: str, rank: int, event: bool) -> XLACustomKernel:
     op.def_jvp_rule2(*jvps)
     op.def_transpose_rule(transpose)
     op.def_batching_rule(_matmul_batching(law, rank, event))
-    op.declare_backends(__package__, BACKENDS)
     return op
 
 
@@ -334,7 +332,6 @@ for _law in LAWS:
         return batching_rules.sequential_batch(_op.primitive, args, axes, **params)
 
     _op.def_batching_rule(_dense_batching)
-    _op.declare_backends(__package__, BACKENDS)
     DENSE_OPS[_law] = _op
 
 OPS = tuple(MATMUL_OPS.values()) + tuple(DENSE_OPS.values())
