@@ -31,7 +31,6 @@ __all__ = [
     "known_backend_names",
     "check_backend_name",
     "missing_library",
-    "load_backend_module",
     "default_rank",
 ]
 

@@ -227,9 +227,10 @@ class XLACustomKernel:
         """Declare an operator family's backend modules, loaded the first time they are needed.
 
         Args:
-            loaders: ``{backend: load}``; ``load()`` imports the family's module
-                of that backend (``from . import numba`` in the family's
-                package), which registers its generators with :meth:`def_kernel`.
+            loaders: ``{backend: load}``; ``load()`` imports and returns the
+                family's module of that backend (``from . import numba`` in the
+                family's package), which registers its generators with
+                :meth:`def_kernel` when imported.
             table: ``{backend: {platform: is_default_candidate}}``, candidates
                 in order of preference; every backend in it has a loader.
 
@@ -385,6 +386,21 @@ class XLACustomKernel:
                 raise RuntimeError(f"op '{self.name}': the {name!r} backend module loaded by {load!r} "
                                    f"registered no kernel")
         return generator
+
+    def backend_module(self, platform: str, backend: str):
+        """The module of a declared backend on ``platform``, loaded by its loader (once).
+
+        Raises:
+            BackendNotAvailableError: the op declares no such backend on ``platform``.
+        """
+        platform = registry.platform_of(platform, who=f"op '{self.name}'")
+        load = self._modules.get(platform, {}).get(backend)
+        if load is None:
+            raise BackendNotAvailableError(
+                f"op '{self.name}' declares no backend module {backend!r} on {platform}: "
+                f"{sorted(self._modules.get(platform, {}))}"
+            )
+        return load()
 
     def kernel_generator(self, platform: str, backend: str) -> Callable:
         """The generator registered as ``backend`` on ``platform`` (importing a declared backend module)."""

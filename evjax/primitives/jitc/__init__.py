@@ -37,19 +37,22 @@ __all__ = [
 ]
 
 # ---------------------------------------------------------------------------
-# backends: one module per kernel language, loaded the first time an op needs it (it
-# registers its generators on the ops); {backend: {platform: is_default_candidate}}
+# backends: one module per kernel language, loaded (and returned) the first time an op needs
+# it; it registers its generators on the ops. {backend: {platform: is_default_candidate}}
 # ---------------------------------------------------------------------------
 def _load_numba():
-    from . import numba  # noqa: F401
+    from . import numba
+    return numba
 
 
 def _load_warp():
-    from . import warp  # noqa: F401
+    from . import warp
+    return warp
 
 
 def _load_numba_cuda():
-    from . import numba_cuda  # noqa: F401
+    from . import numba_cuda
+    return numba_cuda
 
 
 BACKEND_LOADERS = {"numba": _load_numba, "warp": _load_warp, "numba_cuda": _load_numba_cuda}

@@ -45,7 +45,6 @@ from ...dtypes import compute_dtype
 from ...events import as_bool_events
 from ...rules import ad as ad_rules
 from ...rules import batching as batching_rules
-from ... import registry
 from ...xla_custom_kernel import XLACustomKernel
 from .generation import dense_generated, streamed_product
 
@@ -53,17 +52,13 @@ __all__ = ["LAWS", "MATMUL_OPS", "DENSE_OPS", "OPS", "generated_shape", "row_out
            "bind_dense"]
 
 
-# Host-side generators of the structure, ``fn(law, params, seed, prob, n_outer, n_inner, dtype) ->
-# (data, indices, indptr)`` (NumPy), by backend: the backend module fills its slot when it is loaded
-# (``host_structure`` loads it), so that this module and the data types never import a backend.
-HOST_STRUCTURE: dict = {}
-
-
 def host_structure(backend: str = "numba"):
-    """The host generator of the synapses, identical to the kernels' (loads its backend module)."""
-    if backend not in HOST_STRUCTURE:
-        registry.load_backend_module(f"{__package__}.{backend}")
-    return HOST_STRUCTURE[backend]
+    """The host generator of the synapses, identical to the kernels': the backend module's
+    ``generated_structure(law, params, seed, prob, n_outer, n_inner, dtype) -> (data, indices,
+    indptr)`` (NumPy), from the module the ops' declared loader returns (this module and the data
+    types never import a backend)."""
+    op = next(iter(MATMUL_OPS.values()))
+    return op.backend_module("cpu", backend).generated_structure
 LAWS = {"scalar": 1, "normal": 2, "uniform": 2}  # law -> number of weight parameters
 _LETTER = {"scalar": "s", "normal": "n", "uniform": "u"}
 
