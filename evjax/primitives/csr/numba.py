@@ -238,19 +238,19 @@ def _sddmm(threads, indices, indptr, r, q, g, r_selects, q_selects):
     bounds = _balanced_rows(indptr, n_rows, nnz, parts)
     if parts == 1:
         if n_rows:
-            _sddmm_rows(indices, indptr, r, q, g, I0, np.int64(n_rows), r_selects, q_selects, skips)
+            _sddmm_rows(indices, indptr, r, q, g, I0, np.int64(n_rows), r_selects, q_selects)
         return
-    _sddmm_parallel(indices, indptr, r, q, g, bounds, r_selects, q_selects, skips)
+    _sddmm_parallel(indices, indptr, r, q, g, bounds, r_selects, q_selects)
 
 
 @numba.njit(parallel=_PARALLEL, cache=True, nogil=True)
-def _sddmm_parallel(indices, indptr, r, q, g, bounds, r_selects, q_selects, skips):
+def _sddmm_parallel(indices, indptr, r, q, g, bounds, r_selects, q_selects):
     """The row parts ``bounds`` of a weight gradient on the pool (a parallel region of its own)."""
     parts = bounds.shape[0] - 1
     ends, t0 = start_region(parts)
     for t in prange(parts):
         if bounds[t + 1] > bounds[t]:
-            _sddmm_rows(indices, indptr, r, q, g, bounds[t], bounds[t + 1], r_selects, q_selects, skips)
+            _sddmm_rows(indices, indptr, r, q, g, bounds[t], bounds[t + 1], r_selects, q_selects)
         part_done(ends, t)
     region_done(ends, t0)
 
