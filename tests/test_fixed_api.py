@@ -471,3 +471,39 @@ def test_pointer_dtype_follows_the_indices():
         assert y.dtype == np.float64
     flat, indptr = fixed_ops.csr_structure(jnp.asarray(indices, jnp.int32))
     assert flat.dtype == indptr.dtype == jnp.int32
+
+
+def _bound_backends(fn):
+    """The ``backend`` parameter (a BackendChoice) of every evjax op ``fn()`` binds, sub-jaxprs included."""
+    found = []
+
+    def walk(jaxpr):
+        for eqn in jaxpr.eqns:
+            if eqn.primitive.name.startswith("evjax_"):
+                found.append(eqn.params["backend"])
+            for value in eqn.params.values():
+                inner = getattr(value, "jaxpr", None)
+                if hasattr(inner, "eqns"):
+                    walk(inner)
+
+    walk(jax.make_jaxpr(fn)().jaxpr)
+    return found
+
+
+def test_backend_choice_travels_to_the_csr_op_eager_and_traced():
+    """backend= and evjax.use_backend reach the CSR op the function binds, whether its arrays are
+    concrete (one jitted program, whose cache knows the choice in force) or traced."""
+    rng = np.random.default_rng(15)
+    weights, indices = table(rng, 6, 5, 3)
+    x = rng.standard_normal(5).astype(np.float32)
+    kw = dict(shape=(6, 5))
+    concrete = lambda **more: evjax.fcnmv(weights, indices, x, **kw, **more)  # noqa: E731
+    traced = lambda w: evjax.fcnmv(w, indices, x, **kw)  # noqa: E731
+    assert [c.per_call for c in _bound_backends(lambda: concrete(backend="reference"))] == ["reference"]
+    assert [c.in_force for c in _bound_backends(concrete)] == [()]
+    with evjax.use_backend("reference"):
+        (eager,) = _bound_backends(concrete)
+        (inside,) = _bound_backends(lambda: jax.jit(traced)(weights))
+        np.testing.assert_allclose(concrete(), dense_table(weights, indices, 5) @ x, rtol=1e-5, atol=1e-6)
+    assert ("cpu", "reference") in eager.in_force and ("cpu", "reference") in inside.in_force
+    assert [c.in_force for c in _bound_backends(concrete)] == [()]  # after the block: the default again

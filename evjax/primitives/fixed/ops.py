@@ -35,8 +35,9 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from ..._validation import check_operand
+from ..._validation import check_operand, is_concrete
 from ..csr.ops import binary_csrmm_p, binary_csrmv_p, csr_sddmm_p, csrmm_p, csrmv_p
 from .validation import pointer_dtype, row_pointers, validate_table  # noqa: F401 (re-exported)
 
@@ -68,6 +69,31 @@ def csr_structure(indices):
     return indices.reshape(n * k), row_pointers(n, k, pointer_dtype(indices.dtype, n, k))
 
 
+def _bind_on_table(op, *arrays, table_at: int, flat_out: bool, params: tuple):
+    """Bind CSR's ``op`` with the table ``arrays[table_at]`` replaced by its CSR structure (and,
+    for a matmul, the weights before it flattened); ``flat_out``: reshape the ``(n k,)`` result
+    (the SDDMM's) to the table's shape."""
+    arrays = list(arrays)
+    indices = arrays[table_at]
+    arrays[table_at:table_at + 1] = csr_structure(indices)
+    if table_at == 1:
+        arrays[0] = arrays[0].reshape(arrays[0].size)
+    kw = dict(params)
+    out = kw.pop("out")
+    y = op.bind(*arrays, outs=[jax.ShapeDtypeStruct(out, kw.pop("dtype"))], **kw)[0]
+    return y.reshape(indices.shape) if flat_out else y
+
+
+# Concrete (eager) calls run the few array steps above and the op as one compiled program, one
+# dispatch, as an eager CSR op; the backend choice in force is part of jit's cache key.
+_bind_on_table_jit = jax.jit(_bind_on_table, static_argnums=(0,), static_argnames=("table_at", "flat_out", "params"))
+
+
+def _bind(op, *arrays, table_at: int, flat_out: bool = False, **params):
+    bind = _bind_on_table_jit if is_concrete(*arrays) else _bind_on_table
+    return bind(op, *arrays, table_at=table_at, flat_out=flat_out, params=tuple(sorted(params.items())))
+
+
 def _matmul(op, weights, indices, x, *, shape, transpose, backend, rank, event, who, weighted=False):
     """Validate and promote (as CSR's ``checked_matmul``), then bind CSR's ``op`` on the flat table.
 
@@ -78,11 +104,10 @@ def _matmul(op, weights, indices, x, *, shape, transpose, backend, rank, event, 
     x, dtype = check_operand(x, weights, shape, transpose, rank, event and not weighted, who)
     if not event or weighted:
         weights, x = weights.astype(dtype), x.astype(dtype)
-    flat, indptr = csr_structure(indices)
     params = {"weighted": weighted} if event else {}
     out = ((shape[1] if transpose else shape[0]),) + tuple(x.shape[1:])
-    return op.bind(weights.reshape(weights.size), flat, indptr, x, outs=[jax.ShapeDtypeStruct(out, dtype)],
-                   shape=shape, transpose=bool(transpose), backend=backend, **params)[0]
+    return _bind(op, weights, indices, x, table_at=1, out=out, dtype=np.dtype(dtype), shape=shape,
+                 transpose=bool(transpose), backend=backend, **params)
 
 
 # ===========================================================================
@@ -219,7 +244,5 @@ def fcn_sddmm(indices, r, q, *, shape, dtype=None, backend: str | None = None) -
                          f"for shape {shape}")
     floats = [a.dtype for a in (r, q) if a.dtype != jnp.bool_]
     dtype = dtype or (jnp.result_type(*floats) if floats else jnp.float32)
-    flat, indptr = csr_structure(indices)
-    g = csr_sddmm_p.bind(flat, indptr, r, q, outs=[jax.ShapeDtypeStruct(flat.shape, dtype)], shape=shape,
-                         backend=backend, weighted=None)[0]
-    return g.reshape(indices.shape)
+    return _bind(csr_sddmm_p, indices, r, q, table_at=0, flat_out=True, out=(indices.size,),
+                 dtype=np.dtype(dtype), shape=shape, backend=backend, weighted=None)
