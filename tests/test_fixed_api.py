@@ -507,3 +507,38 @@ def test_backend_choice_travels_to_the_csr_op_eager_and_traced():
         np.testing.assert_allclose(concrete(), dense_table(weights, indices, 5) @ x, rtol=1e-5, atol=1e-6)
     assert ("cpu", "reference") in eager.in_force and ("cpu", "reference") in inside.in_force
     assert [c.in_force for c in _bound_backends(concrete)] == [()]  # after the block: the default again
+
+
+def _primitive_names(jaxpr):
+    names = []
+    for eqn in jaxpr.eqns:
+        names.append(eqn.primitive.name)
+        for p in eqn.params.values():
+            for sub in (p if isinstance(p, (tuple, list)) else (p,)):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    names += _primitive_names(inner)
+    return names
+
+
+@pytest.mark.parametrize("transpose", [True, False])
+def test_vmap_over_tables_grad_binds_csr_sddmm_once(transpose):
+    """vmap over tables (and weights, events) of the weight gradient: CSR's batching rules put the
+    batch into one block-diagonal structure, one csr_sddmm and one matmul, no loop."""
+    rng = np.random.default_rng(14)
+    size, n, n_cols, k = 3, 5, 4, 2
+    tables = rng.integers(0, n_cols, (size, n, k)).astype(np.int32)
+    weights = rng.standard_normal((size, n, k)).astype(np.float32)
+    spikes = rng.random((size, n if transpose else n_cols)) < 0.5
+    ct = rng.standard_normal((size, n_cols if transpose else n)).astype(np.float32)
+    grad = jax.vmap(jax.grad(lambda w, i, s, c: jnp.vdot(c, evjax.binary_fcnmv(
+        w, i, s, shape=(n, n_cols), transpose=transpose))))
+    names = _primitive_names(jax.make_jaxpr(grad)(weights, tables, spikes, ct).jaxpr)
+    assert names.count("evjax_csr_sddmm") == 1, names
+    assert not {"scan", "while"} & set(names), names
+    g = jax.jit(grad)(weights, tables, spikes, ct)
+    rows = np.arange(n)[:, None]
+    for b in range(size):
+        want = (np.where(spikes[b][rows], ct[b][tables[b]], 0) if transpose
+                else np.where(spikes[b][tables[b]], ct[b][rows], 0))
+        np.testing.assert_allclose(g[b], want, rtol=1e-6)
