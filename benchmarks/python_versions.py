@@ -173,6 +173,14 @@ def install(vpy: str, src: str, requirements: list[str]) -> tuple[float, str | N
     return seconds, None
 
 
+def newest_on_index(vpy: str, package: str = "jax") -> str:
+    """The newest release of ``package`` the package index offers for this interpreter, pins aside."""
+    res = subprocess.run([vpy, "-m", "pip", "index", "versions", package], capture_output=True, text=True,
+                         timeout=600, env=clean_env())
+    found = re.search(rf"^{package} \((\S+)\)", res.stdout, re.M)
+    return found.group(1) if found else "?"
+
+
 def installed_versions(vpy: str) -> dict:
     code = ("import importlib.metadata as m, json, platform\n"
             f"d = {{'python': platform.python_version()}}\n"
@@ -233,6 +241,9 @@ def check_ctrl_c(vpy: str, scratch: str) -> dict:
             return {"error": f"ended (status {proc.returncode}) before its first call", "stderr": tail(proc.stderr.read())}
         time.sleep(CTRL_C_DELAY_S)
         if proc.poll() is not None:
+            out, err = proc.communicate()
+            if proc.returncode != 0:
+                return {"error": f"failed (exit status {proc.returncode}) before the signal", "stderr": tail(err)}
             return {"error": "finished its calls before the signal: no compile to interrupt"}
         proc.send_signal(signal.SIGINT)
         sent = time.monotonic()
@@ -289,6 +300,7 @@ def run_config(name: str, python: str | None, requirements: list[str], keep: boo
             result["install_error"] = error
             return result
         result["versions"] = installed_versions(vpy)
+        result["newest_jax"] = newest_on_index(vpy)
         print(f"  installed in {result['install_s']:.0f} s: {result['versions']}", flush=True)
         result["exit"] = check_exit(vpy, scratch)
         print(f"  exit: {brief(result['exit'])}", flush=True)
@@ -327,7 +339,7 @@ def row(r: dict) -> list[str]:
         test_cell += f", {tests['skipped']} skipped"
     return [
         r["name"], v["python"], f"{v['jax']} / {v['jaxlib']}", f"{v['numba']} / {v['llvmlite']}",
-        f"{v['numpy']} / {v['scipy']}", f"{exit_.get('first_calls_s', float('nan')):.1f} s", exit_cell, ctrl_cell,
+        f"{v['numpy']} / {v['scipy']}", f"{exit_['first_calls_s']:.1f} s" if "first_calls_s" in exit_ else "-", exit_cell, ctrl_cell,
         test_cell,
     ]
 
@@ -358,6 +370,7 @@ def main(argv=None):
         print(text, flush=True)
         lines.append(text)
 
+    pinned = pins()  # as the packages installed below have them
     results = []
     for name in names:
         version, requirements = CONFIGS[name]
@@ -368,7 +381,7 @@ def main(argv=None):
     emit(provenance(argv))
     emit("# evjax on Python 3.11-3.13 and at both ends of the jax pin")
     emit()
-    emit(f"Pins (pyproject.toml): {', '.join(f'`{p}`' for p in pins())}. Each configuration is a fresh "
+    emit(f"Pins (pyproject.toml): {', '.join(f'`{p}`' for p in pinned)}. Each configuration is a fresh "
          f"virtualenv with `pip install` of the package, pytest and hypothesis; `lowest` adds "
          f"{', '.join(f'`{p}`' for p in LOWEST)} (jax 0.10.0 requires numpy>=2.0 and scipy>=1.14, so lower "
          f"numpy and scipy do not install with it), the others get the newest releases the index offers within "
@@ -384,8 +397,11 @@ def main(argv=None):
                          "first calls", "exit after last statement", "Ctrl-C in a compile", "tests"],
                         [row(r) for r in results]))
     tested = sorted({r["versions"]["jax"] for r in results if r.get("versions")})
+    offered = sorted({f"{r['newest_jax']} for Python {r['versions']['python'].rsplit('.', 1)[0]}"
+                      for r in results if r.get("newest_jax")})
     emit()
-    emit(f"jax releases tested: {', '.join(tested) or 'none'}.")
+    emit(f"jax releases tested: {', '.join(tested) or 'none'}. The newest jax the package index offers, pins "
+         f"aside: {', '.join(offered) or '?'}.")
     problems = []
     for r in results:
         for step in ("install_error",):
