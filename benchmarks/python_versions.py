@@ -58,9 +58,8 @@ KEEP_DIR = "/tmp/evjax-venvs"
 
 # What the tests import beyond evjax's own requirements.
 TEST_REQUIREMENTS = ["pytest>=8", "hypothesis>=6.100"]
-# The lowest releases within pyproject.toml's pins that install together.  jax 0.10.0 and jaxlib 0.10.0
-# themselves require numpy>=2.0 and scipy>=1.14 (their wheels' metadata), so numpy and scipy start there;
-# numba 0.60.0 requires numpy<2.1 (and llvmlite 0.43).
+# The lowest releases pyproject.toml's pins allow (numpy>=2.0 and scipy>=1.14 are jax 0.10.0's own floors;
+# numba 0.60.0 requires numpy<2.1 and llvmlite 0.43).
 LOWEST = ["jax==0.10.0", "jaxlib==0.10.0", "numba==0.60.0", "numpy==2.0.0", "scipy==1.14.0"]
 CONFIGS = {
     # name: (Python "3.X", requirements added to the package's own: none = the newest within the pins)
@@ -383,8 +382,7 @@ def main(argv=None):
     emit()
     emit(f"Pins (pyproject.toml): {', '.join(f'`{p}`' for p in pinned)}. Each configuration is a fresh "
          f"virtualenv with `pip install` of the package, pytest and hypothesis; `lowest` adds "
-         f"{', '.join(f'`{p}`' for p in LOWEST)} (jax 0.10.0 requires numpy>=2.0 and scipy>=1.14, so lower "
-         f"numpy and scipy do not install with it), the others get the newest releases the index offers within "
+         f"{', '.join(f'`{p}`' for p in LOWEST)}, the others get the newest releases the index offers within "
          f"the pins. Every check is a fresh process with empty NUMBA_CACHE_DIR and EVJAX_CACHE_DIR. First calls: "
          f"the first jitted `spikes @ W` (CSR, n = 500) and its first jitted `jax.grad`, wall seconds (their "
          f"kernels compile). Exit: from the script's last statement to the process's end, goal <= "
