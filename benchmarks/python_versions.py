@@ -3,6 +3,7 @@
     python benchmarks/python_versions.py                    # every configuration in CONFIGS, one after another
     python benchmarks/python_versions.py py3.13 lowest      # the named ones
     python benchmarks/python_versions.py --keep             # keep (and reuse) the virtualenvs in /tmp/evjax-venvs/<name>
+    python benchmarks/python_versions.py above              # the newest jax the index offers, past the pin
 
 For each configuration the script makes a virtualenv (a temporary folder, or
 ``/tmp/evjax-venvs/<name>`` with ``--keep``) with that configuration's Python
@@ -30,7 +31,9 @@ new, empty ``NUMBA_CACHE_DIR`` and ``EVJAX_CACHE_DIR`` and no ``XLA_FLAGS``:
 
 Configurations: Python 3.11, 3.12 and 3.13 with the newest releases the
 package index offers within ``pyproject.toml``'s pins, and Python 3.11 with the
-lowest ones.  The Pythons are found as ``python3.X`` on ``PATH`` or under
+lowest ones.  ``above`` (only when named) installs the package without its
+dependencies and then the newest jax, jaxlib, numba, numpy and scipy the
+index offers, pins aside: whether the jax pin could be widened.  The Pythons are found as ``python3.X`` on ``PATH`` or under
 ``$PYENV_ROOT/versions`` (``--python 3.12=/path/to/python`` names one).  The
 configurations run one after another (each install and each cold compile uses
 every core).  Prints a markdown table and writes
@@ -43,6 +46,7 @@ import glob
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -68,6 +72,8 @@ CONFIGS = {
     "py3.13": ("3.13", []),
     "lowest": ("3.11", LOWEST),
 }
+# Run only when named: the package installed without its dependencies, then these (pins aside).
+ABOVE = {"above": ("3.13", ["jax", "jaxlib", "numba", "numpy", "scipy"])}
 PACKAGES = ["jax", "jaxlib", "numba", "llvmlite", "numpy", "scipy", "ml_dtypes"]
 # The CSR API tests without the brainevent comparison and two error-message tests (40 s of kernel compiles).
 TESTS = ["tests/test_smoke_user_defaults.py", "tests/test_csr_api.py", "-k",
@@ -160,16 +166,19 @@ def make_venv(name: str, python: str, keep: bool, scratch: str) -> str:
     return os.path.join(venv, "bin", "python")
 
 
-def install(vpy: str, src: str, requirements: list[str]) -> tuple[float, str | None]:
-    """``pip install <src> pytest hypothesis <requirements>``: (seconds, None or the error's last lines)."""
+def install(vpy: str, src: str, requirements: list[str], pins: bool = True) -> tuple[float, str | None]:
+    """``pip install <src> pytest hypothesis <requirements>``, or without ``pins`` ``<src>`` without its
+    dependencies first: (seconds, None or the error's last lines)."""
+    pip = [vpy, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    steps = [[*pip, src, *TEST_REQUIREMENTS, *requirements]]
+    if not pins:
+        steps = [[*pip, "--no-deps", src], [*pip, "--upgrade", *TEST_REQUIREMENTS, *requirements]]
     start = time.perf_counter()
-    res = subprocess.run([vpy, "-m", "pip", "install", "-q", "--disable-pip-version-check", src,
-                          *TEST_REQUIREMENTS, *requirements],
-                         capture_output=True, text=True, timeout=HANG_GUARD_S, env=clean_env())
-    seconds = time.perf_counter() - start
-    if res.returncode != 0:
-        return seconds, tail(res.stdout + "\n" + res.stderr, 20)
-    return seconds, None
+    for step in steps:
+        res = subprocess.run(step, capture_output=True, text=True, timeout=HANG_GUARD_S, env=clean_env())
+        if res.returncode != 0:
+            return time.perf_counter() - start, tail(res.stdout + "\n" + res.stderr, 20)
+    return time.perf_counter() - start, None
 
 
 def newest_on_index(vpy: str, package: str = "jax") -> str:
@@ -284,7 +293,7 @@ def brief(result: dict) -> dict:
     return {k: round(v, 2) if isinstance(v, float) else v for k, v in result.items() if k != "stderr"}
 
 
-def run_config(name: str, python: str | None, requirements: list[str], keep: bool) -> dict:
+def run_config(name: str, python: str | None, requirements: list[str], keep: bool, pins: bool = True) -> dict:
     result = {"name": name, "requirements": requirements}
     if python is None:
         result["error"] = "no such Python found"
@@ -293,7 +302,7 @@ def run_config(name: str, python: str | None, requirements: list[str], keep: boo
     try:
         src, suite = package_copy(scratch)
         vpy = make_venv(name, python, keep, scratch)
-        result["install_s"], error = install(vpy, src, requirements)
+        result["install_s"], error = install(vpy, src, requirements, pins)
         if error:
             result["error"] = "pip install failed"
             result["install_error"] = error
@@ -352,16 +361,17 @@ def pins() -> list[str]:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("configs", nargs="*", help=f"configurations to run (default: all of {list(CONFIGS)})")
+    parser.add_argument("configs", nargs="*", help=f"configurations to run (default: all of {list(CONFIGS)}; "
+                                                   f"also {list(ABOVE)})")
     parser.add_argument("--keep", action="store_true", help=f"keep and reuse the virtualenvs in {KEEP_DIR}/<name>")
     parser.add_argument("--python", action="append", default=[], metavar="3.X=PATH",
                         help="the interpreter to use for Python 3.X (repeatable)")
     parser.add_argument("--out", default=None, help="markdown output (default benchmarks/results/python_versions.md)")
     args = parser.parse_args(argv)
     names = args.configs or list(CONFIGS)
-    unknown = sorted(set(names) - set(CONFIGS))
+    unknown = sorted(set(names) - set(CONFIGS) - set(ABOVE))
     if unknown:
-        parser.error(f"unknown configurations {unknown}; known: {list(CONFIGS)}")
+        parser.error(f"unknown configurations {unknown}; known: {list(CONFIGS) + list(ABOVE)}")
     given = dict(item.split("=", 1) for item in args.python)
     lines = []
 
@@ -372,29 +382,32 @@ def main(argv=None):
     pinned = pins()  # as the packages installed below have them
     results = []
     for name in names:
-        version, requirements = CONFIGS[name]
+        version, requirements = {**CONFIGS, **ABOVE}[name]
         python = find_python(version, given)
         print(f"{name}: Python {version} ({python}), {' '.join(requirements) or 'newest within the pins'}", flush=True)
-        results.append(run_config(name, python, requirements, args.keep))
+        results.append(run_config(name, python, requirements, args.keep, pins=name not in ABOVE))
 
+    above = ("; `above` installs the package without its dependencies, then the newest jax, jaxlib, numba, numpy "
+             "and scipy, pins aside" if set(names) & set(ABOVE) else "")
     emit(provenance(argv))
     emit("# evjax on Python 3.11-3.13 and at both ends of the jax pin")
     emit()
     emit(f"Pins (pyproject.toml): {', '.join(f'`{p}`' for p in pinned)}. Each configuration is a fresh "
          f"virtualenv with `pip install` of the package, pytest and hypothesis; `lowest` adds "
-         f"{', '.join(f'`{p}`' for p in LOWEST)}, the others get the newest releases the index offers within "
+         f"{', '.join(f'`{p}`' for p in LOWEST)}{above}, the others get the newest releases the index offers within "
          f"the pins. Every check is a fresh process with empty NUMBA_CACHE_DIR and EVJAX_CACHE_DIR. First calls: "
          f"the first jitted `spikes @ W` (CSR, n = 500) and its first jitted `jax.grad`, wall seconds (their "
          f"kernels compile). Exit: from the script's last statement to the process's end, goal <= "
          f"{EXIT_GOAL_S:.0f} s. Ctrl-C: SIGINT {CTRL_C_DELAY_S:.0f} s into the first compile, goal: "
-         f"KeyboardInterrupt within {CTRL_C_GOAL_S:.0f} s. Tests: `pytest -q {' '.join(TESTS)}` "
-         f"(`-k` as one argument), with empty caches. {os.cpu_count()} CPUs, load average at the end "
+         f"KeyboardInterrupt within {CTRL_C_GOAL_S:.0f} s. Tests: `pytest -q {shlex.join(TESTS)}`, "
+         f"with empty caches. {os.cpu_count()} CPUs, load average at the end "
          f"{os.getloadavg()[0]:.2f}.")
     emit()
     emit(markdown_table(["configuration", "Python", "jax / jaxlib", "numba / llvmlite", "numpy / scipy",
                          "first calls", "exit after last statement", "Ctrl-C in a compile", "tests"],
                         [row(r) for r in results]))
-    tested = sorted({r["versions"]["jax"] for r in results if r.get("versions")})
+    tested = sorted({r["versions"]["jax"] for r in results if r.get("versions")},
+                    key=lambda v: [int(x) for x in re.findall(r"\d+", v)])
     offered = sorted({f"{r['newest_jax']} for Python {r['versions']['python'].rsplit('.', 1)[0]}"
                       for r in results if r.get("newest_jax")})
     emit()
@@ -416,6 +429,9 @@ def main(argv=None):
     emit()
     emit("## Failures")
     emit()
+    if set(names) & set(ABOVE):
+        emit("`above` runs past the pins: a failure there says the jax pin cannot be widened yet.")
+        emit()
     emit("\n".join(problems) if problems else "None.")
     os.makedirs(RESULTS, exist_ok=True)
     out = args.out or os.path.join(RESULTS, "python_versions.md")
