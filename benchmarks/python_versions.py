@@ -394,7 +394,7 @@ def main(argv=None):
     emit()
     emit(f"Pins (pyproject.toml): {', '.join(f'`{p}`' for p in pinned)}. Each configuration is a fresh "
          f"virtualenv with `pip install` of the package, pytest and hypothesis; `lowest` adds "
-         f"{', '.join(f'`{p}`' for p in LOWEST)}{above}, the others get the newest releases the index offers within "
+         f"{', '.join(f'`{p}`' for p in LOWEST)}{above}; the others get the newest releases the index offers within "
          f"the pins. Every check is a fresh process with empty NUMBA_CACHE_DIR and EVJAX_CACHE_DIR. First calls: "
          f"the first jitted `spikes @ W` (CSR, n = 500) and its first jitted `jax.grad`, wall seconds (their "
          f"kernels compile). Exit: from the script's last statement to the process's end, goal <= "
