@@ -140,7 +140,7 @@ def _reference_outer(spikes, g, *, outs, transpose, weighted):
 
 
 # ===========================================================================
-# Rules (maths as comments)
+# Rule helpers (maths as comments)
 # ===========================================================================
 def _dense_product(weights, t, transpose: bool, dtype):
     """``W @ t`` (transpose=False) or ``W.T @ t``: the float op, IEEE, for derivatives in the events."""
@@ -149,85 +149,46 @@ def _dense_product(weights, t, transpose: bool, dtype):
     return ((w.T if transpose else w) @ t.astype(acc)).astype(dtype)
 
 
-def _spikes_jvp(t_s, weights, spikes, *, outs, transpose, weighted, backend):
+def _jvp_matmul_weights(op, tangent, weights, spikes, *, outs, **params):
+    # y = A(W) e(s) is linear in W:  dy = A(dW) e(s), the op itself on the tangent
+    return op.primitive.bind(tangent, spikes, outs=outs, **params)
+
+
+def _jvp_matmul_events(tangent, weights, *, outs, transpose):
     # binary: the forward uses 1[s != 0]; straight-through, as if y = W s:  dy = W ds.
     # weighted: y = sum_j [s_j != 0] s_j W_j is linear in s:  dy = W ds (the true derivative).
-    return [_dense_product(weights, t_s, transpose, outs[0].dtype)]
+    return [_dense_product(weights, tangent, transpose, outs[0].dtype)]
 
 
-def _weights_cotangent(cts, weights, spikes, *, outs, transpose, weighted, backend):
+def _transpose_matmul(name, cts, weights, spikes, *, transpose, weighted, backend):
     # y = W.T e(s)  =>  W_bar = outer(e(s), y_bar)      (transpose; rows of inactive events 0)
     # y = W e(s)    =>  W_bar = outer(y_bar, e(s))      (columns of inactive events 0)
     # matrices: W_bar = e(S) @ Y_bar.T (resp. Y_bar @ e(S).T); only active events are computed.
-    aval = ad_rules.aval_of(weights)
-    return _bind_outer(spikes, cts[0], transpose=transpose, weighted=weighted, dtype=aval.dtype, backend=backend)
+    # Only W: the events' derivative is the float product above, which JAX transposes itself.
+    def weights_cotangent():
+        dtype = ad_rules.aval_of(weights).dtype
+        return _bind_outer(spikes, cts[0], transpose=transpose, weighted=weighted, dtype=dtype, backend=backend)
+
+    return ad_rules.linear_cotangents([weights, spikes], {0: weights_cotangent}, name=name)
 
 
-def _matmul_batching(rank: int):
-    """vmap of a matmul op.
-
-    * events batched, weights not: one call of the matrix op, the batch folded
-      into its columns (``vmap`` of mv is mm): native, no loop;
-    * weights batched (with or without the events): one call per batch
-      element (``rules.batching.sequential_batch``); each call is event-driven.
-    """
-    def rule(args, axes, *, outs, transpose, weighted, backend):
-        weights, spikes = args
-        w_ax, s_ax = axes
-        op_self = binary_densemv_p if rank == 1 else binary_densemm_p
-        if w_ax is not None:
-            return batching_rules.sequential_batch(op_self.primitive, args, axes, outs=outs, transpose=transpose,
-                                                   weighted=weighted, backend=backend)
-        sb = jnp.moveaxis(spikes, s_ax, 1)  # (k, batch) or (k, batch, n)
-        flat = sb.reshape(sb.shape[0], math.prod(sb.shape[1:]))  # (no -1: sizes may be 0)
-        y = _bind_matmul(weights, flat, transpose=transpose, weighted=weighted, dtype=outs[0].dtype,
-                         backend=backend)
-        return [y.reshape((y.shape[0],) + sb.shape[1:])], [1]
-
-    return rule
-
-
-def _outer_g_cotangent(cts, spikes, g, *, outs, transpose, weighted, backend):
-    # W_bar = outer(e(s), g) (transpose) is linear in g:  g_bar_i = sum_j e(s_j) W_bar_bar[j, i],
-    # the matmul op with the same orientation; likewise W_bar = outer(g, e(s)):  g_bar = W_bar_bar e(s).
-    aval = ad_rules.aval_of(g)
-    return _bind_matmul(cts[0], spikes, transpose=transpose, weighted=weighted, dtype=aval.dtype, backend=backend)
-
-
-def _outer_spikes_jvp(t_s, spikes, g, *, outs, transpose, weighted, backend):
-    # d outer(s, g) = outer(ds, g) (weighted: the true derivative; binary: straight-through), IEEE
-    acc = compute_dtype(outs[0].dtype)
-    t, g = t_s.astype(acc), g.astype(acc)
-    wbar = t[:, None] * g[None, :] if t.ndim == 1 else t @ g.T  # (k, m)
-    return [(wbar if transpose else wbar.T).astype(outs[0].dtype)]
-
-
-def _define_matmul(name: str, rank: int) -> XLACustomKernel:
-    op = XLACustomKernel(name)
-    op.def_reference(_reference_matmul)
-    # JVP: y = A(W) e(s) is linear in W:  dy = A(dW) e(s) (the op on the tangent);  in s: _spikes_jvp
-    op.def_jvp_rule2(ad_rules.linear_jvp_rules(op, 2, (0,))[0], _spikes_jvp)
-    # transpose: only W (the spikes' derivative is the float product above, which JAX transposes)
-    op.def_transpose_rule(ad_rules.linear_transpose_rule({0: _weights_cotangent}, name=name))
-    op.def_batching_rule(_matmul_batching(rank))
-    return op
-
-
-binary_densemv_p = _define_matmul("evjax_binary_densemv", 1)
-binary_densemm_p = _define_matmul("evjax_binary_densemm", 2)
-
-binary_dense_outer_p = XLACustomKernel("evjax_binary_dense_outer")
-binary_dense_outer_p.def_reference(_reference_outer)
-# JVP: linear in g (the op on dg); in the events, outer(ds, g)
-binary_dense_outer_p.def_jvp_rule2(_outer_spikes_jvp, ad_rules.linear_jvp_rules(binary_dense_outer_p, 2, (1,))[1])
-binary_dense_outer_p.def_transpose_rule(ad_rules.linear_transpose_rule({1: _outer_g_cotangent},
-                                                                       name="evjax_binary_dense_outer"))
-
-OPS = (binary_densemv_p, binary_densemm_p, binary_dense_outer_p)
+def _batch_matmul(op_self, args, axes, *, outs, transpose, weighted, backend):
+    # events batched, weights not: one call of the matrix op, the batch folded into its columns
+    # (vmap of mv is mm): native, no loop.  Weights batched (with or without the events): one call
+    # per batch element (rules.batching.sequential_batch); each call is event-driven.
+    weights, spikes = args
+    w_ax, s_ax = axes
+    if w_ax is not None:
+        return batching_rules.sequential_batch(op_self.primitive, args, axes, outs=outs, transpose=transpose,
+                                               weighted=weighted, backend=backend)
+    sb = jnp.moveaxis(spikes, s_ax, 1)  # (k, batch) or (k, batch, n)
+    flat = sb.reshape(sb.shape[0], math.prod(sb.shape[1:]))  # (no -1: sizes may be 0)
+    y = _bind_matmul(weights, flat, transpose=transpose, weighted=weighted, dtype=outs[0].dtype, backend=backend)
+    return [y.reshape((y.shape[0],) + sb.shape[1:])], [1]
 
 
 # ===========================================================================
-# Public wrappers
+# binary_densemv: dense matrix times event vector
 # ===========================================================================
 def binary_densemv(weights, spikes, *, transpose: bool, backend: str | None = None,
                    weighted: bool = False) -> jax.Array:
@@ -261,6 +222,44 @@ def binary_densemv(weights, spikes, *, transpose: bool, backend: str | None = No
     return _bind_matmul(weights, spikes, transpose=transpose, weighted=weighted, dtype=dtype, backend=backend)
 
 
+binary_densemv_p = XLACustomKernel("evjax_binary_densemv")
+
+
+def _binary_densemv_reference(weights, spikes, *, outs, transpose, weighted):
+    return _reference_matmul(weights, spikes, outs=outs, transpose=transpose, weighted=weighted)
+
+
+def _binary_densemv_jvp_weights(tangent, weights, spikes, *, outs, **params):
+    # linear in W: dy = A(dW) e(s)
+    return _jvp_matmul_weights(binary_densemv_p, tangent, weights, spikes, outs=outs, **params)
+
+
+def _binary_densemv_jvp_events(tangent, weights, spikes, *, outs, transpose, weighted, backend):
+    # straight-through (binary) or the true derivative (weighted): dy = W ds, the float product
+    return _jvp_matmul_events(tangent, weights, outs=outs, transpose=transpose)
+
+
+def _binary_densemv_transpose(cts, weights, spikes, *, outs, transpose, weighted, backend):
+    # W_bar = outer(e(s), y_bar) (transpose) or outer(y_bar, e(s)); only active events' rows/columns
+    return _transpose_matmul("evjax_binary_densemv", cts, weights, spikes, transpose=transpose, weighted=weighted,
+                             backend=backend)
+
+
+def _binary_densemv_batching(args, axes, *, outs, transpose, weighted, backend):
+    # vmap over the events: one binary_densemm (columns = the batch); over the weights: a loop
+    return _batch_matmul(binary_densemv_p, args, axes, outs=outs, transpose=transpose, weighted=weighted,
+                         backend=backend)
+
+
+binary_densemv_p.def_reference(_binary_densemv_reference)
+binary_densemv_p.def_jvp_rule2(_binary_densemv_jvp_weights, _binary_densemv_jvp_events)
+binary_densemv_p.def_transpose_rule(_binary_densemv_transpose)
+binary_densemv_p.def_batching_rule(_binary_densemv_batching)
+
+
+# ===========================================================================
+# binary_densemm: dense matrix times event matrix (one event vector per column)
+# ===========================================================================
 def binary_densemm(weights, spikes, *, transpose: bool, backend: str | None = None,
                    weighted: bool = False) -> jax.Array:
     """Dense matrix times event matrix (one event vector per column), natively batched.
@@ -288,6 +287,44 @@ def binary_densemm(weights, spikes, *, transpose: bool, backend: str | None = No
     return _bind_matmul(weights, spikes, transpose=transpose, weighted=weighted, dtype=dtype, backend=backend)
 
 
+binary_densemm_p = XLACustomKernel("evjax_binary_densemm")
+
+
+def _binary_densemm_reference(weights, spikes, *, outs, transpose, weighted):
+    return _reference_matmul(weights, spikes, outs=outs, transpose=transpose, weighted=weighted)
+
+
+def _binary_densemm_jvp_weights(tangent, weights, spikes, *, outs, **params):
+    # linear in W: dY = A(dW) e(S)
+    return _jvp_matmul_weights(binary_densemm_p, tangent, weights, spikes, outs=outs, **params)
+
+
+def _binary_densemm_jvp_events(tangent, weights, spikes, *, outs, transpose, weighted, backend):
+    # straight-through (binary) or the true derivative (weighted): dY = W dS, the float product
+    return _jvp_matmul_events(tangent, weights, outs=outs, transpose=transpose)
+
+
+def _binary_densemm_transpose(cts, weights, spikes, *, outs, transpose, weighted, backend):
+    # W_bar = e(S) @ Y_bar.T (transpose) or Y_bar @ e(S).T; only active events' rows/columns
+    return _transpose_matmul("evjax_binary_densemm", cts, weights, spikes, transpose=transpose, weighted=weighted,
+                             backend=backend)
+
+
+def _binary_densemm_batching(args, axes, *, outs, transpose, weighted, backend):
+    # vmap over the events: one binary_densemm with the batch folded into the columns; weights: a loop
+    return _batch_matmul(binary_densemm_p, args, axes, outs=outs, transpose=transpose, weighted=weighted,
+                         backend=backend)
+
+
+binary_densemm_p.def_reference(_binary_densemm_reference)
+binary_densemm_p.def_jvp_rule2(_binary_densemm_jvp_weights, _binary_densemm_jvp_events)
+binary_densemm_p.def_transpose_rule(_binary_densemm_transpose)
+binary_densemm_p.def_batching_rule(_binary_densemm_batching)
+
+
+# ===========================================================================
+# binary_dense_outer: the weight gradient of the two ops above, event-driven
+# ===========================================================================
 def binary_dense_outer(spikes, g, *, transpose: bool, backend: str | None = None, weighted: bool = False,
                        dtype=None) -> jax.Array:
     """The weight gradient of the dense event ops: ``outer(e(spikes), g)``, event-driven.
@@ -312,6 +349,42 @@ def binary_dense_outer(spikes, g, *, transpose: bool, backend: str | None = None
     return _bind_outer(spikes, g, transpose=transpose, weighted=weighted, dtype=dtype or g.dtype, backend=backend)
 
 
+binary_dense_outer_p = XLACustomKernel("evjax_binary_dense_outer")
+
+
+def _binary_dense_outer_jvp_events(tangent, spikes, g, *, outs, transpose, weighted, backend):
+    # d outer(s, g) = outer(ds, g) (weighted: the true derivative; binary: straight-through), IEEE
+    acc = compute_dtype(outs[0].dtype)
+    t, g = tangent.astype(acc), g.astype(acc)
+    wbar = t[:, None] * g[None, :] if t.ndim == 1 else t @ g.T  # (k, m)
+    return [(wbar if transpose else wbar.T).astype(outs[0].dtype)]
+
+
+def _binary_dense_outer_jvp_g(tangent, spikes, g, *, outs, **params):
+    # linear in g: d outer(e(s), g) = outer(e(s), dg), the op itself on the tangent
+    return binary_dense_outer_p.primitive.bind(spikes, tangent, outs=outs, **params)
+
+
+def _binary_dense_outer_transpose(cts, spikes, g, *, outs, transpose, weighted, backend):
+    # W_bar = outer(e(s), g) (transpose) is linear in g:  g_bar_i = sum_j e(s_j) W_bar_bar[j, i], the
+    # matmul op with the same orientation; likewise W_bar = outer(g, e(s)):  g_bar = W_bar_bar e(s).
+    def g_cotangent():
+        dtype = ad_rules.aval_of(g).dtype
+        return _bind_matmul(cts[0], spikes, transpose=transpose, weighted=weighted, dtype=dtype, backend=backend)
+
+    return ad_rules.linear_cotangents([spikes, g], {1: g_cotangent}, name="evjax_binary_dense_outer")
+
+
+binary_dense_outer_p.def_reference(_reference_outer)
+binary_dense_outer_p.def_jvp_rule2(_binary_dense_outer_jvp_events, _binary_dense_outer_jvp_g)
+binary_dense_outer_p.def_transpose_rule(_binary_dense_outer_transpose)
+
+OPS = (binary_densemv_p, binary_densemm_p, binary_dense_outer_p)
+
+
+# ===========================================================================
+# Events @ a plain dense matrix
+# ===========================================================================
 def _unwrap(spikes, weighted: bool):
     """An event wrapper's array; a ``WeightedArray`` turns ``weighted`` on."""
     value, is_weighted = event_operand(spikes)
