@@ -49,7 +49,9 @@ from ...xla_custom_kernel import XLACustomKernel
 from .generation import dense_generated, streamed_product
 
 __all__ = ["LAWS", "MATMUL_OPS", "DENSE_OPS", "OPS", "generated_shape", "row_outer", "bind_matmul",
-           "bind_dense"]
+           "bind_dense", "jitsmv_p", "jitsmm_p", "binary_jitsmv_p", "binary_jitsmm_p", "jitnmv_p", "jitnmm_p",
+           "binary_jitnmv_p", "binary_jitnmm_p", "jitumv_p", "jitumm_p", "binary_jitumv_p", "binary_jitumm_p",
+           "jits_p", "jitn_p", "jitu_p"]
 
 
 def host_structure(backend: str = "numba"):
@@ -157,176 +159,197 @@ def _with_tangent(params, i: int, tangent):
 
 
 # ===========================================================================
-# Rules of the matmul ops
+# The matmul ops: jit{s,n,u}m{v,m} (float operands) and binary_jit{s,n,u}m{v,m} (events)
+#
+# One primitive per law, rank and kind of operand (brainevent's names); they differ only in
+# those three, so each rule below is one module-level function whose leading arguments
+# (law, rank, event) the registration fixes with functools.partial.
 # ===========================================================================
-def _matmul_rules(op, law: str, rank: int, event: bool):
+def _matmul_reference(law: str, event: bool, *args, weighted=False, **params):
+    return _reference_matmul(*args, law=law, mode=_mode(event, weighted), **params)
+
+
+def _matmul_jvp_param(law: str, rank: int, event: bool, i: int, tangent, *args, outs, **params):
+    # y = sum_p theta_p A_p x is linear in the parameters jointly (A_p: the matrix of basis p):
+    # dy = A(dtheta) x, i.e. the op with the tangent at parameter i and 0 at the others.
     n = LAWS[law]
-
-    def param_jvp(i):
-        # y = sum_p theta_p A_p x is linear in the parameters jointly (A_p: the matrix of basis p):
-        # dy = A(dtheta) x, i.e. the op with the tangent at parameter i and 0 at the others.
-        def rule(tangent, *args, outs, **params):
-            return op.primitive.bind(*_with_tangent(args[:n], i, tangent), *args[n:], outs=outs, **params)
-
-        return rule
-
-    def operand_jvp(tangent, *args, outs, weighted=False, **params):
-        # float: y = A x is linear in x, dy = A dx.  events: straight-through (binary) or the true
-        # derivative of sum_{x != 0} w x (weighted), both dy = A dx: the float op on the tangent.
-        float_op = MATMUL_OPS[(law, rank, False)]
-        return float_op.primitive.bind(*args[:n], args[n], tangent.astype(outs[0].dtype), outs=outs, **params)
-
-    def param_cotangents(cts, args, undefined, *, shape, prob, transpose, corder, backend, weighted=False):
-        # y = A(theta) x = sum_p theta_p A(e_p) x  =>  theta_bar_p = sum_o [o reached] y_bar_o (A(e_p) x)_o,
-        # the op itself with the basis e_p (for events only the synapses of active inputs are generated:
-        # event-driven), summed over the outputs o that some synapse's term reaches: an active event's
-        # (event ops) or any synapse's (float ops: structural).  It is the sum over the synapses of the
-        # per-synapse terms y_bar_o * dw_oi/dtheta_p * term(x_i), grouped by output; an output no term reaches
-        # has (A(e_p) x)_o = 0, an empty sum, and 0 * y_bar_o would be nan for a nan or inf y_bar_o where the
-        # synapse sum has no term (docs/semantics.md).  "Reached" is read off A(e_0) with nonnegative inputs,
-        # whose basis weights are positive on every synapse (scalar and normal: 1; uniform: 1 - u >= 2^-24):
-        # A(e_0) 1[x != 0] > 0 exactly at the outputs an active event reaches, A(e_0) 1 at those with a synapse.
-        # For spikes that is theta_0's own product (no extra pass); weighted events and float values take one
-        # more pass (the spikes op on 1[x != 0], event-driven; the float op on ones).  A reached output keeps
-        # the IEEE product (a float x = 0 beside y_bar = nan gives nan).
-        params, seed, x = args[:n], args[n], args[n + 1]
-        ct = cts[0]
-        bind = functools.partial(bind_matmul, law, seed=seed, shape=shape, prob=prob, transpose=transpose,
-                                 corder=corder, dtype=ct.dtype, backend=backend)
-        y1 = {i: bind(event, _basis(params, i), x=x, weighted=weighted) for i in undefined}
-        if event and not weighted:
-            first = y1[0] if 0 in y1 else bind(True, _basis(params, 0), x=x)
-        elif event:  # weighted: the same op on the spikes 1[x != 0]
-            first = bind(True, _basis(params, 0), x=x, weighted=False)
-        else:  # float: structural, the synapses of each output
-            first = bind(False, _basis(params, 0), x=jnp.ones(x.shape[:1], ct.dtype))
-        reached = first != 0
-        if reached.ndim < ct.ndim:
-            reached = reached[:, None]
-        out = {}
-        for i in undefined:
-            aval = ad_rules.aval_of(params[i])
-            acc = compute_dtype(aval.dtype)
-            terms = jnp.where(reached, ct.astype(acc) * y1[i].astype(acc), jnp.zeros((), acc))
-            out[i] = jnp.sum(terms).astype(aval.dtype).reshape(aval.shape)
-        return out
-
-    def operand_cotangent(cts, *args, outs, shape, prob, transpose, corder, backend):
-        # y = A x  =>  x_bar = A.T y_bar: the same generated matrix transposed, i.e. the op with
-        # transpose and corder both flipped (row_outer is unchanged: same seed, same draws).
-        aval = ad_rules.aval_of(args[n + 1])
-        return bind_matmul(law, False, args[:n], args[n], cts[0], shape=shape, prob=prob, transpose=not transpose,
-                           corder=not corder, dtype=aval.dtype, backend=backend)
-
-    def transpose_rule(cts, *args, outs, **params):
-        # the parameters' cotangents together (they share the selection of the reached outputs), then x's
-        undefined = [i for i in range(n) if ad_rules.is_undefined(args[i])]
-        found = param_cotangents(cts, args, undefined, **params) if undefined else {}
-        result = [found.get(i) for i in range(n)] + [None, None]
-        x = args[n + 1]
-        if ad_rules.is_undefined(x) and jnp.issubdtype(x.aval.dtype, jnp.inexact):
-            if event:  # not linear in its events: their JVP is the float op, never transposed here
-                raise NotImplementedError(f"{op.name}: transpose w.r.t. argument {n + 1} is not defined; the op "
-                                          f"is not linear in it")
-            result[n + 1] = operand_cotangent(cts, *args, outs=outs, **params)
-        return result
-
-    jvps = [param_jvp(i) for i in range(n)] + [None, operand_jvp]
-    return jvps, transpose_rule
+    op = MATMUL_OPS[(law, rank, event)]
+    return op.primitive.bind(*_with_tangent(args[:n], i, tangent), *args[n:], outs=outs, **params)
 
 
-def _matmul_batching(law: str, rank: int, event: bool):
-    """vmap of the operand alone: one call of the mm op (the batch folded into columns, no loop);
-    a batch of weight parameters or seeds: a sequential loop (``lax.map``) over the batch."""
+def _matmul_jvp_operand(law: str, rank: int, event: bool, tangent, *args, outs, weighted=False, **params):
+    # float: y = A x is linear in x, dy = A dx.  events: straight-through (binary) or the true
+    # derivative of sum_{x != 0} w x (weighted), both dy = A dx: the float op on the tangent.
     n = LAWS[law]
-
-    def rule(args, axes, *, outs, shape, prob, transpose, corder, backend, weighted=False):
-        extra = {"weighted": weighted} if event else {}
-        if any(a is not None for a in axes[:n + 1]):
-            self_op = MATMUL_OPS[(law, rank, event)]
-            return batching_rules.sequential_batch(self_op.primitive, args, axes, outs=outs, shape=shape, prob=prob,
-                                                   transpose=transpose, corder=corder, backend=backend, **extra)
-        x = jnp.moveaxis(args[n + 1], axes[n + 1], 1)  # (n_in, batch[, k])
-        size = x.shape[1]
-        flat = x.reshape(x.shape[0], math.prod(x.shape[1:]))
-        y = bind_matmul(law, event, args[:n], args[n], flat, shape=shape, prob=prob, transpose=transpose,
-                        corder=corder, dtype=outs[0].dtype, backend=backend, weighted=weighted)
-        return [y.reshape((y.shape[0], size) + x.shape[2:])], [1]
-
-    return rule
+    float_op = MATMUL_OPS[(law, rank, False)]
+    return float_op.primitive.bind(*args[:n], args[n], tangent.astype(outs[0].dtype), outs=outs, **params)
 
 
-def _define_matmul(law: str, rank: int, event: bool) -> XLACustomKernel:
-    """One matmul op: reference, JVPs, transpose and batching rules, declared backends."""
-    kind = "mv" if rank == 1 else "mm"
-    op = XLACustomKernel(f"evjax_{'binary_' if event else ''}jit{_LETTER[law]}{kind}")
+def _matmul_param_cotangents(law: str, event: bool, cts, args, undefined, *, shape, prob, transpose, corder,
+                             backend, weighted=False):
+    # y = A(theta) x = sum_p theta_p A(e_p) x  =>  theta_bar_p = sum_o [o reached] y_bar_o (A(e_p) x)_o,
+    # the op itself with the basis e_p (for events only the synapses of active inputs are generated:
+    # event-driven), summed over the outputs o that some synapse's term reaches: an active event's
+    # (event ops) or any synapse's (float ops: structural).  It is the sum over the synapses of the
+    # per-synapse terms y_bar_o * dw_oi/dtheta_p * term(x_i), grouped by output; an output no term reaches
+    # has (A(e_p) x)_o = 0, an empty sum, and 0 * y_bar_o would be nan for a nan or inf y_bar_o where the
+    # synapse sum has no term (docs/semantics.md).  "Reached" is read off A(e_0) with nonnegative inputs,
+    # whose basis weights are positive on every synapse (scalar and normal: 1; uniform: 1 - u >= 2^-24):
+    # A(e_0) 1[x != 0] > 0 exactly at the outputs an active event reaches, A(e_0) 1 at those with a synapse.
+    # For spikes that is theta_0's own product (no extra pass); weighted events and float values take one
+    # more pass (the spikes op on 1[x != 0], event-driven; the float op on ones).  A reached output keeps
+    # the IEEE product (a float x = 0 beside y_bar = nan gives nan).
+    n = LAWS[law]
+    params, seed, x = args[:n], args[n], args[n + 1]
+    ct = cts[0]
+    bind = functools.partial(bind_matmul, law, seed=seed, shape=shape, prob=prob, transpose=transpose,
+                             corder=corder, dtype=ct.dtype, backend=backend)
+    y1 = {i: bind(event, _basis(params, i), x=x, weighted=weighted) for i in undefined}
+    if event and not weighted:
+        first = y1[0] if 0 in y1 else bind(True, _basis(params, 0), x=x)
+    elif event:  # weighted: the same op on the spikes 1[x != 0]
+        first = bind(True, _basis(params, 0), x=x, weighted=False)
+    else:  # float: structural, the synapses of each output
+        first = bind(False, _basis(params, 0), x=jnp.ones(x.shape[:1], ct.dtype))
+    reached = first != 0
+    if reached.ndim < ct.ndim:
+        reached = reached[:, None]
+    out = {}
+    for i in undefined:
+        aval = ad_rules.aval_of(params[i])
+        acc = compute_dtype(aval.dtype)
+        terms = jnp.where(reached, ct.astype(acc) * y1[i].astype(acc), jnp.zeros((), acc))
+        out[i] = jnp.sum(terms).astype(aval.dtype).reshape(aval.shape)
+    return out
 
-    def reference(*args, weighted=False, **params):
-        return _reference_matmul(*args, law=law, mode=_mode(event, weighted), **params)
 
-    op.def_reference(reference)
-    jvps, transpose = _matmul_rules(op, law, rank, event)
-    op.def_jvp_rule2(*jvps)
-    op.def_transpose_rule(transpose)
-    op.def_batching_rule(_matmul_batching(law, rank, event))
+def _matmul_operand_cotangent(law: str, cts, *args, shape, prob, transpose, corder, backend):
+    # y = A x  =>  x_bar = A.T y_bar: the same generated matrix transposed, i.e. the op with
+    # transpose and corder both flipped (row_outer is unchanged: same seed, same draws).
+    n = LAWS[law]
+    aval = ad_rules.aval_of(args[n + 1])
+    return bind_matmul(law, False, args[:n], args[n], cts[0], shape=shape, prob=prob, transpose=not transpose,
+                       corder=not corder, dtype=aval.dtype, backend=backend)
+
+
+def _matmul_transpose(law: str, rank: int, event: bool, cts, *args, outs, **params):
+    # the parameters' cotangents together (they share the selection of the reached outputs), then x's
+    n = LAWS[law]
+    undefined = [i for i in range(n) if ad_rules.is_undefined(args[i])]
+    found = _matmul_param_cotangents(law, event, cts, args, undefined, **params) if undefined else {}
+    result = [found.get(i) for i in range(n)] + [None, None]
+    x = args[n + 1]
+    if ad_rules.is_undefined(x) and jnp.issubdtype(x.aval.dtype, jnp.inexact):
+        if event:  # not linear in its events: their JVP is the float op, never transposed here
+            name = MATMUL_OPS[(law, rank, event)].name
+            raise NotImplementedError(f"{name}: transpose w.r.t. argument {n + 1} is not defined; the op "
+                                      f"is not linear in it")
+        result[n + 1] = _matmul_operand_cotangent(law, cts, *args, **params)
+    return result
+
+
+def _matmul_batching(law: str, rank: int, event: bool, args, axes, *, outs, shape, prob, transpose, corder,
+                     backend, weighted=False):
+    # vmap of the operand alone: one call of the mm op (the batch folded into columns, no loop);
+    # a batch of weight parameters or seeds: a sequential loop (lax.map) over the batch.
+    n = LAWS[law]
+    extra = {"weighted": weighted} if event else {}
+    if any(a is not None for a in axes[:n + 1]):
+        self_op = MATMUL_OPS[(law, rank, event)]
+        return batching_rules.sequential_batch(self_op.primitive, args, axes, outs=outs, shape=shape, prob=prob,
+                                               transpose=transpose, corder=corder, backend=backend, **extra)
+    x = jnp.moveaxis(args[n + 1], axes[n + 1], 1)  # (n_in, batch[, k])
+    size = x.shape[1]
+    flat = x.reshape(x.shape[0], math.prod(x.shape[1:]))
+    y = bind_matmul(law, event, args[:n], args[n], flat, shape=shape, prob=prob, transpose=transpose,
+                    corder=corder, dtype=outs[0].dtype, backend=backend, weighted=weighted)
+    return [y.reshape((y.shape[0], size) + x.shape[2:])], [1]
+
+
+def _matmul_op(law: str, rank: int, event: bool) -> XLACustomKernel:
+    """The matmul primitive of ``law``, ``rank`` and ``event``, its rules registered."""
+    op = XLACustomKernel(f"evjax_{'binary_' if event else ''}jit{_LETTER[law]}{'mv' if rank == 1 else 'mm'}")
+    op.def_reference(functools.partial(_matmul_reference, law, event))
+    param_jvps = [functools.partial(_matmul_jvp_param, law, rank, event, i) for i in range(LAWS[law])]
+    op.def_jvp_rule2(*param_jvps, None, functools.partial(_matmul_jvp_operand, law, rank, event))
+    op.def_transpose_rule(functools.partial(_matmul_transpose, law, rank, event))
+    op.def_batching_rule(functools.partial(_matmul_batching, law, rank, event))
     return op
 
 
-MATMUL_OPS: dict = {}  # (law, rank, event) -> op
-for _law in LAWS:
-    for _rank in (1, 2):
-        for _event in (False, True):
-            MATMUL_OPS[(_law, _rank, _event)] = _define_matmul(_law, _rank, _event)
+jitsmv_p = _matmul_op("scalar", 1, False)
+jitsmm_p = _matmul_op("scalar", 2, False)
+binary_jitsmv_p = _matmul_op("scalar", 1, True)
+binary_jitsmm_p = _matmul_op("scalar", 2, True)
+jitnmv_p = _matmul_op("normal", 1, False)
+jitnmm_p = _matmul_op("normal", 2, False)
+binary_jitnmv_p = _matmul_op("normal", 1, True)
+binary_jitnmm_p = _matmul_op("normal", 2, True)
+jitumv_p = _matmul_op("uniform", 1, False)
+jitumm_p = _matmul_op("uniform", 2, False)
+binary_jitumv_p = _matmul_op("uniform", 1, True)
+binary_jitumm_p = _matmul_op("uniform", 2, True)
+
+MATMUL_OPS = {  # (law, rank, event) -> op: what the backends register on and the rules bind
+    ("scalar", 1, False): jitsmv_p, ("scalar", 2, False): jitsmm_p,
+    ("scalar", 1, True): binary_jitsmv_p, ("scalar", 2, True): binary_jitsmm_p,
+    ("normal", 1, False): jitnmv_p, ("normal", 2, False): jitnmm_p,
+    ("normal", 1, True): binary_jitnmv_p, ("normal", 2, True): binary_jitnmm_p,
+    ("uniform", 1, False): jitumv_p, ("uniform", 2, False): jitumm_p,
+    ("uniform", 1, True): binary_jitumv_p, ("uniform", 2, True): binary_jitumm_p,
+}
 
 
 # ===========================================================================
-# Materialisers: jits / jitn / jitu
+# The materialisers: jits, jitn, jitu (the matrix as a dense array)
 # ===========================================================================
-def _dense_rules(op, law: str):
+def _dense_jvp_param(law: str, i: int, tangent, *args, outs, **params):
+    # D(theta) is linear in theta jointly: dD = D(dtheta)
     n = LAWS[law]
+    return DENSE_OPS[law].primitive.bind(*_with_tangent(args[:n], i, tangent), args[n], outs=outs, **params)
 
-    def param_jvp(i):
-        # D(theta) is linear in theta jointly: dD = D(dtheta)
-        def rule(tangent, *args, outs, **params):
-            return op.primitive.bind(*_with_tangent(args[:n], i, tangent), args[n], outs=outs, **params)
 
-        return rule
-
-    def transpose_rule(cts, *args, outs, shape, prob, transpose, corder, backend):
-        # theta_bar_p = sum over the synapses (o, i) of D_bar_oi * D(e_p)_oi: a cotangent off the synapses is
-        # never read (0 * nan would be nan there).  The synapses are where D(e_0) != 0: its basis weights are
-        # positive on every synapse (scalar and normal: 1; uniform: 1 - u >= 2^-24).
-        undefined = [i for i in range(n) if ad_rules.is_undefined(args[i])]
-        result = [None] * (n + 1)
-        if not undefined:
-            return result
-        ct = cts[0]
-        bind = functools.partial(bind_dense, law, seed=args[n], shape=shape, prob=prob, transpose=transpose,
-                                 corder=corder, dtype=ct.dtype, backend=backend)
-        d1 = {i: bind(_basis(args[:n], i)) for i in undefined}
-        synapses = (d1[0] if 0 in d1 else bind(_basis(args[:n], 0))) != 0
-        for i in undefined:
-            aval = ad_rules.aval_of(args[i])
-            acc = compute_dtype(aval.dtype)
-            terms = jnp.where(synapses, ct.astype(acc) * d1[i].astype(acc), jnp.zeros((), acc))
-            result[i] = jnp.sum(terms).astype(aval.dtype).reshape(aval.shape)
+def _dense_transpose(law: str, cts, *args, outs, shape, prob, transpose, corder, backend):
+    # theta_bar_p = sum over the synapses (o, i) of D_bar_oi * D(e_p)_oi: a cotangent off the synapses is
+    # never read (0 * nan would be nan there).  The synapses are where D(e_0) != 0: its basis weights are
+    # positive on every synapse (scalar and normal: 1; uniform: 1 - u >= 2^-24).
+    n = LAWS[law]
+    undefined = [i for i in range(n) if ad_rules.is_undefined(args[i])]
+    result = [None] * (n + 1)
+    if not undefined:
         return result
+    ct = cts[0]
+    bind = functools.partial(bind_dense, law, seed=args[n], shape=shape, prob=prob, transpose=transpose,
+                             corder=corder, dtype=ct.dtype, backend=backend)
+    d1 = {i: bind(_basis(args[:n], i)) for i in undefined}
+    synapses = (d1[0] if 0 in d1 else bind(_basis(args[:n], 0))) != 0
+    for i in undefined:
+        aval = ad_rules.aval_of(args[i])
+        acc = compute_dtype(aval.dtype)
+        terms = jnp.where(synapses, ct.astype(acc) * d1[i].astype(acc), jnp.zeros((), acc))
+        result[i] = jnp.sum(terms).astype(aval.dtype).reshape(aval.shape)
+    return result
 
-    return [param_jvp(i) for i in range(n)] + [None], transpose_rule
+
+def _dense_batching(law: str, args, axes, **params):
+    # parameters or seeds batched: a loop (lax.map), one materialisation per batch element
+    return batching_rules.sequential_batch(DENSE_OPS[law].primitive, args, axes, **params)
 
 
-DENSE_OPS: dict = {}
-for _law in LAWS:
-    _op = XLACustomKernel(f"evjax_jit{_LETTER[_law]}")
-    _op.def_reference(functools.partial(_reference_dense, law=_law))
-    _jvps, _transpose = _dense_rules(_op, _law)
-    _op.def_jvp_rule2(*_jvps)
-    _op.def_transpose_rule(_transpose)
+def _dense_op(law: str) -> XLACustomKernel:
+    """The materialiser primitive of ``law``, its rules registered."""
+    op = XLACustomKernel(f"evjax_jit{_LETTER[law]}")
+    op.def_reference(functools.partial(_reference_dense, law=law))
+    op.def_jvp_rule2(*[functools.partial(_dense_jvp_param, law, i) for i in range(LAWS[law])], None)
+    op.def_transpose_rule(functools.partial(_dense_transpose, law))
+    op.def_batching_rule(functools.partial(_dense_batching, law))
+    return op
 
-    def _dense_batching(args, axes, _op=_op, **params):  # parameters or seeds batched: a loop
-        return batching_rules.sequential_batch(_op.primitive, args, axes, **params)
 
-    _op.def_batching_rule(_dense_batching)
-    DENSE_OPS[_law] = _op
+jits_p = _dense_op("scalar")
+jitn_p = _dense_op("normal")
+jitu_p = _dense_op("uniform")
+
+DENSE_OPS = {"scalar": jits_p, "normal": jitn_p, "uniform": jitu_p}
 
 OPS = tuple(MATMUL_OPS.values()) + tuple(DENSE_OPS.values())
