@@ -16,7 +16,7 @@ its kernels on import.  Nothing here imports an op.
 from __future__ import annotations
 
 import dataclasses
-import importlib
+
 import importlib.util
 import threading
 
@@ -31,7 +31,6 @@ __all__ = [
     "known_backend_names",
     "check_backend_name",
     "missing_library",
-    "load_backend_module",
     "default_rank",
 ]
 
@@ -140,11 +139,6 @@ def missing_library(backend: str) -> str | None:
             found = False
         _missing[backend] = None if found else f"{module} is not installed ({install})"
     return _missing[backend]
-
-
-def load_backend_module(module: str) -> None:
-    """Import a family's backend module, which registers its kernels on the family's ops."""
-    importlib.import_module(module)
 
 
 def default_rank(platform: str, backend: str) -> int:

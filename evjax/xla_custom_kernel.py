@@ -116,7 +116,7 @@ class XLACustomKernel:
         self.primitive = _compat.VaryingPrimitive(name)
         self.primitive.multiple_results = True
         self._kernels: dict[str, dict[str, KernelGenerator]] = {}  # registered generators
-        self._modules: dict[str, dict[str, str]] = {}  # declared backend modules, imported on first use
+        self._modules: dict[str, dict[str, Callable[[], object]]] = {}  # declared backend loaders, run on first use
         self._candidates: dict[str, list[str]] = {}  # default candidates, in registration order
         self._explicit: dict[str, str] = {}  # defaults named with default=True or set_default
         self._chosen: dict[str, str] = {}  # defaults chosen lazily from the candidates
@@ -222,21 +222,28 @@ class XLACustomKernel:
         self._reference = fn
         return fn
 
-    def declare_backends(self, package: str, table: Mapping[str, Mapping[str, bool]]) -> None:
-        """Declare an operator family's backend modules, imported the first time they are needed.
+    def declare_backends(self, loaders: Mapping[str, Callable[[], object]],
+                         table: Mapping[str, Mapping[str, bool]]) -> None:
+        """Declare an operator family's backend modules, loaded the first time they are needed.
 
         Args:
-            package: the family's package, e.g. ``"evjax.primitives.csr"``; the
-                module of backend ``b`` is ``f"{package}.{b}"`` and registers its
-                generators with :meth:`def_kernel` when imported.
+            loaders: ``{backend: load}``; ``load()`` imports and returns the
+                family's module of that backend (``from . import numba`` in the
+                family's package), which registers its generators with
+                :meth:`def_kernel` when imported.
             table: ``{backend: {platform: is_default_candidate}}``, candidates
-                in order of preference.
+                in order of preference; every backend in it has a loader.
 
         Raises:
-            TypeError: ``package`` is not a string or ``table`` not a mapping of mappings.
+            TypeError: ``loaders`` is not a mapping of callables, ``table`` not a
+                mapping of mappings, or a backend of ``table`` has no loader.
         """
-        if not isinstance(package, str) or not package:
-            raise TypeError(f"op '{self.name}': package must be a module name, got {package!r}")
+        if not isinstance(loaders, Mapping) or not all(
+            isinstance(b, str) and callable(load) for b, load in loaders.items()
+        ):
+            raise TypeError(
+                f"op '{self.name}': loaders must be {{backend: a function importing its module}}, got {loaders!r}"
+            )
         if not isinstance(table, Mapping) or not all(
             isinstance(b, str) and isinstance(p, Mapping) for b, p in table.items()
         ):
@@ -244,11 +251,14 @@ class XLACustomKernel:
                 f"op '{self.name}': the backend table must be {{backend: {{platform: is_default_candidate}}}}, "
                 f"got {table!r}"
             )
+        unloaded = sorted(set(table) - set(loaders))
+        if unloaded:
+            raise TypeError(f"op '{self.name}': backends {unloaded} of the table have no loader")
         with self._lock:
             for backend, platforms in table.items():
                 for platform, candidate in platforms.items():
                     platform = registry.platform_of(platform, who=f"op '{self.name}'")
-                    self._modules.setdefault(platform, {})[backend] = f"{package}.{backend}"
+                    self._modules.setdefault(platform, {})[backend] = loaders[backend]
                     self._set_candidacy(platform, backend, None if candidate else False)
                 registry.note_backend_name(backend)
 
@@ -368,13 +378,29 @@ class XLACustomKernel:
     def _generator(self, platform: str, name: str) -> KernelGenerator:
         generator = self._kernels.get(platform, {}).get(name)
         if generator is None:
-            module = self._modules.get(platform, {}).get(name)
-            if module is not None:
-                registry.load_backend_module(module)  # registers the family's generators
+            load = self._modules.get(platform, {}).get(name)
+            if load is not None:
+                load()  # imports the family's backend module, which registers its generators
                 generator = self._kernels.get(platform, {}).get(name)
             if generator is None:
-                raise RuntimeError(f"op '{self.name}': backend module {module!r} registered no {name!r} kernel")
+                raise RuntimeError(f"op '{self.name}': the {name!r} backend module loaded by {load!r} "
+                                   f"registered no kernel")
         return generator
+
+    def backend_module(self, platform: str, backend: str):
+        """The module of a declared backend on ``platform``, loaded by its loader (once).
+
+        Raises:
+            BackendNotAvailableError: the op declares no such backend on ``platform``.
+        """
+        platform = registry.platform_of(platform, who=f"op '{self.name}'")
+        load = self._modules.get(platform, {}).get(backend)
+        if load is None:
+            raise BackendNotAvailableError(
+                f"op '{self.name}' declares no backend module {backend!r} on {platform}: "
+                f"{sorted(self._modules.get(platform, {}))}"
+            )
+        return load()
 
     def kernel_generator(self, platform: str, backend: str) -> Callable:
         """The generator registered as ``backend`` on ``platform`` (importing a declared backend module)."""

@@ -244,16 +244,7 @@ def weighted_sddmm_reference(mode):
 
 
 def weighted_sddmm_spec(mode, backend):
-    return OpSpec(
-        fn=lambda i, p, r, q, shape: csr.csr_sddmm(i, p, r, q, shape=shape, backend=backend, weighted=mode),
-        reference=weighted_sddmm_reference(mode),
-        diff_argnums=(2, 3),
-        static_argnums=(4,),
-        backend=backend,
-        resample=csr_resampler(indices=0, indptr=1, shape=4),
-        batch_size=2,
-        name=f"csr_sddmm(weighted={mode},{backend})",
-    )
+    return csr_sddmm_spec(backend, weighted=mode)
 
 
 def csr_sddmm_reference(indices, indptr, r, q, shape):
@@ -262,16 +253,17 @@ def csr_sddmm_reference(indices, indptr, r, q, shape):
     return products if r.ndim == 1 else jnp.sum(products, axis=1)
 
 
-def csr_sddmm_spec(backend):
+def csr_sddmm_spec(backend, weighted=None):
+    """The CSR weight gradient's spec, plain or with weighted events (``weighted`` "r" or "q")."""
     return OpSpec(
-        fn=lambda i, p, r, q, shape: csr.csr_sddmm(i, p, r, q, shape=shape, backend=backend),
-        reference=csr_sddmm_reference,
+        fn=lambda i, p, r, q, shape: csr.csr_sddmm(i, p, r, q, shape=shape, backend=backend, weighted=weighted),
+        reference=csr_sddmm_reference if weighted is None else weighted_sddmm_reference(weighted),
         diff_argnums=(2, 3),
         static_argnums=(4,),
         backend=backend,
         resample=csr_resampler(indices=0, indptr=1, shape=4),
         batch_size=2,
-        name=f"csr_sddmm({backend})",
+        name=f"csr_sddmm({backend})" if weighted is None else f"csr_sddmm(weighted={weighted},{backend})",
     )
 
 

@@ -297,9 +297,9 @@ def test_each_backend_module_registers_every_op_of_its_family(family):
     """A family's ops share their backends, so a per-call choice holds for the ops their rules bind."""
     import importlib
 
-    ops = importlib.import_module(f"evjax.primitives.{family}.ops")
-    all_ops = ops.OPS if family == "csr" else [op for op, _, _ in ops.OPS.values()]
-    for backend, platforms in ops.BACKENDS.items():
+    package = importlib.import_module(f"evjax.primitives.{family}")
+    all_ops = package.OPS
+    for backend, platforms in package.BACKENDS.items():
         if registry.missing_library(backend) is not None:
             continue
         for platform in platforms:

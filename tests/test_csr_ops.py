@@ -292,3 +292,108 @@ def test_against_scipy_parallel_sizes(homogeneous):
     rows = np.repeat(np.arange(1200), np.diff(a.indptr))
     want = s[rows] * ct[a.indices] if not homogeneous else np.sum(s[rows] * ct[a.indices])
     np.testing.assert_allclose(np.asarray(g).ravel(), np.ravel(want), rtol=1e-4, atol=1e-3)
+
+
+def _primitive_names(jaxpr):
+    """Every primitive of a closed jaxpr, its sub-jaxprs (jit, cond, scan, custom rules) included."""
+    names = []
+    for eqn in jaxpr.eqns:
+        names.append(eqn.primitive.name)
+        for p in eqn.params.values():
+            for sub in (p if isinstance(p, (tuple, list)) else (p,)):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    names += _primitive_names(inner)
+    return names
+
+
+def _batched_structures(rng, size, n_rows, n_cols, nnz):
+    """``size`` CSR structures of one shape and one nnz, each its own rows and columns."""
+    indices, indptr = [], []
+    for _ in range(size):
+        cuts = np.sort(rng.integers(0, nnz + 1, n_rows - 1))
+        indptr.append(np.concatenate([[0], cuts, [nnz]]).astype(np.int32))
+        indices.append(rng.integers(0, n_cols, nnz).astype(np.int32))
+    return np.stack(indices), np.stack(indptr)
+
+
+def _dense_of(data, indices, indptr, shape):
+    """Structural dense matrix: entries outside [0, n_cols) or outside every row are skipped."""
+    a = np.zeros(shape, np.float64)
+    w = np.broadcast_to(np.asarray(data, np.float64), indices.shape)
+    for i in range(shape[0]):
+        for k in range(indptr[i], indptr[i + 1]):
+            if 0 <= indices[k] < shape[1]:
+                a[i, indices[k]] += w[k]
+    return a
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("transpose", [True, False])
+def test_vmap_over_structures_is_one_kernel_call(transpose, backend):
+    """vmap over structures (and weights, events) of the forward op and of its weight gradient
+    binds each CSR op once on the block-diagonal structure: no loop (scan, while), and the
+    weight gradient is the event-driven csr_sddmm, bound once."""
+    rng = np.random.default_rng(31)
+    size, n_rows, n_cols, nnz = 4, 6, 5, 11
+    indices, indptr = _batched_structures(rng, size, n_rows, n_cols, nnz)
+    data = rng.standard_normal((size, nnz)).astype(np.float32)
+    n_in = n_rows if transpose else n_cols
+    spikes = rng.random((size, n_in)) < 0.5
+    spikes[1] = False
+    ct = rng.standard_normal((size, n_cols if transpose else n_rows)).astype(np.float32)
+
+    def loss(w, i, p, s, c):
+        return jnp.vdot(c, evjax.binary_csrmv(w, i, p, s, shape=(n_rows, n_cols), transpose=transpose,
+                                              backend=backend))
+
+    grad = jax.vmap(jax.grad(loss))
+    names = _primitive_names(jax.make_jaxpr(grad)(data, indices, indptr, spikes, ct).jaxpr)
+    assert names.count("evjax_csr_sddmm") == 1, names
+    assert not {"scan", "while"} & set(names), names
+    g = jax.jit(grad)(data, indices, indptr, spikes, ct)
+    fwd = jax.jit(jax.vmap(lambda w, i, p, s: evjax.binary_csrmv(w, i, p, s, shape=(n_rows, n_cols),
+                                                                 transpose=transpose, backend=backend)))
+    names = _primitive_names(jax.make_jaxpr(fwd)(data, indices, indptr, spikes).jaxpr)
+    assert names.count("evjax_binary_csrmv") == 1 and not {"scan", "while"} & set(names), names
+    y = fwd(data, indices, indptr, spikes)
+    for b in range(size):
+        a = _dense_of(data[b], indices[b], indptr[b], (n_rows, n_cols))
+        e = spikes[b].astype(np.float64)
+        np.testing.assert_allclose(y[b], e @ a if transpose else a @ e, rtol=1e-5, atol=1e-6)
+        rows = np.repeat(np.arange(n_rows), np.diff(indptr[b]))
+        r, q = (e, ct[b]) if transpose else (ct[b], e)
+        np.testing.assert_allclose(g[b], r[rows] * q[indices[b]], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_vmap_out_of_range_index_in_one_element(backend):
+    """Under jit + vmap (no validation), a column outside [0, n_cols) in one batch element is
+    skipped there (in the matmuls and the sddmm) and never reaches another element's columns;
+    silent events with nan weights still contribute nothing."""
+    rng = np.random.default_rng(32)
+    size, n_rows, n_cols, nnz = 3, 4, 5, 8
+    indices, indptr = _batched_structures(rng, size, n_rows, n_cols, nnz)
+    indices[0, 2], indices[1, 5], indices[2, 0] = n_cols, -1, n_cols + 3  # n_cols: the next block's column 0
+    data = rng.standard_normal((size, nnz)).astype(np.float32)
+    data[2, 1] = np.nan
+    spikes = np.ones((size, n_rows), bool)
+    spikes[2] = False
+    x = rng.standard_normal((size, n_cols)).astype(np.float32)
+    q = rng.standard_normal((size, n_cols)).astype(np.float32)
+    kw = dict(shape=(n_rows, n_cols), backend=backend)
+    scatter = jax.jit(jax.vmap(lambda w, i, p, s: evjax.binary_csrmv(w, i, p, s, transpose=True, **kw)))
+    gather = jax.jit(jax.vmap(lambda w, i, p, v: evjax.csrmv(w, i, p, v, **kw)))
+    sddmm = jax.jit(jax.vmap(lambda i, p, r, q: evjax.csr_sddmm(i, p, r, q, **kw), in_axes=(0, 0, 0, 0)))
+    ys, yg, g = scatter(data, indices, indptr, spikes), gather(data, indices, indptr, x), \
+        sddmm(indices, indptr, spikes, q)
+    for b in range(size):
+        a = _dense_of(data[b], indices[b], indptr[b], (n_rows, n_cols))
+        want = spikes[b].astype(np.float64) @ np.where(spikes[b][:, None], a, 0)
+        np.testing.assert_allclose(ys[b], np.nan_to_num(want) if b == 2 else want, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(yg[b], a @ x[b], rtol=1e-5, atol=1e-6)  # a nan weight: IEEE
+        rows = np.repeat(np.arange(n_rows), np.diff(indptr[b]))
+        ok = (indices[b] >= 0) & (indices[b] < n_cols)
+        want = np.where(ok & spikes[b][rows], q[b][np.clip(indices[b], 0, n_cols - 1)], 0)
+        np.testing.assert_allclose(g[b], want, rtol=1e-6)
+    assert not np.any(np.isnan(ys[2])) and np.all(ys[2] == 0)

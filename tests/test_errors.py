@@ -68,9 +68,11 @@ def test_def_kernel_with_a_bad_platform_backend_or_default_type_raises_type_erro
     with pytest.raises(ValueError, match="unknown platform 'tpu'"):
         op.def_kernel("numba", "tpu", gen)
     with pytest.raises(TypeError, match="backend table"):
-        op.declare_backends("some.package", {"numba": "cpu"})
-    with pytest.raises(TypeError, match="package must be a module name"):
-        op.declare_backends(None, {"numba": {"cpu": True}})
+        op.declare_backends({"numba": lambda: None}, {"numba": "cpu"})
+    with pytest.raises(TypeError, match="loaders must be"):
+        op.declare_backends("some.package", {"numba": {"cpu": True}})
+    with pytest.raises(TypeError, match=r"backends \['warp'\] of the table have no loader"):
+        op.declare_backends({"numba": lambda: None}, {"warp": {"cpu": True}})
     assert op.backends("cpu") == []  # nothing was registered by the failed calls
     with pytest.raises(TypeError, match="a platform is a string"):
         op.backends(0)

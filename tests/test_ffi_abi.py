@@ -232,7 +232,7 @@ def test_registration_refuses_a_jaxlib_of_another_abi(text, installed_header):
     message = str(caught.value)
     for part in (f"jaxlib {importlib.metadata.version('jaxlib')}", path, "API 0.3",
                  "XLA_FFI_Buffer: struct_size 56 in the header, evjax expects 48 (BUFFER_STRUCT_SIZE)",
-                 'pip install "jax>=0.10,<0.13" "jaxlib>=0.10,<0.13"'):
+                 'pip install "jax>=0.10,<0.11.1" "jaxlib>=0.10,<0.11.1"'):
         assert part in message, message
     assert isinstance(caught.value, RuntimeError)
 

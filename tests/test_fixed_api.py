@@ -13,6 +13,7 @@ import pytest
 
 import evjax
 from evjax.primitives.fixed import fcn_sddmm
+from evjax.primitives.fixed import ops as fixed_ops
 
 BACKENDS = ("numba", "warp", "reference")
 
@@ -354,7 +355,7 @@ def test_vmap_over_events_is_one_matrix_kernel(transpose):
     S = rng.random((3, n if transpose else n_cols)) < 0.5
     fn = jax.vmap(lambda s: evjax.binary_fcnmv(weights, indices, s, shape=(n, n_cols), transpose=transpose))
     names = [e.primitive.name for e in jax.make_jaxpr(fn)(S).eqns if e.primitive.name.startswith("evjax_")]
-    assert names == ["evjax_binary_fcnmm"]
+    assert names == ["evjax_binary_csrmm"]  # CSR's matrix op on the flat table
     a = dense_table(weights, indices, n_cols)
     np.testing.assert_allclose(fn(S), S @ a if transpose else S @ a.T, rtol=1e-5, atol=1e-6)
 
@@ -393,14 +394,151 @@ def test_a_table_is_checked_once():
     np.testing.assert_allclose(s @ W, np.ones(50) @ np.asarray(W.todense()), rtol=1e-5)
 
 
-def test_vmap_over_tables_is_one_call_not_a_loop():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_vmap_over_tables_weights_and_events(backend):
+    """Each batch element its own table, weights and events (per-synapse and homogeneous
+    weights, a non-finite shared weight among them), forward and weight gradient."""
     rng = np.random.default_rng(12)
     tables = rng.integers(0, 4, (3, 5, 2)).astype(np.int32)
+    tables[1, 0] = [1, 1]  # duplicates
     weights = rng.standard_normal((3, 5, 2)).astype(np.float32)
     spikes = rng.random((3, 5)) < 0.5
-    f = jax.vmap(lambda w, i, s: evjax.binary_fcnmv(w, i, s, shape=(5, 4), transpose=True))
-    jaxpr = jax.make_jaxpr(f)(weights, tables, spikes)
-    names = [e.primitive.name for e in jaxpr.jaxpr.eqns]
-    assert names.count("evjax_binary_fcnmv") == 1 and "while" not in names, names
+    spikes[2] = False
+    f = jax.jit(jax.vmap(lambda w, i, s: evjax.binary_fcnmv(w, i, s, shape=(5, 4), transpose=True,
+                                                            backend=backend)))
     want = np.stack([spikes[b] @ dense_table(weights[b], tables[b], 4) for b in range(3)])
     np.testing.assert_allclose(f(weights, tables, spikes), want, rtol=1e-5, atol=1e-6)
+    shared = np.array([0.5, -2.0, np.nan], np.float32)  # element 2 is silent: nan contributes nothing
+    want = np.stack([spikes[b] @ dense_table(shared[b] if b < 2 else 0.0, tables[b], 4) for b in range(3)])
+    np.testing.assert_allclose(f(shared, tables, spikes), want, rtol=1e-5, atol=1e-6)
+    ct = rng.standard_normal((3, 4)).astype(np.float32)
+    g = jax.jit(jax.vmap(jax.grad(lambda w, i, s, c: jnp.vdot(c, evjax.binary_fcnmv(
+        w, i, s, shape=(5, 4), transpose=True, backend=backend)))))(weights, tables, spikes, ct)
+    np.testing.assert_allclose(g, np.where(spikes[:, :, None], np.take_along_axis(
+        ct[:, None, :], tables.reshape(3, 1, 10), axis=2).reshape(3, 5, 2), 0), rtol=1e-6)
+
+
+def test_every_function_binds_csrs_op_on_the_flat_table():
+    """The fixed family has no primitive: each function is one CSR op on (indices.ravel(),
+    k * arange(n + 1)); a new table of the same shape does not retrace."""
+    rng = np.random.default_rng(13)
+    n, n_cols, k = 6, 5, 3
+    weights, indices = table(rng, n, n_cols, k)
+    v, m = rng.standard_normal(n_cols).astype(np.float32), rng.standard_normal((n_cols, 2)).astype(np.float32)
+    kw = dict(shape=(n, n_cols))
+    calls = {
+        "evjax_csrmv": lambda w, i: evjax.fcnmv(w, i, v, **kw),
+        "evjax_csrmm": lambda w, i: evjax.fcnmm(w, i, m, **kw),
+        "evjax_binary_csrmv": lambda w, i: evjax.binary_fcnmv(w, i, v > 0, **kw),
+        "evjax_binary_csrmm": lambda w, i: evjax.binary_fcnmm(w, i, m > 0, **kw),
+        "evjax_csr_sddmm": lambda w, i: fcn_sddmm(i, np.ones(n, np.float32), v, **kw),
+    }
+    for name, fn in calls.items():
+        jaxpr = jax.make_jaxpr(fn)(weights, indices).jaxpr
+        ops = [e for e in jaxpr.eqns if e.primitive.name.startswith("evjax_")]
+        assert [e.primitive.name for e in ops] == [name], jaxpr
+        flat_indices, indptr = ops[0].invars[1 if name != "evjax_csr_sddmm" else 0:][:2]
+        assert flat_indices.aval.shape == (n * k,) and indptr.aval.shape == (n + 1,)
+        assert indptr.aval.dtype == np.int32
+    from evjax.primitives import csr, fixed
+
+    assert (fixed.fcnmv_p, fixed.binary_fcnmv_p, fixed.fcn_sddmm_p) == (csr.csrmv_p, csr.binary_csrmv_p,
+                                                                         csr.csr_sddmm_p)
+    traces = []
+
+    @jax.jit
+    def f(w, i):
+        traces.append(1)
+        return evjax.fcnmv(w, i, v, **kw)
+
+    for seed in range(3):
+        w, i = table(np.random.default_rng(seed), n, n_cols, k)
+        np.testing.assert_allclose(f(w, i), dense_table(w, i, n_cols) @ v, rtol=1e-5, atol=1e-6)
+    assert len(traces) == 1
+
+
+def test_pointer_dtype_follows_the_indices():
+    """int64 tables (64-bit mode) get int64 row pointers, as a CSR built from the same arrays."""
+    rng = np.random.default_rng(14)
+    n, n_cols, k = 5, 4, 2
+    indices = rng.integers(0, n_cols, (n, k))
+    x = rng.standard_normal(n_cols)
+    with jax.enable_x64(True):
+        flat, indptr = fixed_ops.csr_structure(jnp.asarray(indices, jnp.int64))
+        assert flat.dtype == indptr.dtype == jnp.int64
+        np.testing.assert_array_equal(indptr, np.arange(n + 1) * k)
+        y = evjax.fcnmv(rng.standard_normal((n, k)), indices.astype(np.int64), x, shape=(n, n_cols))
+        assert y.dtype == np.float64
+    flat, indptr = fixed_ops.csr_structure(jnp.asarray(indices, jnp.int32))
+    assert flat.dtype == indptr.dtype == jnp.int32
+
+
+def _bound_backends(fn):
+    """The ``backend`` parameter (a BackendChoice) of every evjax op ``fn()`` binds, sub-jaxprs included."""
+    found = []
+
+    def walk(jaxpr):
+        for eqn in jaxpr.eqns:
+            if eqn.primitive.name.startswith("evjax_"):
+                found.append(eqn.params["backend"])
+            for value in eqn.params.values():
+                inner = getattr(value, "jaxpr", None)
+                if hasattr(inner, "eqns"):
+                    walk(inner)
+
+    walk(jax.make_jaxpr(fn)().jaxpr)
+    return found
+
+
+def test_backend_choice_travels_to_the_csr_op_eager_and_traced():
+    """backend= and evjax.use_backend reach the CSR op the function binds, whether its arrays are
+    concrete (one jitted program, whose cache knows the choice in force) or traced."""
+    rng = np.random.default_rng(15)
+    weights, indices = table(rng, 6, 5, 3)
+    x = rng.standard_normal(5).astype(np.float32)
+    kw = dict(shape=(6, 5))
+    concrete = lambda **more: evjax.fcnmv(weights, indices, x, **kw, **more)  # noqa: E731
+    traced = lambda w: evjax.fcnmv(w, indices, x, **kw)  # noqa: E731
+    assert [c.per_call for c in _bound_backends(lambda: concrete(backend="reference"))] == ["reference"]
+    assert [c.in_force for c in _bound_backends(concrete)] == [()]
+    with evjax.use_backend("reference"):
+        (eager,) = _bound_backends(concrete)
+        (inside,) = _bound_backends(lambda: jax.jit(traced)(weights))
+        np.testing.assert_allclose(concrete(), dense_table(weights, indices, 5) @ x, rtol=1e-5, atol=1e-6)
+    assert ("cpu", "reference") in eager.in_force and ("cpu", "reference") in inside.in_force
+    assert [c.in_force for c in _bound_backends(concrete)] == [()]  # after the block: the default again
+
+
+def _primitive_names(jaxpr):
+    names = []
+    for eqn in jaxpr.eqns:
+        names.append(eqn.primitive.name)
+        for p in eqn.params.values():
+            for sub in (p if isinstance(p, (tuple, list)) else (p,)):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    names += _primitive_names(inner)
+    return names
+
+
+@pytest.mark.parametrize("transpose", [True, False])
+def test_vmap_over_tables_grad_binds_csr_sddmm_once(transpose):
+    """vmap over tables (and weights, events) of the weight gradient: CSR's batching rules put the
+    batch into one block-diagonal structure, one csr_sddmm and one matmul, no loop."""
+    rng = np.random.default_rng(14)
+    size, n, n_cols, k = 3, 5, 4, 2
+    tables = rng.integers(0, n_cols, (size, n, k)).astype(np.int32)
+    weights = rng.standard_normal((size, n, k)).astype(np.float32)
+    spikes = rng.random((size, n if transpose else n_cols)) < 0.5
+    ct = rng.standard_normal((size, n_cols if transpose else n)).astype(np.float32)
+    grad = jax.vmap(jax.grad(lambda w, i, s, c: jnp.vdot(c, evjax.binary_fcnmv(
+        w, i, s, shape=(n, n_cols), transpose=transpose))))
+    names = _primitive_names(jax.make_jaxpr(grad)(weights, tables, spikes, ct).jaxpr)
+    assert names.count("evjax_csr_sddmm") == 1, names
+    assert not {"scan", "while"} & set(names), names
+    g = jax.jit(grad)(weights, tables, spikes, ct)
+    rows = np.arange(n)[:, None]
+    for b in range(size):
+        want = (np.where(spikes[b][rows], ct[b][tables[b]], 0) if transpose
+                else np.where(spikes[b][tables[b]], ct[b][rows], 0))
+        np.testing.assert_allclose(g[b], want, rtol=1e-6)

@@ -1,5 +1,5 @@
-"""Run tests/cudasim/test_sim_fixed.py (the fixed ops' Numba CUDA generators) in a subprocess
-with Numba's CUDA simulator on (NUMBA_ENABLE_CUDASIM must be set before numba is imported)."""
+"""Run tests/cudasim/test_sim_fixed.py (the fixed functions on CSR's Numba CUDA kernels) in a
+subprocess with Numba's CUDA simulator on (NUMBA_ENABLE_CUDASIM must be set before numba is imported)."""
 from __future__ import annotations
 
 import os
@@ -13,7 +13,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.mark.cudasim
-def test_fixed_generators_under_the_cuda_simulator():
+def test_fixed_functions_under_the_cuda_simulator():
     path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)
     env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONPATH": path, "JAX_PLATFORMS": "cpu"}
     result = subprocess.run(

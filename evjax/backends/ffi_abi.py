@@ -30,7 +30,7 @@ from ..errors import KernelError
 # --- The API evjax's handlers are built for ---------------------------------
 API_MAJOR = 0  # XLA_FFI_API_MAJOR: a jaxlib with another major version moved the ABI
 API_MINOR = 3  # XLA_FFI_API_MINOR of the header these constants were written from
-SUPPORTED_JAX = "jax>=0.10,<0.13"  # the jax/jaxlib range of pyproject.toml
+SUPPORTED_JAX = "jax>=0.10,<0.11.1"  # the jax/jaxlib range of pyproject.toml
 
 # --- XLA_FFI_CallFrame ------------------------------------------------------
 FRAME_EXTENSION_START = 8

@@ -14,7 +14,7 @@ from numba import types
 from numba.extending import intrinsic
 
 __all__ = [
-    "load_i64", "load_i32", "store_i64", "store_i32", "store_u16",
+    "load_i64", "load_i32", "load_i64_unaligned", "store_i64", "store_i32", "store_u16",
     "as_int", "as_voidptr", "typed_pointer", "stack_bytes", "cstring",
     "call_ptr_ptr", "call_void_ptr_ptr", "call_i32_ptr",
 ]
@@ -57,6 +57,16 @@ def _storer(kind, numba_type, doc):
 
 load_i64 = _loader(I64, types.int64, "``*(int64*)address``.")
 load_i32 = _loader(I32, types.int32, "``*(int32*)address``.")
+
+
+@intrinsic
+def load_i64_unaligned(typingctx, address):
+    """``*(int64*)address`` at any byte address (a load aligned to 1 byte: eight bytes of a byte array)."""
+
+    def codegen(context, builder, signature, args):
+        return builder.load(_pointer(builder, args[0], I64), align=1)
+
+    return types.int64(types.int64), codegen
 store_i64 = _storer(I64, types.int64, "``*(int64*)address = value``.")
 store_i32 = _storer(I32, types.int32, "``*(int32*)address = value``.")
 store_u16 = _storer(I16, types.int64, "``*(uint16*)address = (uint16)value``.")

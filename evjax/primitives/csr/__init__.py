@@ -3,7 +3,7 @@
 * :mod:`.ops`: the ops, their reference, rules and registration;
 * :mod:`.matrix`: the data types ``CSR`` and ``CSC``;
 * :mod:`.numba`, :mod:`.warp`, :mod:`.numba_cuda`: the backends, each imported
-  by the ops the first time it is needed.
+  by ``BACKEND_LOADERS`` below the first time an op needs it.
 """
 from .matrix import CSC, CSR
 from .ops import (
@@ -26,3 +26,28 @@ __all__ = [
     "CSR", "CSC", "OPS", "csrmv", "csrmm", "binary_csrmv", "binary_csrmm", "csr_sddmm",
     "csrmv_p", "csrmm_p", "binary_csrmv_p", "binary_csrmm_p", "csr_sddmm_p", "validate_csr", "row_ids",
 ]
+
+# ---------------------------------------------------------------------------
+# backends: one module per kernel language, loaded (and returned) the first time an op needs
+# it; it registers its generators on the ops. {backend: {platform: is_default_candidate}}
+# ---------------------------------------------------------------------------
+def _load_numba():
+    from . import numba
+    return numba
+
+
+def _load_warp():
+    from . import warp
+    return warp
+
+
+def _load_numba_cuda():
+    from . import numba_cuda
+    return numba_cuda
+
+
+BACKEND_LOADERS = {"numba": _load_numba, "warp": _load_warp, "numba_cuda": _load_numba_cuda}
+BACKENDS = {"numba": {"cpu": True}, "warp": {"cpu": False, "gpu": True}, "numba_cuda": {"gpu": True}}
+for _op in OPS:
+    _op.declare_backends(BACKEND_LOADERS, BACKENDS)
+

@@ -1,6 +1,6 @@
 """Numba CPU backend of the CSR operators in :mod:`evjax.primitives.csr.ops`.
 
-Imported by the ops the first time they lower with ``backend="numba"``; it
+Imported (through the family's ``BACKEND_LOADERS``) the first time its ops lower with ``backend="numba"``; it
 registers its generators on them (the ops never import this module).
 
 The kernels are module-level ``@numba.njit(cache=True)`` entry points, one
@@ -104,8 +104,11 @@ I0 = np.int64(0)
 
 # ---------------------------------------------------------------------------
 # drivers: split the rows into parts, run the row loops serially or in parallel
+#
+# Each parallel region is a small function of its own (``*_parallel``): Numba's
+# parallel passes then analyse only its few lines, not the whole driver.
 # ---------------------------------------------------------------------------
-@numba.njit(parallel=_PARALLEL, cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True)
 def _gather(threads, data, indices, indptr, x, out, selects):
     """``out = A @ x`` (x a vector or a row-major (n_cols, K) batch): rows in parts of equal synapse
     count, one per thread, above ``PARALLEL_MIN_WORK``; every output row is one part's own sum."""
@@ -114,15 +117,21 @@ def _gather(threads, data, indices, indptr, x, out, selects):
     if threads < 2 or nnz * max(_width(x), 1) < PARALLEL_MIN_WORK:
         _gather_rows(data, indices, indptr, x, out, I0, np.int64(n_rows), selects)
         return
-    bounds = _balanced_rows(indptr, n_rows, nnz, threads)
-    ends, t0 = start_region(threads)
-    for t in prange(threads):
+    _gather_parallel(data, indices, indptr, x, out, _balanced_rows(indptr, n_rows, nnz, threads), selects)
+
+
+@numba.njit(parallel=_PARALLEL, cache=True, nogil=True)
+def _gather_parallel(data, indices, indptr, x, out, bounds, selects):
+    """The row parts ``bounds`` of a gather on the pool (a parallel region of its own)."""
+    parts = bounds.shape[0] - 1
+    ends, t0 = start_region(parts)
+    for t in prange(parts):
         _gather_rows(data, indices, indptr, x, out, bounds[t], bounds[t + 1], selects)
         part_done(ends, t)
     region_done(ends, t0)
 
 
-@numba.njit(parallel=_PARALLEL, cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True)
 def _scatter_vector(threads, data, indices, indptr, x, out, selects):
     """``out = A.T @ x`` for a vector: one pass below the thresholds; above, row ranges of equal
     active work, each into its own copy of ``out``, summed in part order per output.
@@ -151,6 +160,15 @@ def _scatter_vector(threads, data, indices, indptr, x, out, selects):
             _scatter_part(data, indices, indptr, x, out, private, bounds, np.int64(t), selects)
         add_parts(out, private, I0, np.int64(n))
         return
+    _scatter_parts_parallel(data, indices, indptr, x, out, private, bounds, selects)
+
+
+@numba.njit(parallel=_PARALLEL, cache=True, nogil=True)
+def _scatter_parts_parallel(data, indices, indptr, x, out, private, bounds, selects):
+    """The parts of a split vector scatter on the pool, then their sum, each output's terms in
+    part order (a parallel region of its own: Numba's parallel passes see only these lines)."""
+    parts = bounds.shape[0] - 1
+    n = out.shape[0]
     ends, t0 = start_region(parts)
     for t in prange(parts):
         _scatter_part(data, indices, indptr, x, out, private, bounds, np.int64(t), selects)
@@ -163,7 +181,7 @@ def _scatter_vector(threads, data, indices, indptr, x, out, selects):
     region_done(ends, t0)
 
 
-@numba.njit(parallel=_PARALLEL, cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True)
 def _scatter_batch(threads, data, indices, indptr, xt, out_t, selects):
     """``out_t[c] = A.T @ xt[c]`` for each sample ``c`` (batch-major): few samples (fewer than the
     pool) are each split as a vector; more are divided between threads whole, above
@@ -182,6 +200,14 @@ def _scatter_batch(threads, data, indices, indptr, xt, out_t, selects):
     if threads < 2 or _batch_scatter_serial(visited * (nnz // max(n_rows, 1)), out_t.size):  # synapses, about
         _scatter_samples(data, indices, indptr, xt, out_t, I0, np.int64(width), selects)
         return
+    _scatter_samples_parallel(threads, data, indices, indptr, xt, out_t, selects)
+
+
+@numba.njit(parallel=_PARALLEL, cache=True, nogil=True)
+def _scatter_samples_parallel(threads, data, indices, indptr, xt, out_t, selects):
+    """The samples of a batch scatter divided whole between ``threads`` threads (a parallel region
+    of its own)."""
+    width = xt.shape[0]
     ends, t0 = start_region(threads)
     for t in prange(threads):
         _scatter_samples(data, indices, indptr, xt, out_t, np.int64((width * t) // threads),
@@ -190,7 +216,7 @@ def _scatter_batch(threads, data, indices, indptr, xt, out_t, selects):
     region_done(ends, t0)
 
 
-@numba.njit(parallel=_PARALLEL, cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True)
 def _sddmm(threads, indices, indptr, r, q, g, r_selects, q_selects):
     """``g[k] = <r[row k], q[indices[k]]>`` (vectors or row-major matrices); where rows may be
     skipped (``r`` selects, or ``q`` is events) the all-zero rows of ``r`` are zero-filled, not
@@ -212,12 +238,19 @@ def _sddmm(threads, indices, indptr, r, q, g, r_selects, q_selects):
     bounds = _balanced_rows(indptr, n_rows, nnz, parts)
     if parts == 1:
         if n_rows:
-            _sddmm_rows(indices, indptr, r, q, g, I0, np.int64(n_rows), r_selects, q_selects, skips)
+            _sddmm_rows(indices, indptr, r, q, g, I0, np.int64(n_rows), r_selects, q_selects)
         return
+    _sddmm_parallel(indices, indptr, r, q, g, bounds, r_selects, q_selects)
+
+
+@numba.njit(parallel=_PARALLEL, cache=True, nogil=True)
+def _sddmm_parallel(indices, indptr, r, q, g, bounds, r_selects, q_selects):
+    """The row parts ``bounds`` of a weight gradient on the pool (a parallel region of its own)."""
+    parts = bounds.shape[0] - 1
     ends, t0 = start_region(parts)
     for t in prange(parts):
         if bounds[t + 1] > bounds[t]:
-            _sddmm_rows(indices, indptr, r, q, g, bounds[t], bounds[t + 1], r_selects, q_selects, skips)
+            _sddmm_rows(indices, indptr, r, q, g, bounds[t], bounds[t + 1], r_selects, q_selects)
         part_done(ends, t)
     region_done(ends, t0)
 

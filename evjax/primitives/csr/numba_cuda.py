@@ -1,6 +1,6 @@
 """Numba CUDA backend of the CSR ops (backend ``"numba_cuda"``, GPU).
 
-Imported by :mod:`evjax.primitives.csr.ops` the first time an op needs this
+Imported (through the family's ``BACKEND_LOADERS``) the first time an op needs this
 backend; it registers its generators at the bottom.  The kernels are
 module-level and dtype-generic (Numba specialises them per signature), picked
 from :data:`KERNELS` by ``(kind, event, transpose)``, with ``W`` the

@@ -35,6 +35,7 @@ from numba import types
 from numba.extending import overload
 
 from ..._kernel_compat import prange_only
+from ...backends.intrinsics import load_i64_unaligned
 from ...backends.threads import pool_chunks
 
 # Below this many synapses visited a kernel stays on one thread: waking the
@@ -179,26 +180,23 @@ def _cast_overload(zero, s):
 
 
 @numba.njit(cache=True, nogil=True)
-def _term(w, x, j, n, zero, selects):
-    """``w * x[j]`` in the accumulator's type (0 where ``x[j]`` selects and is 0; 0 for a column
-    ``j`` outside ``[0, n)``)."""
-    if j >= n:
-        return zero
-    v = _cast(zero, x[j])  # (an event: 1 or 0 in the accumulator's type)
+def _term(w, v, zero, selects):
+    """One term ``w * v`` in the accumulator's type; 0 where ``v`` selects and is 0."""
     if selects and v == 0:
         return zero
-    return w * v
+    return w * _cast(zero, v)
 
 
 @numba.njit(cache=True, nogil=True)
 def _gather_rows_mv(data, indices, indptr, x, out, lo, hi, selects):
     """Rows ``[lo, hi)`` of ``out[i] = sum_k term(data[k], x[indices[k]])`` (``data[0]`` for every k
     when homogeneous): four partial sums over blocks of four synapses, the rest into the first,
-    ``(s0 + s1) + (s2 + s3)``.
+    ``(s0 + s1) + (s2 + s3)``; a column outside ``[0, n)`` adds nothing.
 
     Term by term, never ``w * sum(x)``: a row with no active event (or no synapse) is 0 even
     for a nan or inf weight, and ``inf * 0`` terms stay nan.
     """
+    numba.literally(selects)  # a constant of each compiled loop: LLVM drops the unused rule
     n = np.uint64(x.shape[0])
     nnz = indices.shape[0]
     homogeneous = data.shape[0] != nnz
@@ -210,32 +208,54 @@ def _gather_rows_mv(data, indices, indptr, x, out, lo, hi, selects):
         s2 = zero
         s3 = zero
         k = a
-        while k + U3 < b:
-            j0 = np.uint64(np.int64(indices[k]))
-            j1 = np.uint64(np.int64(indices[k + U1]))
-            j2 = np.uint64(np.int64(indices[k + U2]))
-            j3 = np.uint64(np.int64(indices[k + U3]))
-            if homogeneous:
-                w = data[0]
-                s0 += _term(w, x, j0, n, zero, selects)
-                s1 += _term(w, x, j1, n, zero, selects)
-                s2 += _term(w, x, j2, n, zero, selects)
-                s3 += _term(w, x, j3, n, zero, selects)
-            else:
-                s0 += _term(data[k], x, j0, n, zero, selects)
-                s1 += _term(data[k + U1], x, j1, n, zero, selects)
-                s2 += _term(data[k + U2], x, j2, n, zero, selects)
-                s3 += _term(data[k + U3], x, j3, n, zero, selects)
-            k += U4
-        while k < b:
-            s0 += _term(data[0] if homogeneous else data[k], x, np.uint64(np.int64(indices[k])), n, zero, selects)
-            k += U1
+        if homogeneous:
+            w = data[0]
+            while k + U3 < b:
+                j0 = np.uint64(np.int64(indices[k]))
+                j1 = np.uint64(np.int64(indices[k + U1]))
+                j2 = np.uint64(np.int64(indices[k + U2]))
+                j3 = np.uint64(np.int64(indices[k + U3]))
+                if j0 < n:
+                    s0 += _term(w, x[j0], zero, selects)
+                if j1 < n:
+                    s1 += _term(w, x[j1], zero, selects)
+                if j2 < n:
+                    s2 += _term(w, x[j2], zero, selects)
+                if j3 < n:
+                    s3 += _term(w, x[j3], zero, selects)
+                k += U4
+            while k < b:
+                j0 = np.uint64(np.int64(indices[k]))
+                if j0 < n:
+                    s0 += _term(w, x[j0], zero, selects)
+                k += U1
+        else:
+            while k + U3 < b:
+                j0 = np.uint64(np.int64(indices[k]))
+                j1 = np.uint64(np.int64(indices[k + U1]))
+                j2 = np.uint64(np.int64(indices[k + U2]))
+                j3 = np.uint64(np.int64(indices[k + U3]))
+                if j0 < n:
+                    s0 += _term(data[k], x[j0], zero, selects)
+                if j1 < n:
+                    s1 += _term(data[k + U1], x[j1], zero, selects)
+                if j2 < n:
+                    s2 += _term(data[k + U2], x[j2], zero, selects)
+                if j3 < n:
+                    s3 += _term(data[k + U3], x[j3], zero, selects)
+                k += U4
+            while k < b:
+                j0 = np.uint64(np.int64(indices[k]))
+                if j0 < n:
+                    s0 += _term(data[k], x[j0], zero, selects)
+                k += U1
         out[i] = (s0 + s1) + (s2 + s3)
 
 
 @numba.njit(cache=True, nogil=True)
 def _gather_rows_mm(data, indices, indptr, x, out, lo, hi, selects):
     """Rows ``[lo, hi)`` of ``out[i, c] = sum_k term(data[k], x[indices[k], c])``, term by term."""
+    numba.literally(selects)  # a constant of each compiled loop: LLVM drops the unused rule
     n = np.uint64(x.shape[0])
     width = x.shape[1]
     nnz = indices.shape[0]
@@ -252,8 +272,7 @@ def _gather_rows_mm(data, indices, indptr, x, out, lo, hi, selects):
                 xj = x[j]
                 w = data[0] if homogeneous else data[k]
                 for c in range(width):
-                    v = _cast(zero, xj[c])
-                    row[c] += zero if (selects and v == 0) else w * v
+                    row[c] += _term(w, xj[c], zero, selects)
 
 
 def _gather_rows(data, indices, indptr, x, out, lo, hi, selects):
@@ -286,6 +305,23 @@ def _width_overload(x):
 # ---------------------------------------------------------------------------
 # scatter: target[indices[k]] += w_k * x[i]
 # ---------------------------------------------------------------------------
+def _eight_zero(x, i):
+    """Whether ``x[i .. i + 8)`` are all zero: one 64-bit load for event bytes (uint8), eight
+    compares otherwise."""
+    raise NotImplementedError("compiled by Numba only")
+
+
+@overload(_eight_zero)
+def _eight_zero_overload(x, i):
+    if x.dtype == types.uint8 and x.layout == "C":
+        return lambda x, i: load_i64_unaligned(np.int64(x.ctypes.data) + np.int64(i)) == 0
+
+    def compares(x, i):
+        return x[i] == 0 and x[i + 1] == 0 and x[i + 2] == 0 and x[i + 3] == 0 and x[i + 4] == 0 \
+            and x[i + 5] == 0 and x[i + 6] == 0 and x[i + 7] == 0
+    return compares
+
+
 @numba.njit(cache=True, nogil=True)
 def _scatter_rows(data, indices, indptr, x, target, lo, hi, selects):
     """``target[indices[k]] += data[k] * x[i]`` for the synapses of rows ``i`` in ``[lo, hi)``.
@@ -297,13 +333,13 @@ def _scatter_rows(data, indices, indptr, x, target, lo, hi, selects):
     the independent read-modify-writes overlap; a block with a column out of
     range goes one by one.
     """
+    numba.literally(selects)  # a constant of each compiled loop: LLVM drops the unused rule
     n = np.uint64(target.shape[0])
     nnz = indices.shape[0]
     homogeneous = data.shape[0] != nnz
     i = lo
     while i < hi:
-        if selects and i % 8 == 0 and i + 8 <= hi and x[i] == 0 and x[i + 1] == 0 and x[i + 2] == 0 \
-                and x[i + 3] == 0 and x[i + 4] == 0 and x[i + 5] == 0 and x[i + 6] == 0 and x[i + 7] == 0:
+        if selects and i % 8 == 0 and i + 8 <= hi and _eight_zero(x, i):
             i += 8
             continue
         s = data.dtype.type(x[i])
@@ -424,11 +460,14 @@ def _dot(u, v, zero, u_selects, v_selects):
 
 
 @numba.njit(cache=True, nogil=True)
-def _sddmm_rows(indices, indptr, r, q, g, lo, hi, r_selects, q_selects, skips):
+def _sddmm_rows(indices, indptr, r, q, g, lo, hi, r_selects, q_selects):
     """Rows ``[lo, hi)`` of ``g[k] = term(r[i], q[indices[k]])`` (``r``, ``q`` vectors) or
-    ``<r[i, :], q[indices[k], :]>`` (matrices, :func:`_dot`).  With ``skips``, the rows where
-    ``r`` is all zero are not computed but zero-filled, in runs (only where that gives the
-    same zeros: ``r`` selects, or ``q`` is events, which never multiply)."""
+    ``<r[i, :], q[indices[k], :]>`` (matrices, :func:`_dot`).  Where ``r`` selects or ``q`` is
+    events (which never multiply), the rows where ``r`` is all zero give zeros: they are not
+    computed but zero-filled, in runs."""
+    numba.literally(r_selects)  # constants of each compiled loop
+    numba.literally(q_selects)
+    skips = r_selects or _selects(q)
     n = np.uint64(q.shape[0])
     nnz = indices.shape[0]
     zero = g.dtype.type(0)

@@ -40,6 +40,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..._validation import INT32_MAX
 from ...dtypes import compute_dtype
 from ...events import as_bool_events
 from ...rules import ad as ad_rules
@@ -53,8 +54,6 @@ __all__ = [
     "validate_csr", "row_ids", "OPS",
 ]
 
-# backend -> {platform: default candidate?}, candidates in order of preference
-BACKENDS = {"numba": {"cpu": True}, "warp": {"cpu": False, "gpu": True}, "numba_cuda": {"gpu": True}}
 
 
 # ===========================================================================
@@ -201,6 +200,74 @@ def _weight_cotangent(op, data, indices, indptr, x, ct, *, shape, transpose, bac
     return _bind_sddmm(indices, indptr, r, q, shape=shape, dtype=aval.dtype, backend=backend, weighted=weighted)
 
 
+def _stack(a, axis, size: int):
+    """``a`` with its batch axis first; an unbatched ``a`` broadcast to ``(size,) + a.shape``."""
+    return jnp.moveaxis(a, axis, 0) if axis is not None else jnp.broadcast_to(a, (size,) + a.shape)
+
+
+def _stack_rows(a, axis, size: int):
+    """The batch of ``a`` (each ``(rows, ...)``) as one ``(size rows, ...)`` array, element after element."""
+    a = _stack(a, axis, size)
+    return a.reshape((size * a.shape[1],) + a.shape[2:])
+
+
+def _batch_size(args, axes) -> int:
+    return next(a.shape[ax] for a, ax in zip(args, axes) if ax is not None)
+
+
+def _block_fits(indices, indptr, size: int, nnz: int, shape) -> bool:
+    """Whether a block-diagonal structure of ``size`` elements can be had: a nonempty one whose
+    columns (``size n_cols``) fit the dtype of ``indices`` and whose entries (``size nnz``) that of
+    ``indptr`` (int64 holds both); else the batching rules keep their loop (or the pure-JAX SDDMM)."""
+    def holds(dtype, n):
+        return np.dtype(dtype).itemsize >= 8 or n <= INT32_MAX
+    return (nnz > 0 and min(shape) > 0 and holds(indices.dtype, size * shape[1])
+            and holds(indptr.dtype, size * nnz))
+
+
+def _block_structure(indices, i_ax, indptr, p_ax, size: int, shape):
+    """One CSR structure for a batch of ``size`` structures (each ``(nnz,)``, ``(n_rows + 1,)``):
+    element b is the block of rows ``[b n_rows, (b + 1) n_rows)``, columns ``[b n_cols, (b + 1) n_cols)``
+    and entries ``[b nnz, (b + 1) nnz)`` of a matrix of shape ``(size n_rows, size n_cols)``, so one
+    kernel call does the work of the ``size`` calls of a loop (the same synapses, no more).
+
+    An entry that element b would skip stays skipped and inside block b: a column outside
+    ``[0, n_cols)``, and an entry outside b's own span ``[indptr_b[0], indptr_b[-1])`` (row pointers
+    clamped to ``[0, nnz]``), become column -1 (ignored by every backend, docs/csr_backend_contract.md),
+    never a column of another block."""
+    idx = _stack(indices, i_ax, size)  # (size, nnz)
+    ptr = jnp.clip(_stack(indptr, p_ax, size), 0, idx.shape[1])  # (size, n_rows + 1)
+    nnz = idx.shape[1]
+    k = jnp.arange(nnz, dtype=ptr.dtype)[None, :]
+    valid = (idx >= 0) & (idx < shape[1]) & (k >= ptr[:, :1]) & (k < ptr[:, -1:])
+    cols = jnp.where(valid, idx + (jnp.arange(size, dtype=idx.dtype) * shape[1])[:, None],
+                     jnp.asarray(-1, idx.dtype)).reshape(size * nnz)
+    starts = (ptr[:, :-1] + (jnp.arange(size, dtype=ptr.dtype) * nnz)[:, None]).reshape(size * shape[0])
+    rows = jnp.concatenate([starts, jnp.full((1,), size * nnz, ptr.dtype)])
+    return cols, rows, (size * shape[0], size * shape[1])
+
+
+def _block_matmul(op_self, args, axes, *, outs, shape, transpose, backend, **params):
+    """y_b = A_b x_b for a batched structure, as block b of diag(A_1..A_B) [x_1; ...; x_B]: one call.
+    None where the block structure does not fit its index dtypes (the caller loops)."""
+    data, indices, indptr, x = args
+    d_ax, i_ax, p_ax, x_ax = axes
+    size = _batch_size(args, axes)
+    nnz = indices.shape[0] if i_ax is None else indices.shape[1 - i_ax]
+    if not _block_fits(indices, indptr, size, nnz, shape):
+        return None
+    cols, rows, big = _block_structure(indices, i_ax, indptr, p_ax, size, shape)
+    if d_ax is None:  # (1,) stays homogeneous (every block has the weight); (nnz,) repeats per block
+        w = data if data.shape[0] != nnz or nnz == 1 else jnp.tile(data, size)
+    elif data.shape[1 - d_ax] != nnz:  # homogeneous, one weight per element: w_b on block b's entries
+        w = jnp.broadcast_to(jnp.moveaxis(data, d_ax, 0)[:, :1], (size, nnz)).reshape(size * nnz)
+    else:
+        w = _stack_rows(data, d_ax, size)
+    y = _bind(op_self, w, cols, rows, _stack_rows(x, x_ax, size), shape=big, transpose=transpose,
+              dtype=outs[0].dtype, backend=backend, **params)
+    return y.reshape((size, y.shape[0] // size) + y.shape[1:])
+
+
 def _batch_matmul(vector_op, matrix_op, rank: int, event: bool, args, axes, *, outs, shape, transpose, backend,
                   **params):
     """The batching rule of the matmul ops (``rank`` of the dense operand), shared by all four.
@@ -212,7 +279,11 @@ def _batch_matmul(vector_op, matrix_op, rank: int, event: bool, args, axes, *, o
       values (and weighted events: op(1, ...) sums the selected values) it is the sum of
       the terms w_b x_k only for finite w_b (inf * 0 is nan): a batch with a nan or inf
       weight takes the loop instead (lax.cond).
-    * per-synapse weights or the structure batched: a loop over the batch.
+    * the structure batched (indices or indptr, with any weights and operand): one call on the
+      block-diagonal structure (``_block_structure``): y_b = A_b x_b is block b of
+      diag(A_1..A_B) [x_1; ...; x_B]; a loop where its indices would not fit their dtype.
+    * per-synapse weights batched over a shared structure: a loop over the batch (measured
+      faster than the block structure, which rebuilds the shared one B times).
     """
     op_self = vector_op if rank == 1 else matrix_op
     data, indices, indptr, x = args
@@ -221,7 +292,11 @@ def _batch_matmul(vector_op, matrix_op, rank: int, event: bool, args, axes, *, o
     homogeneous = d_ax is not None and data.shape[1 - d_ax] == 1
     loop = functools.partial(batching_rules.sequential_batch, op_self.primitive, args, axes, outs=outs,
                              shape=shape, transpose=transpose, backend=backend, **params)
-    if i_ax is not None or p_ax is not None or (d_ax is not None and not homogeneous):
+    if i_ax is not None or p_ax is not None:
+        y = _block_matmul(op_self, args, axes, outs=outs, shape=shape, transpose=transpose, backend=backend,
+                          **params)
+        return loop() if y is None else ([y], [0])
+    if d_ax is not None and not homogeneous:
         return loop()
     weights = jnp.ones((1,), data.dtype) if d_ax is not None else data  # scaled per example below
     if x_ax is None:
@@ -271,6 +346,15 @@ def _jvp_matmul_weights(op, tangent, data, indices, indptr, x, *, outs, **params
     return op.primitive.bind(tangent, indices, indptr, x, outs=outs, **params)
 
 
+def _jvp_straight_through(float_op, tangent, data, indices, indptr, *, outs, shape, transpose, backend):
+    # an event op's derivative in its events, taken as if y = A x (straight-through): dy = A dx, the
+    # float op on the tangent.  Weighted events: y = sum_k where(v != 0, w_k v, 0) equals A v wherever
+    # the weights are finite, so dy = A dv is the true derivative (IEEE: a nan weight gives a nan
+    # tangent, even at v == 0).
+    return float_op.primitive.bind(data, indices, indptr, tangent.astype(outs[0].dtype), outs=outs, shape=shape,
+                                   transpose=transpose, backend=backend)
+
+
 # ===========================================================================
 # csrmv: y = A x (transpose=False) or y = A.T x, x a float vector
 # ===========================================================================
@@ -295,7 +379,7 @@ def csrmv(data, indices, indptr, v, *, shape, transpose: bool = False, backend: 
         >>> y = evjax.csrmv(W.data, W.indices, W.indptr, v, shape=W.shape)
     """
     return checked_matmul(csrmv_p, data, indices, indptr, v, shape=shape, transpose=transpose, backend=backend,
-                   rank=1, event=False, who="csrmv")
+                          rank=1, event=False, who="csrmv")
 
 
 csrmv_p = XLACustomKernel("evjax_csrmv")
@@ -332,7 +416,6 @@ csrmv_p.def_reference(_csrmv_reference)
 csrmv_p.def_jvp_rule2(_csrmv_jvp_data, None, None, _csrmv_jvp_vector)
 csrmv_p.def_transpose_rule(_csrmv_transpose)
 csrmv_p.def_batching_rule(_csrmv_batching)
-csrmv_p.declare_backends(__package__, BACKENDS)
 
 
 # ===========================================================================
@@ -357,7 +440,7 @@ def csrmm(data, indices, indptr, B, *, shape, transpose: bool = False, backend: 
         >>> Y = evjax.csrmm(W.data, W.indices, W.indptr, X, shape=W.shape, transpose=True)   # W.T @ X
     """
     return checked_matmul(csrmm_p, data, indices, indptr, B, shape=shape, transpose=transpose, backend=backend,
-                   rank=2, event=False, who="csrmm")
+                          rank=2, event=False, who="csrmm")
 
 
 csrmm_p = XLACustomKernel("evjax_csrmm")
@@ -394,7 +477,6 @@ csrmm_p.def_reference(_csrmm_reference)
 csrmm_p.def_jvp_rule2(_csrmm_jvp_data, None, None, _csrmm_jvp_matrix)
 csrmm_p.def_transpose_rule(_csrmm_transpose)
 csrmm_p.def_batching_rule(_csrmm_batching)
-csrmm_p.declare_backends(__package__, BACKENDS)
 
 
 # ===========================================================================
@@ -434,7 +516,7 @@ def binary_csrmv(data, indices, indptr, v, *, shape, workspace=None, transpose: 
         ...                        transpose=True, weighted=True)
     """
     return checked_matmul(binary_csrmv_p, data, indices, indptr, v, shape=shape, transpose=transpose,
-                   backend=backend, rank=1, event=True, who="binary_csrmv", weighted=weighted)
+                          backend=backend, rank=1, event=True, who="binary_csrmv", weighted=weighted)
 
 
 binary_csrmv_p = XLACustomKernel("evjax_binary_csrmv")
@@ -451,12 +533,9 @@ def _binary_csrmv_jvp_data(tangent, data, indices, indptr, s, *, outs, **params)
 
 
 def _binary_csrmv_jvp_events(tangent, data, indices, indptr, s, *, outs, shape, transpose, backend, weighted):
-    # The forward uses 1[s != 0]; the derivative is taken as if y = A s (straight-through):
-    # dy = A ds, the float op on the tangent.  Weighted events: y = sum_k where(v != 0, w_k v, 0)
-    # equals A v wherever the weights are finite, so dy = A dv is the true derivative (IEEE: a nan
-    # weight gives a nan tangent, even at v == 0).
-    return csrmv_p.primitive.bind(data, indices, indptr, tangent.astype(outs[0].dtype), outs=outs, shape=shape,
-                                  transpose=transpose, backend=backend)
+    # the forward uses 1[s != 0]; straight-through: dy = A ds (the true derivative for weighted events)
+    return _jvp_straight_through(csrmv_p, tangent, data, indices, indptr, outs=outs, shape=shape,
+                                 transpose=transpose, backend=backend)
 
 
 def _binary_csrmv_transpose(cts, data, indices, indptr, s, *, outs, shape, transpose, backend, weighted):
@@ -477,7 +556,6 @@ binary_csrmv_p.def_reference(_binary_csrmv_reference)
 binary_csrmv_p.def_jvp_rule2(_binary_csrmv_jvp_data, None, None, _binary_csrmv_jvp_events)
 binary_csrmv_p.def_transpose_rule(_binary_csrmv_transpose)
 binary_csrmv_p.def_batching_rule(_binary_csrmv_batching)
-binary_csrmv_p.declare_backends(__package__, BACKENDS)
 
 
 # ===========================================================================
@@ -508,7 +586,7 @@ def binary_csrmm(data, indices, indptr, B, *, shape, workspace=None, transpose: 
         >>> out = evjax.binary_csrmm(W.data, W.indices, W.indptr, spikes.T, shape=W.shape, transpose=True)
     """
     return checked_matmul(binary_csrmm_p, data, indices, indptr, B, shape=shape, transpose=transpose,
-                   backend=backend, rank=2, event=True, who="binary_csrmm", weighted=weighted)
+                          backend=backend, rank=2, event=True, who="binary_csrmm", weighted=weighted)
 
 
 binary_csrmm_p = XLACustomKernel("evjax_binary_csrmm")
@@ -525,9 +603,9 @@ def _binary_csrmm_jvp_data(tangent, data, indices, indptr, S, *, outs, **params)
 
 
 def _binary_csrmm_jvp_events(tangent, data, indices, indptr, S, *, outs, shape, transpose, backend, weighted):
-    # straight-through: dY = A dS, the float op on the tangent (true for weighted events, see binary_csrmv)
-    return csrmm_p.primitive.bind(data, indices, indptr, tangent.astype(outs[0].dtype), outs=outs, shape=shape,
-                                  transpose=transpose, backend=backend)
+    # the forward uses 1[S != 0]; straight-through: dY = A dS (the true derivative for weighted events)
+    return _jvp_straight_through(csrmm_p, tangent, data, indices, indptr, outs=outs, shape=shape,
+                                 transpose=transpose, backend=backend)
 
 
 def _binary_csrmm_transpose(cts, data, indices, indptr, S, *, outs, shape, transpose, backend, weighted):
@@ -547,7 +625,6 @@ binary_csrmm_p.def_reference(_binary_csrmm_reference)
 binary_csrmm_p.def_jvp_rule2(_binary_csrmm_jvp_data, None, None, _binary_csrmm_jvp_events)
 binary_csrmm_p.def_transpose_rule(_binary_csrmm_transpose)
 binary_csrmm_p.def_batching_rule(_binary_csrmm_batching)
-binary_csrmm_p.declare_backends(__package__, BACKENDS)
 
 
 # ===========================================================================
@@ -682,7 +759,19 @@ def _sddmm_q_cotangent(cts, indices, indptr, r, q, *, shape, backend, weighted):
 
 
 def _csr_sddmm_batching(args, axes, *, outs, shape, backend, weighted):
-    # vectorised pure-JAX formula g[b, k] = <r_b[i_k], q_b[j_k]> (used by jacfwd / hessian)
+    # g_b = sddmm(structure_b, r_b, q_b) is block b of the sddmm on the block-diagonal structure
+    # (_block_structure) with r and q stacked (an unbatched one repeated): one call, still event-driven
+    # (the silent rows of an event r are skipped).  Where the block structure does not fit its index
+    # dtypes: the vectorised pure-JAX formula g[b, k] = <r_b[i_k], q_b[j_k]>.
+    indices, indptr, r, q = args
+    i_ax, p_ax, r_ax, q_ax = axes
+    size = _batch_size(args, axes)
+    nnz = indices.shape[0] if i_ax is None else indices.shape[1 - i_ax]
+    if _block_fits(indices, indptr, size, nnz, shape):
+        cols, rows, big = _block_structure(indices, i_ax, indptr, p_ax, size, shape)
+        g = _bind_sddmm(cols, rows, _stack_rows(r, r_ax, size), _stack_rows(q, q_ax, size), shape=big,
+                        dtype=outs[0].dtype, backend=backend, weighted=weighted)
+        return [g.reshape(size, nnz)], [0]
     fn = functools.partial(_sddmm_dense, dtype=outs[0].dtype, shape=shape, weighted=weighted)
     return [jax.vmap(fn, in_axes=tuple(axes))(*args)], [0]
 
@@ -716,6 +805,5 @@ csr_sddmm_p.def_reference(_csr_sddmm_reference)
 csr_sddmm_p.def_jvp_rule2(None, None, _csr_sddmm_jvp_r, _csr_sddmm_jvp_q)
 csr_sddmm_p.def_transpose_rule(_csr_sddmm_transpose)
 csr_sddmm_p.def_batching_rule(_csr_sddmm_batching)
-csr_sddmm_p.declare_backends(__package__, BACKENDS)
 
 OPS = (csrmv_p, csrmm_p, binary_csrmv_p, binary_csrmm_p, csr_sddmm_p)

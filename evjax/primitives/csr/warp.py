@@ -1,6 +1,6 @@
 """Warp backend of the CSR ops (float and event; mv and mm; both orientations), CPU and GPU.
 
-Imported by the ops the first time they run with ``backend="warp"``; importing
+Imported (through the family's ``BACKEND_LOADERS``) the first time its ops run with ``backend="warp"``; importing
 it registers the generators below as the ``"warp"`` backend (cpu and gpu) of
 ``csrmv_p``, ``csrmm_p``, ``binary_csrmv_p``, ``binary_csrmm_p`` and
 ``csr_sddmm_p``.  Each generator follows the CSR contract of

@@ -1,6 +1,6 @@
 """Numba CUDA backend of the dense event ops (backend ``"numba_cuda"``, GPU).
 
-Imported by :mod:`evjax.primitives.dense.ops` the first time an op needs this
+Imported (through the family's ``BACKEND_LOADERS``) the first time an op needs this
 backend; it registers its generators at the bottom.  The kernels are
 module-level and dtype-generic (Numba specialises them per signature), picked
 from :data:`KERNELS`; a vector of events is a ``(k, 1)`` matrix:

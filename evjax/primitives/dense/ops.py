@@ -53,8 +53,6 @@ __all__ = [
     "binary_densemv_p", "binary_densemm_p", "binary_dense_outer_p", "OPS",
 ]
 
-# backend -> {platform: default candidate?}, candidates in order of preference
-BACKENDS = {"numba": {"cpu": True}, "warp": {"cpu": False, "gpu": True}, "numba_cuda": {"gpu": True}}
 
 _FLOATS = (jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64)
 
@@ -212,7 +210,6 @@ def _define_matmul(name: str, rank: int) -> XLACustomKernel:
     # transpose: only W (the spikes' derivative is the float product above, which JAX transposes)
     op.def_transpose_rule(ad_rules.linear_transpose_rule({0: _weights_cotangent}, name=name))
     op.def_batching_rule(_matmul_batching(rank))
-    op.declare_backends(__package__, BACKENDS)
     return op
 
 
@@ -225,7 +222,6 @@ binary_dense_outer_p.def_reference(_reference_outer)
 binary_dense_outer_p.def_jvp_rule2(_outer_spikes_jvp, ad_rules.linear_jvp_rules(binary_dense_outer_p, 2, (1,))[1])
 binary_dense_outer_p.def_transpose_rule(ad_rules.linear_transpose_rule({1: _outer_g_cotangent},
                                                                        name="evjax_binary_dense_outer"))
-binary_dense_outer_p.declare_backends(__package__, BACKENDS)
 
 OPS = (binary_densemv_p, binary_densemm_p, binary_dense_outer_p)
 

@@ -1,6 +1,6 @@
 """Warp backend of the dense event ops (CPU and GPU).
 
-Imported by the ops the first time they run with ``backend="warp"``; it
+Imported (through the family's ``BACKEND_LOADERS``) the first time its ops run with ``backend="warp"``; it
 registers the generators below on ``binary_densemv_p``, ``binary_densemm_p``
 and ``binary_dense_outer_p``.  A vector of events is a ``(k, 1)`` matrix.
 

@@ -1,11 +1,15 @@
 """The fixed fan-in / fan-out family: every row of the index table has ``k`` synapses.
 
-* :mod:`.ops`: the ops (``fcnmv``, ``fcnmm``, ``binary_fcnmv``, ``binary_fcnmm``,
-  ``fcn_sddmm``), their reference, rules and registration;
+A layer over the CSR family: a table of shape ``(n_rows, k)`` is the CSR matrix with
+``indices = table.ravel()`` and ``indptr = k * arange(n_rows + 1)``, so the functions here
+build that structure in the traced computation and bind CSR's ops on it.  The family has no
+primitive, rule or backend module of its own.
+
+* :mod:`.ops`: the functions (``fcnmv``, ``fcnmm``, ``binary_fcnmv``, ``binary_fcnmm``,
+  ``fcn_sddmm``); ``fcnmv_p``, ... ``fcn_sddmm_p`` and ``OPS`` name the CSR ops they bind;
 * :mod:`.matrix`: the data types ``FixedPostNumConn`` and ``FixedPreNumConn`` (also named
   ``FixedNumPerPre`` and ``FixedNumPerPost``, brainevent's newer names);
-* :mod:`.numba`, :mod:`.warp`, :mod:`.numba_cuda`: the backends (the CSR kernels
-  on the flattened table), each imported by the ops the first time it is needed.
+* :mod:`.validation`: the table's checks and its row pointers.
 """
 from .matrix import FixedNumPerPost, FixedNumPerPre, FixedPostNumConn, FixedPreNumConn
 from .ops import (
@@ -14,6 +18,7 @@ from .ops import (
     binary_fcnmm_p,
     binary_fcnmv,
     binary_fcnmv_p,
+    csr_structure,
     fcn_sddmm,
     fcn_sddmm_p,
     fcnmm,
@@ -27,4 +32,5 @@ __all__ = [
     "FixedPostNumConn", "FixedPreNumConn", "FixedNumPerPre", "FixedNumPerPost", "OPS",
     "fcnmv", "fcnmm", "binary_fcnmv", "binary_fcnmm", "fcn_sddmm",
     "fcnmv_p", "fcnmm_p", "binary_fcnmv_p", "binary_fcnmm_p", "fcn_sddmm_p", "validate_table",
+    "csr_structure",
 ]

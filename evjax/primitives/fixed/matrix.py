@@ -10,11 +10,11 @@ does not retrace a jitted function.
   neuron) has the ``k`` sources ``indices[j, :]`` (fan-in); the table has
   ``n_post`` rows and stores the transpose.
 
-``@`` runs the ops of :mod:`evjax.primitives.fixed.ops` in the orientation the
-product needs (a bool operand, a :class:`~evjax.BinaryArray` or a
-:class:`~evjax.WeightedArray` selects the event ops): ``spikes @ FixedPostNumConn``
-and ``FixedPreNumConn @ spikes`` are the event-driven scatter, the other two
-products the gather.
+``@`` runs the functions of :mod:`evjax.primitives.fixed.ops` (CSR's ops on the
+table's CSR structure) in the orientation the product needs (a bool operand, a
+:class:`~evjax.BinaryArray` or a :class:`~evjax.WeightedArray` selects the event
+ops): ``spikes @ FixedPostNumConn`` and ``FixedPreNumConn @ spikes`` are the
+event-driven scatter, the other two products the gather.
 """
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ import numpy as np
 from ..._validation import check_shape, check_size, host_rng
 from ...events import BinaryArray, event_operand
 from ..csr.matrix import CSR
-from .ops import binary_fcnmm, binary_fcnmv, fcnmm, fcnmv, row_pointers, validate_table
+from .ops import binary_fcnmm, binary_fcnmv, fcnmm, fcnmv
+from .validation import row_pointers, validate_table
 
 __all__ = ["FixedPostNumConn", "FixedPreNumConn", "FixedNumPerPre", "FixedNumPerPost"]
 

@@ -5,7 +5,7 @@
 * :mod:`.functions`: the public functions (``jitsmv``, ``binary_jitsmv``, ``jits``, ...);
 * :mod:`.matrix`: the data types ``JITCScalarR/C`` (also ``JITCHomoR/C``), ``JITCNormalR/C``, ``JITCUniformR/C``;
 * :mod:`.numba`, :mod:`.warp`, :mod:`.numba_cuda`: the backends, each imported
-  by the ops the first time it is needed.
+  by ``BACKEND_LOADERS`` below the first time an op needs it.
 """
 from .functions import (
     binary_jitnmm,
@@ -35,3 +35,28 @@ __all__ = [
     "jits", "jitn", "jitu", "JITCMatrix", "JITCScalarR", "JITCScalarC", "JITCHomoR", "JITCHomoC", "JITCNormalR",
     "JITCNormalC", "JITCUniformR", "JITCUniformC", "OPS", "MATMUL_OPS", "DENSE_OPS",
 ]
+
+# ---------------------------------------------------------------------------
+# backends: one module per kernel language, loaded (and returned) the first time an op needs
+# it; it registers its generators on the ops. {backend: {platform: is_default_candidate}}
+# ---------------------------------------------------------------------------
+def _load_numba():
+    from . import numba
+    return numba
+
+
+def _load_warp():
+    from . import warp
+    return warp
+
+
+def _load_numba_cuda():
+    from . import numba_cuda
+    return numba_cuda
+
+
+BACKEND_LOADERS = {"numba": _load_numba, "warp": _load_warp, "numba_cuda": _load_numba_cuda}
+BACKENDS = {"numba": {"cpu": True}, "warp": {"cpu": False, "gpu": True}, "numba_cuda": {"gpu": True}}
+for _op in OPS:
+    _op.declare_backends(BACKEND_LOADERS, BACKENDS)
+

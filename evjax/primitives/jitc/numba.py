@@ -547,4 +547,3 @@ for _law, _op in ops.DENSE_OPS.items():
     _op.def_numba_kernel(dense_generator(_law))
 
 
-ops.HOST_STRUCTURE["numba"] = generated_structure  # tocsr's host generator (see ops.host_structure)

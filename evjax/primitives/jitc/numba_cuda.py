@@ -1,6 +1,6 @@
 """Numba CUDA backend of the JITC ops (backend ``"numba_cuda"``, GPU; kernel logic tested in the simulator).
 
-Imported by the ops the first time they need this backend; it registers its
+Imported (through the family's ``BACKEND_LOADERS``) the first time its ops need this backend; it registers its
 generators at the bottom.  One thread per outer index (blocks of
 :data:`THREADS`), as in the Warp backend: a gather thread regenerates its
 output's stream and accumulates; a scatter thread returns at once for a

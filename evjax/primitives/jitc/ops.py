@@ -45,26 +45,20 @@ from ...dtypes import compute_dtype
 from ...events import as_bool_events
 from ...rules import ad as ad_rules
 from ...rules import batching as batching_rules
-from ... import registry
 from ...xla_custom_kernel import XLACustomKernel
 from .generation import dense_generated, streamed_product
 
 __all__ = ["LAWS", "MATMUL_OPS", "DENSE_OPS", "OPS", "generated_shape", "row_outer", "bind_matmul",
            "bind_dense"]
 
-BACKENDS = {"numba": {"cpu": True}, "warp": {"cpu": False, "gpu": True}, "numba_cuda": {"gpu": True}}
-
-# Host-side generators of the structure, ``fn(law, params, seed, prob, n_outer, n_inner, dtype) ->
-# (data, indices, indptr)`` (NumPy), by backend: the backend module fills its slot when it is loaded
-# (``host_structure`` loads it), so that this module and the data types never import a backend.
-HOST_STRUCTURE: dict = {}
-
 
 def host_structure(backend: str = "numba"):
-    """The host generator of the synapses, identical to the kernels' (loads its backend module)."""
-    if backend not in HOST_STRUCTURE:
-        registry.load_backend_module(f"{__package__}.{backend}")
-    return HOST_STRUCTURE[backend]
+    """The host generator of the synapses, identical to the kernels': the backend module's
+    ``generated_structure(law, params, seed, prob, n_outer, n_inner, dtype) -> (data, indices,
+    indptr)`` (NumPy), from the module the ops' declared loader returns (this module and the data
+    types never import a backend)."""
+    op = next(iter(MATMUL_OPS.values()))
+    return op.backend_module("cpu", backend).generated_structure
 LAWS = {"scalar": 1, "normal": 2, "uniform": 2}  # law -> number of weight parameters
 _LETTER = {"scalar": "s", "normal": "n", "uniform": "u"}
 
@@ -275,7 +269,6 @@ def _define_matmul(law: str, rank: int, event: bool) -> XLACustomKernel:
     op.def_jvp_rule2(*jvps)
     op.def_transpose_rule(transpose)
     op.def_batching_rule(_matmul_batching(law, rank, event))
-    op.declare_backends(__package__, BACKENDS)
     return op
 
 
@@ -334,7 +327,6 @@ for _law in LAWS:
         return batching_rules.sequential_batch(_op.primitive, args, axes, **params)
 
     _op.def_batching_rule(_dense_batching)
-    _op.declare_backends(__package__, BACKENDS)
     DENSE_OPS[_law] = _op
 
 OPS = tuple(MATMUL_OPS.values()) + tuple(DENSE_OPS.values())
