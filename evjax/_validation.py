@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _compat
-from .events import as_bool_events
+from ._event_values import as_bool_events
 
 __all__ = [
     "INT32_MAX", "ENABLE_X64", "is_concrete", "canonical", "check_size", "check_shape", "as_seed", "host_rng",

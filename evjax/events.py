@@ -1,40 +1,32 @@
-"""Event arrays: ``BinaryArray`` marks an array as spikes, and the one events-as-bool rule.
+"""Event arrays: ``BinaryArray`` marks an array as spikes, ``WeightedArray`` as graded events.
 
 An event operand is bool, or a number where nonzero means a spike.  Event ops
 read only whether each entry is nonzero (:func:`as_bool_events`); the gradient
-w.r.t. a float event array is straight-through.  Sparse and connectivity types
-(:class:`evjax.CSR`, ...) take over ``@`` with a ``BinaryArray`` and run their
-event-driven ops: a class says so with a true ``takes_events`` class attribute.
+w.r.t. a float event array is straight-through.
+
+``@`` between an event array and a matrix:
+
+* sparse and connectivity types (:class:`evjax.CSR`, :class:`evjax.Dense`,
+  ...) take it over and run their event-driven ops: a class says so with a
+  true ``takes_events`` class attribute, and the event array returns
+  ``NotImplemented`` so that the matrix's ``__rmatmul__``/``__matmul__`` runs;
+* a plain float matrix (vector or matrix events) runs the dense event ops
+  (:func:`evjax.primitives.dense.ops.dense_event_matmul`); anything else
+  multiplies the 0/1 (or graded) events densely.
+
+This module sits above the dense family (it imports the dense ops); what the
+ops themselves need of events (:func:`as_bool_events`, :func:`event_operand`,
+the base class) is in the low layer :mod:`evjax._event_values`.
 """
 from __future__ import annotations
-
-from typing import Any
 
 import jax
 import jax.numpy as jnp
 
-__all__ = ["BinaryArray", "EventArray", "WeightedArray", "as_bool_events", "event_operand", "register_dense_matmul"]
+from ._event_values import EventValues, as_bool_events, event_operand
+from .primitives.dense.ops import dense_event_matmul
 
-
-def as_bool_events(x):
-    """Events as bool: ``x`` itself if it is bool, else ``x != 0`` (one byte per entry for kernels)."""
-    return x if x.dtype == jnp.bool_ else x != 0
-
-
-# The dense event ops live in evjax.primitives.dense, above this module: importing them here
-# would be a cycle, so evjax/primitives/dense/ops.py fills this slot when it is imported
-# (register_dense_matmul); until then ``events @ array`` multiplies the events densely.
-_dense_matmul = None
-
-
-def register_dense_matmul(fn) -> None:
-    """Install ``fn(events, weighted, other, events_on_left)`` as the event-driven ``events @ array``.
-
-    Called by :mod:`evjax.primitives.dense.ops` at import; ``fn`` returns
-    ``NotImplemented`` where it does not apply (then the dense product runs).
-    """
-    global _dense_matmul
-    _dense_matmul = fn
+__all__ = ["BinaryArray", "EventArray", "WeightedArray", "as_bool_events", "event_operand"]
 
 
 def _defers(other) -> bool:
@@ -43,12 +35,13 @@ def _defers(other) -> bool:
 
 
 @jax.tree_util.register_pytree_node_class
-class BinaryArray:
+class BinaryArray(EventValues):
     """Marks an array as spikes: bool, or float where nonzero means a spike.
 
     Multiplying it with a sparse matrix such as :class:`evjax.CSR`, with
     :class:`evjax.Dense` or with a plain float matrix uses the event-driven
-    operators (``binary_densemv``/``binary_densemm`` for dense matrices).  The gradient w.r.t. a float ``value`` is straight-through.
+    operators (``binary_densemv``/``binary_densemm`` for dense matrices).
+    The gradient w.r.t. a float ``value`` is straight-through.
 
     Args:
         value: the spike array (any shape; vectors and matrices take part in matmul).
@@ -57,33 +50,6 @@ class BinaryArray:
         >>> spikes = evjax.BinaryArray(jnp.array([True, False, True]))
         >>> current = spikes @ W          # W: evjax.CSR of shape (3, n_post)
     """
-
-    __array_ufunc__ = None  # numpy defers ``ndarray @ BinaryArray`` to us
-    weighted = False  # WeightedArray sets it: its events carry values, not just 0/1
-
-    def __init__(self, value: Any):
-        self.value = value if isinstance(value, jax.Array) else jnp.asarray(value)
-
-    def tree_flatten(self):
-        return (self.value,), None
-
-    @classmethod
-    def tree_unflatten(cls, aux, children):
-        obj = object.__new__(cls)
-        obj.value = children[0]
-        return obj
-
-    @property
-    def shape(self) -> tuple:
-        return tuple(self.value.shape)
-
-    @property
-    def dtype(self):
-        return self.value.dtype
-
-    @property
-    def ndim(self) -> int:
-        return self.value.ndim
 
     def __repr__(self) -> str:
         return f"BinaryArray({self.value!r})"
@@ -97,10 +63,8 @@ class BinaryArray:
         return ones
 
     def _event_matmul(self, other, events_on_left: bool):
-        """The event-driven dense op (the registered hook), or NotImplemented where it does not apply."""
-        if _dense_matmul is None:
-            return NotImplemented
-        return _dense_matmul(self.value, type(self).weighted, other, events_on_left)
+        """The event-driven dense op, or NotImplemented where it does not apply."""
+        return dense_event_matmul(self.value, type(self).weighted, other, events_on_left)
 
     def __matmul__(self, other):
         if _defers(other):
@@ -147,15 +111,3 @@ class WeightedArray(BinaryArray):
     def _dense(self, dtype):
         # graded values; zero entries select zero (a NaN weight there stays out)
         return self.value.astype(dtype)
-
-
-def event_operand(x) -> tuple[Any, bool]:
-    """Split an event operand into ``(array, weighted)``.
-
-    A :class:`WeightedArray` gives its value and ``True``; a
-    :class:`BinaryArray` its value and ``False``; anything else is returned
-    as is with ``False``.
-    """
-    if isinstance(x, BinaryArray):
-        return x.value, type(x).weighted
-    return x, False

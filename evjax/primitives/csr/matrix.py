@@ -38,7 +38,7 @@ import numpy as np
 
 from ..._validation import INT32_MAX, check_shape, checked_index_cast
 from ...dtypes import LOW_PRECISION
-from ...events import BinaryArray, event_operand
+from ..._event_values import EventValues, event_operand
 from .convert import (
     add_diagonal,
     axis_sums,
@@ -60,7 +60,7 @@ _MATMUL = {(1, False): (csrmv_p, "csrmv"), (2, False): (csrmm_p, "csrmm"),
 
 def _split_operand(x):
     """``(array, is_event, weighted)`` for a matmul operand."""
-    if isinstance(x, BinaryArray):
+    if isinstance(x, EventValues):
         value, weighted = event_operand(x)
         return value, True, weighted
     if isinstance(x, _Compressed):

@@ -68,7 +68,7 @@ from numba import prange
 from ...backends import numba_cpu
 from ...backends.threads import add_parts, part_done, pool_chunks, region_done, start_region
 from ...dtypes import compute_dtype
-from ...events import as_bool_events
+from ..._event_values import as_bool_events
 from . import ops
 from .numba_rows import (  # the row loops the drivers run, and the parallel thresholds
     _PARALLEL,

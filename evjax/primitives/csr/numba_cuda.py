@@ -46,7 +46,7 @@ import jax.numpy as jnp
 from numba import cuda
 
 from ...dtypes import compute_dtype
-from ...events import as_bool_events
+from ..._event_values import as_bool_events
 from ...numba_cuda_kernel import numba_cuda_kernel
 from . import numba_cuda_weighted, ops
 

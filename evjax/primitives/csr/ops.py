@@ -42,7 +42,7 @@ import numpy as np
 
 from ..._validation import INT32_MAX
 from ...dtypes import compute_dtype
-from ...events import as_bool_events
+from ..._event_values import as_bool_events
 from ...rules import ad as ad_rules
 from ...rules import batching as batching_rules
 from ...xla_custom_kernel import XLACustomKernel

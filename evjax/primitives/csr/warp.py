@@ -52,7 +52,7 @@ import numpy as np
 
 from ...backends import warp as bridge
 from ...dtypes import compute_dtype
-from ...events import as_bool_events
+from ..._event_values import as_bool_events
 from ...warp_kernel import jaxtype_to_warptype, warp_kernel
 from . import ops, warp_weighted
 

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 
 from ..._validation import check_shape
-from ...events import BinaryArray, event_operand
+from ..._event_values import EventValues, event_operand
 from .ops import binary_densemm, binary_densemv
 
 __all__ = ["Dense"]
@@ -105,7 +105,7 @@ class Dense:
         """``(array, is_event, weighted)`` for the other side of ``@``."""
         if isinstance(x, Dense):
             raise TypeError("Dense @ Dense: multiply the arrays, e.g. A.todense() @ B.todense()")
-        if isinstance(x, BinaryArray):
+        if isinstance(x, EventValues):
             value, weighted = event_operand(x)
             return value, True, weighted
         x = x if isinstance(x, jax.Array) else jnp.asarray(x)

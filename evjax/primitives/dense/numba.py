@@ -58,7 +58,7 @@ from ..._kernel_compat import COMPILED_CODE_ONLY, prange_only
 from ...backends import numba_cpu
 from ...backends.threads import part_done, region_done, start_region
 from ...dtypes import compute_dtype
-from ...events import as_bool_events
+from ..._event_values import as_bool_events
 from . import ops
 
 __all__ = ["matmul_generator", "outer_generator", "KERNELS", "PARALLEL_MIN_WORK"]

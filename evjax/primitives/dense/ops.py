@@ -30,8 +30,9 @@ one; with ``weighted=False`` it contributes its weight and the gradient
 w.r.t. float spikes is straight-through (``d out / d s = W``).
 
 Backends are declared, not imported (``numba``, ``warp``, ``numba_cuda``, as
-for the CSR family); :func:`dense_event_matmul` is the hook
-:class:`evjax.BinaryArray` calls for ``events @ plain dense array``.
+for the CSR family); :func:`dense_event_matmul` is what
+:class:`evjax.BinaryArray` calls (:mod:`evjax.events` imports it) for
+``events @ plain dense array``.
 """
 from __future__ import annotations
 
@@ -40,10 +41,9 @@ import math
 import jax
 import jax.numpy as jnp
 
-from ... import events as events_module
 from ..._validation import canonical
 from ...dtypes import compute_dtype
-from ...events import event_operand
+from ..._event_values import event_operand
 from ...rules import ad as ad_rules
 from ...rules import batching as batching_rules
 from ...xla_custom_kernel import XLACustomKernel
@@ -321,7 +321,7 @@ def _unwrap(spikes, weighted: bool):
 def dense_event_matmul(events, weighted: bool, other, events_on_left: bool):
     """``events @ other`` (or ``other @ events``) for a plain dense ``other``, by the event ops.
 
-    The hook :class:`evjax.BinaryArray` calls (registered below); returns
+    What :class:`evjax.BinaryArray`'s ``@`` calls (:mod:`evjax.events`); returns
     ``NotImplemented`` where the event ops do not apply (``other`` not a float
     matrix, events not a vector or matrix), and BinaryArray then multiplies
     the 0/1 (or graded) events densely.
@@ -336,5 +336,3 @@ def dense_event_matmul(events, weighted: bool, other, events_on_left: bool):
         return binary_densemv(other, events, transpose=False, weighted=weighted)
     return binary_densemm(other, events, transpose=False, weighted=weighted)
 
-
-events_module.register_dense_matmul(dense_event_matmul)

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..._validation import check_shape, check_size, host_rng
-from ...events import BinaryArray, event_operand
+from ..._event_values import EventValues, event_operand
 from ..csr.matrix import CSR
 from .ops import binary_fcnmm, binary_fcnmv, fcnmm, fcnmv
 from .validation import row_pointers, validate_table
@@ -151,7 +151,7 @@ class _FixedNumConn:
     # -- products ------------------------------------------------------------
     def _product(self, x, *, conn_on_left: bool):
         value, weighted = event_operand(x)
-        event = isinstance(x, BinaryArray)
+        event = isinstance(x, EventValues)
         value = value if isinstance(value, jax.Array) else jnp.asarray(value)
         event = event or value.dtype == jnp.bool_
         if value.ndim not in (1, 2):

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 
 from ... import _compat
 from ..._validation import as_seed, canonical, check_shape
-from ...events import event_operand
+from ..._event_values import event_operand
 from .ops import LAWS, bind_dense, bind_matmul
 
 __all__ = [

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..._validation import as_seed, check_shape
-from ...events import BinaryArray, event_operand
+from ..._event_values import EventValues, event_operand
 from .functions import check_prob
 from .ops import LAWS, generated_shape, host_structure
 
@@ -147,7 +147,7 @@ class JITCMatrix:
     # ----------------------------------------------------------------- products
     def _product(self, x, left: bool):
         ops, _ = _ops(self.law)
-        event = isinstance(x, BinaryArray)
+        event = isinstance(x, EventValues)
         x, weighted = event_operand(x)
         if not event:
             x = x if isinstance(x, jax.Array) else jnp.asarray(x)

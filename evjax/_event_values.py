@@ -1,0 +1,67 @@
+"""Event values: the one events-as-bool rule and the base of the event array types.
+
+A low layer (it imports only JAX): the ops and the validation read event
+operands through :func:`event_operand` and :func:`as_bool_events`, and the
+matrix types recognise an event array by its base class :class:`EventValues`.
+The user-facing types (:class:`evjax.BinaryArray`, :class:`evjax.WeightedArray`)
+live in :mod:`evjax.events`, above the dense family whose ops their ``@`` runs.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+__all__ = ["EventValues", "as_bool_events", "event_operand"]
+
+
+def as_bool_events(x):
+    """Events as bool: ``x`` itself if it is bool, else ``x != 0`` (one byte per entry for kernels)."""
+    return x if x.dtype == jnp.bool_ else x != 0
+
+
+class EventValues:
+    """An array marked as events: the data and the array-like attributes of every event array type.
+
+    Subclasses say what an event contributes (``weighted``) and how ``@`` runs.
+    """
+
+    __array_ufunc__ = None  # numpy defers ``ndarray @ events`` to us
+    weighted = False  # WeightedArray sets it: its events carry values, not just 0/1
+
+    def __init__(self, value: Any):
+        self.value = value if isinstance(value, jax.Array) else jnp.asarray(value)
+
+    def tree_flatten(self):
+        return (self.value,), None
+
+    @classmethod
+    def tree_unflatten(cls, aux, children):
+        obj = object.__new__(cls)
+        obj.value = children[0]
+        return obj
+
+    @property
+    def shape(self) -> tuple:
+        return tuple(self.value.shape)
+
+    @property
+    def dtype(self):
+        return self.value.dtype
+
+    @property
+    def ndim(self) -> int:
+        return self.value.ndim
+
+
+def event_operand(x) -> tuple[Any, bool]:
+    """Split an event operand into ``(array, weighted)``.
+
+    A :class:`evjax.WeightedArray` gives its value and ``True``; a
+    :class:`evjax.BinaryArray` its value and ``False``; anything else is
+    returned as is with ``False``.
+    """
+    if isinstance(x, EventValues):
+        return x.value, type(x).weighted
+    return x, False
