@@ -70,6 +70,52 @@ def test_csr_kernels_compile_to_ptx(compute, index, event):
                 assert ".shared" in ptx and "bar.sync" in ptx, kernel.__name__
 
 
+@pytest.mark.parametrize("compute, index", [("float32", "int32"), ("float64", "int64")])
+def test_weighted_kernels_compile_to_ptx(compute, index):
+    """The four kernels of weighted events (the matmul factories' "weighted" flavour)."""
+    from numba import types
+
+    from evjax.primitives.csr.numba_cuda import WEIGHTED_KERNELS
+
+    f = getattr(types, compute)
+    i = getattr(types, index)
+    assert set(WEIGHTED_KERNELS) == {(k, t) for k in ("mv", "mm") for t in (False, True)}
+    for (kind, transpose), kernel in WEIGHTED_KERNELS.items():
+        ndim = 1 if kind == "mv" else 2
+        sig = [types.Array(f, 1, "C"), types.Array(i, 1, "C"), types.Array(i, 1, "C"), types.Array(f, ndim, "C")]
+        sig += [types.Array(f, ndim, "C")] * (2 if transpose else 1)
+        ptx = _compile(kernel, sig)
+        assert "setp.neu" in ptx or "setp.eq" in ptx or "setp.ne" in ptx, kernel.__name__  # the select on v != 0
+        if transpose:
+            assert "atom.global.add" in ptx or "red.global.add" in ptx, kernel.__name__
+
+
+def test_float32_kernels_have_no_float64_arithmetic():
+    """Every flavour's kernel (values, events, weighted; each SDDMM mode) in float32 compiles its own
+    rule only: the branches of the other flavours, pruned on the closure constants, never widen
+    the accumulator to float64."""
+    from numba import types
+
+    from evjax.primitives.csr.numba_cuda import KERNELS, SDDMM_KERNELS, WEIGHTED_KERNELS
+
+    f, i = types.float32, types.int32
+    matmul = [(kernel, kind, event, transpose) for (kind, event, transpose), kernel in KERNELS.items()]
+    matmul += [(kernel, kind, False, transpose) for (kind, transpose), kernel in WEIGHTED_KERNELS.items()]
+    for kernel, kind, event, transpose in matmul:
+        ndim = 1 if kind == "mv" else 2
+        sig = [types.Array(f, 1, "C"), types.Array(i, 1, "C"), types.Array(i, 1, "C"),
+               types.Array(types.boolean if event else f, ndim, "C")]
+        sig += [types.Array(f, ndim, "C")] * (2 if transpose else 1)
+        assert ".f64" not in _compile(kernel, sig), kernel.__name__
+    for (kind, mode), kernel in SDDMM_KERNELS.items():
+        ndim = 1 if kind == "vec" else 2
+        r_type = types.boolean if mode == "r_events" else f
+        q_type = types.boolean if mode == "q_events" else f
+        sig = (types.Array(i, 1, "C"), types.Array(i, 1, "C"), types.Array(r_type, ndim, "C"),
+               types.Array(q_type, ndim, "C"), types.Array(f, 1, "C"), types.Array(f, 1, "C"))
+        assert ".f64" not in _compile(kernel, sig), kernel.__name__
+
+
 def test_all_eight_matmul_kernels_are_in_the_table():
     from evjax.primitives.csr.numba_cuda import KERNELS
 

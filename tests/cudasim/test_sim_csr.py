@@ -1,7 +1,7 @@
 """The CSR CUDA kernels of evjax.primitives.csr.numba_cuda against dense
 references, in Numba's CUDA simulator, at small sizes.
 
-Two levels: the ``@cuda.jit`` kernels of ``KERNELS`` / ``SDDMM_KERNELS``
+Two levels: the ``@cuda.jit`` kernels of ``KERNELS`` / ``WEIGHTED_KERNELS`` / ``SDDMM_KERNELS``
 launched directly on host arrays, and the op generators
 (``generator(outs=, ins=, shape=, transpose=)``) run end to end through
 numba_cuda_kernel under jax.jit.
@@ -52,7 +52,7 @@ def _warp_per_row(n_rows):
     return -(-n_rows // csr_cuda.WARPS_PER_BLOCK), csr_cuda.THREADS
 
 
-def _launch(kind, event, transpose, data, indices, indptr, x, out_shape):
+def _launch(kind, event, transpose, data, indices, indptr, x, out_shape, weighted=False):
     out = np.full(out_shape, np.nan, np.float32)
     n_rows = indptr.shape[0] - 1
     if transpose:
@@ -64,7 +64,8 @@ def _launch(kind, event, transpose, data, indices, indptr, x, out_shape):
         grid, block = _warp_per_row(n_rows)
     else:
         grid, block = csr_cuda.mm_launch(n_rows, x.shape[1])
-    csr_cuda.KERNELS[(kind, event, transpose)][grid, block](*args)
+    kernel = csr_cuda.WEIGHTED_KERNELS[(kind, transpose)] if weighted else csr_cuda.KERNELS[(kind, event, transpose)]
+    kernel[grid, block](*args)
     return out
 
 
@@ -72,7 +73,12 @@ def test_kernel_table():
     assert set(csr_cuda.KERNELS) == set(itertools.product(("mv", "mm"), (False, True), (False, True)))
     names = {key: kernel.__name__ for key, kernel in csr_cuda.KERNELS.items()}
     assert names[("mv", True, True)] == "mv_scatter_events" and names[("mm", False, False)] == "mm_gather"
-    assert set(csr_cuda.SDDMM_KERNELS) == set(itertools.product(("vec", "mat"), ("values", "r_events", "q_events")))
+    assert set(csr_cuda.WEIGHTED_KERNELS) == set(itertools.product(("mv", "mm"), (False, True)))
+    assert csr_cuda.WEIGHTED_KERNELS[("mv", False)].__name__ == "weighted_mv_gather"
+    assert set(csr_cuda.SDDMM_KERNELS) == (set(itertools.product(("vec", "mat"), ("values", "r_events", "q_events")))
+                                           | {("mat", "r_weighted"), ("mat", "q_weighted")})
+    every = [*csr_cuda.KERNELS.values(), *csr_cuda.WEIGHTED_KERNELS.values(), *csr_cuda.SDDMM_KERNELS.values()]
+    assert len({kernel.__name__ for kernel in every}) == len(every) == 20  # one name per built kernel
 
 
 @pytest.mark.parametrize("homogeneous, event", list(itertools.product([False, True], [False, True])))
@@ -109,9 +115,10 @@ def test_malformed_structure_is_clamped_not_out_of_bounds():
                                   [1, 1])
 
 
-def _structural(indices, indptr, data, homogeneous, event, transpose, x):
+def _structural(indices, indptr, data, homogeneous, event, transpose, x, weighted=False):
     """Stored entries only, one term each: an event selects w (a silent one adds nothing,
-    even for a nan or inf w), a value multiplies it (IEEE: nan * 0 is nan)."""
+    even for a nan or inf w), a value multiplies it (IEEE: nan * 0 is nan), a weighted event
+    selects, then multiplies (w * s where s != 0, else nothing)."""
     x = np.asarray(x)
     x2 = x if x.ndim == 2 else x[:, None]
     n_rows = indptr.shape[0] - 1
@@ -122,7 +129,10 @@ def _structural(indices, indptr, data, homogeneous, event, transpose, x):
             src, dst = (i, indices[k]) if transpose else (indices[k], i)
             for c in range(x2.shape[1]):
                 s = x2[src, c]
-                y[dst, c] += (w if s != 0 else 0.0) if event else w * float(s)
+                if weighted:
+                    y[dst, c] += w * float(s) if s != 0 else 0.0
+                else:
+                    y[dst, c] += (w if s != 0 else 0.0) if event else w * float(s)
     return y if x.ndim == 2 else y[:, 0]
 
 
@@ -148,6 +158,27 @@ def test_kernels_nan_and_inf_weights(homogeneous):
 
 
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # the simulator's nan
+@pytest.mark.parametrize("homogeneous", [False, True])
+def test_weighted_kernels_nan_and_inf_weights(homogeneous):
+    """Weighted events on every forward kernel: a zero entry hides nan/inf weights, a nonzero one
+    multiplies them (IEEE), against the structural oracle."""
+    rng = np.random.default_rng(41 + homogeneous)
+    mask, weights, indices, indptr = _csr(rng, p=0.6)
+    data = weights[mask].astype(np.float32)
+    data[::3], data[1::5], data[2::7] = np.nan, np.inf, -np.inf
+    weight_cases = [np.array([w], np.float32) for w in (np.nan, np.inf)] if homogeneous else [data]
+    for w, kind, transpose in itertools.product(weight_cases, ("mv", "mm"), (False, True)):
+        n_in, n_out = (N_ROWS, N_COLS) if transpose else (N_COLS, N_ROWS)
+        shape_in = (n_in,) if kind == "mv" else (n_in, K)
+        x = rng.choice(np.array([0.0, 0.0, 0.0, 1.5, -2.0, np.inf], np.float32), size=shape_in)
+        got = _launch(kind, True, transpose, w, indices, indptr, x, (n_out,) + shape_in[1:], weighted=True)
+        want = _structural(indices, indptr, w, homogeneous, True, transpose, x, weighted=True)
+        msg = f"{kind} transpose={transpose} w={w[:3]}"
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=msg)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=msg)
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # the simulator's nan
 @pytest.mark.parametrize("matrix", [False, True])
 def test_sddmm_kernels_nan_and_inf(matrix):
     """Each SDDMM mode: an event operand selects (0 whatever the other holds), two values multiply."""
@@ -164,6 +195,29 @@ def test_sddmm_kernels_nan_and_inf(matrix):
         msg = f"r {r.dtype}, q {q.dtype}"
         np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=msg)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=msg)
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # the simulator's nan
+def test_weighted_sddmm_kernels_nan_and_inf():
+    """The weighted SDDMM modes (matrices): g = sum where(e != 0, r q, 0), e the weighted operand;
+    r_weighted skips the rows of all-zero r (their entries keep the buffer), q_weighted visits every row."""
+    rng = np.random.default_rng(51)
+    _, _, indices, indptr = _csr(rng, p=0.7)
+    special = np.array([0.0, 0.0, 1.5, -2.0, np.nan, np.inf, -np.inf], np.float32)
+    r, q = rng.choice(special, size=(N_ROWS, K)), rng.choice(special, size=(N_COLS, K))
+    r[0], r[3] = 0, [0.0, np.inf, 0.0]  # an all-zero row; inf beside zeros
+    assert indptr[1] > indptr[0]  # row 0 has synapses
+    rows = np.repeat(np.arange(N_ROWS), np.diff(indptr))
+    a, b = r[rows].astype(np.float64), q[indices].astype(np.float64)
+    for mode, e in (("r_weighted", a), ("q_weighted", b)):
+        with np.errstate(invalid="ignore"):
+            want = np.sum(np.where(e != 0, a * b, 0.0), axis=1)
+        got = _launch_sddmm("mat", indices, indptr, r, q, mode=mode)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=mode)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=mode)
+        g = _launch_sddmm("mat", indices, indptr, r, q, fill=7.0, mode=mode)
+        zero_row = g[indptr[0]:indptr[1]]
+        assert np.all(zero_row == 7.0) if mode == "r_weighted" else not np.any(zero_row == 7.0), mode
 
 
 GENERATORS = {

@@ -5,8 +5,8 @@ it registers the generators below as the ``"warp"`` backend (cpu and gpu) of
 ``csrmv_p``, ``csrmm_p``, ``binary_csrmv_p``, ``binary_csrmm_p`` and
 ``csr_sddmm_p``.  Each generator follows the CSR contract of
 :mod:`evjax.primitives.csr.ops`: ``generator(outs, ins, shape, transpose)``
-returns ``run(data, indices, indptr, x) -> [out]`` (``generator(outs, ins)``
-returns ``run(indices, indptr, r, q) -> [g]`` for the SDDMM).
+returns ``run(data, indices, indptr, x) -> [out]`` (``generator(outs, ins, shape,
+weighted)`` returns ``run(indices, indptr, r, q) -> [g]`` for the SDDMM).
 
 Kernels, with ``W`` the ``(n_rows, n_cols)`` CSR matrix:
 
@@ -23,8 +23,11 @@ Kernels, with ``W`` the ``(n_rows, n_cols)`` CSR matrix:
   give the IEEE product on every row (:data:`SDDMM_MODES`).
 
 NaN and inf follow ``docs/semantics.md``: an event selects its weights, a value
-multiplies them (IEEE).  Weighted events (``weighted=True``) select, then
-multiply: their kernels are in :mod:`.warp_weighted` (:func:`weighted_kernels`).
+multiplies them (IEEE) and a weighted event (``weighted=True``) selects, then
+multiplies.  The three are flavours of the same four matmul kernels
+(:data:`FLAVOURS`): a compile-time parameter of each kernel factory, which
+picks the operand's type and the rules the kernel calls (:func:`_rules`);
+the SDDMM's five modes are its rules likewise (:func:`_sddmm_rules`).
 
 Each kernel is a small factory of the Warp types of one dtype signature
 (:func:`_types`), selected by :data:`KERNELS` / :data:`SDDMM_KERNELS`; the
@@ -36,9 +39,10 @@ result is rounded back to the output dtype; events are passed as bool
 (:func:`evjax.events.as_bool_events`); a malformed structure (possible under
 ``jit``, where it cannot be validated) never reads or writes out of bounds:
 row spans are clamped to ``[0, nnz]`` and out-of-range columns ignored.  The
-eight forward kernels of one dtype signature live in one Warp module, so a
-signature compiles once (then loads from Warp's kernel cache in milliseconds);
-the two SDDMM kernels of a mode live in another, which forward-only use never compiles.
+eight forward kernels of values and events of one dtype signature live in one
+Warp module, so a signature compiles once (then loads from Warp's kernel cache
+in milliseconds); the four of weighted events live in another, and the two
+SDDMM kernels of a mode in a third, which code that does not use them never compiles.
 """
 # No `from __future__ import annotations`: Warp reads the kernels' annotations as objects.
 
@@ -54,11 +58,11 @@ from ...backends import warp as bridge
 from ...dtypes import compute_dtype
 from ..._event_values import as_bool_events
 from ...warp_kernel import jaxtype_to_warptype, warp_kernel
-from . import ops, warp_weighted
+from . import ops
 
 __all__ = [
     "csrmv_warp", "csrmm_warp", "binary_csrmv_warp", "binary_csrmm_warp", "csr_sddmm_warp",
-    "csr_kernels", "weighted_kernels", "sddmm_kernels", "KERNELS", "SDDMM_KERNELS",
+    "csr_kernels", "weighted_kernels", "sddmm_kernels", "KERNELS", "SDDMM_KERNELS", "FLAVOURS",
 ]
 
 wp = bridge.import_warp()
@@ -108,143 +112,137 @@ def _types(prefix: str, compute_dt: str, index_dt: str, indptr_dt: str) -> Simpl
 
 
 # ---------------------------------------------------------------------------
+# The flavours of the dense operand, and their rules
+# ---------------------------------------------------------------------------
+# "values" (float: multiplies), "events" (bool: selects) and "weighted" (float
+# weighted events: selects, then multiplies).  Every matmul kernel below is one
+# factory of the types ``t`` and a flavour's rules (:func:`_rules`): the
+# operand's array types, the scatters' two rules, and the flags ``EVENTS`` /
+# ``WEIGHTED``, closure constants of the gathers: Warp compiles only the branch
+# of an ``if`` on a constant that is taken.
+FLAVOURS = ("values", "events", "weighted")
+_PREFIX = {"values": "", "events": "ev_", "weighted": "weighted_"}  # of the kernels' and rules' names
+
+
+def _rules(t, flavour: str) -> SimpleNamespace:
+    """The dense operand's array types (``X1``, ``X2``), the flags ``events`` and ``weighted``, the
+    kernels' name prefix and the scatters' rules of a flavour, as Warp functions:
+
+    * ``visits(v)``: whether a scatter visits a row whose operand entry is ``v``
+      (events: an active one; weighted events: a nonzero one, whatever the
+      weights of a zero row hold; values: every row, ``nan * 0`` is nan);
+    * ``term(w, v)``: what a visited row adds per synapse of weight ``w``
+      (events: ``w``, selected, never multiplied; others: ``w * v``).
+    """
+    EVENTS, WEIGHTED = flavour == "events", flavour == "weighted"
+    X, p = (wp.bool if EVENTS else t.F), _PREFIX[flavour]
+
+    @wp.func(name=p + "visits", module=t.module)
+    def visits(v: X):
+        if EVENTS:
+            return v
+        elif WEIGHTED:
+            return v != t.F(0)
+        else:
+            return True
+
+    @wp.func(name=p + "term", module=t.module)
+    def term(w: t.F, v: X):
+        if EVENTS:
+            return w
+        else:
+            return w * v
+
+    return SimpleNamespace(X1=wp.array(dtype=X, ndim=1), X2=wp.array(dtype=X, ndim=2), events=EVENTS,
+                           weighted=WEIGHTED, visits=visits, term=term, prefix=p)
+
+
+# ---------------------------------------------------------------------------
 # gather: y = W @ x (one thread per output row / element; pure output)
 # ---------------------------------------------------------------------------
-def _mv_gather(t):
-    span, weight = t.span, t.weight
+def _mv_gather(t, f):
+    span, weight, EVENTS, WEIGHTED = t.span, t.weight, f.events, f.weighted
 
-    @wp.kernel(**t.opts)
-    def mv_gather(data: t.F1, indices: t.I1, indptr: t.P1, x: t.F1, out: t.F1):
+    @wp.kernel(name=f.prefix + "mv_gather", **t.opts)
+    def mv_gather(data: t.F1, indices: t.I1, indptr: t.P1, x: f.X1, out: t.F1):
         i = wp.tid()
         a, b = span(indptr, i, indices.shape[0])
         acc = t.F(0)
         for j in range(a, b):
             col = int(indices[j])
             if col >= 0 and col < x.shape[0]:
-                acc += weight(data, j) * x[col]
+                if EVENTS:
+                    if x[col]:  # selected, not multiplied: a silent event hides a nan weight
+                        acc += weight(data, j)
+                elif WEIGHTED:  # selected, then multiplied
+                    v = x[col]
+                    acc += wp.where(v != t.F(0), weight(data, j) * v, t.F(0))
+                else:
+                    acc += weight(data, j) * x[col]
         out[i] = acc
 
     return mv_gather
 
 
-def _ev_mv_gather(t):
-    span, weight = t.span, t.weight
+def _mm_gather(t, f):
+    span, weight, EVENTS, WEIGHTED = t.span, t.weight, f.events, f.weighted
 
-    @wp.kernel(**t.opts)
-    def ev_mv_gather(data: t.F1, indices: t.I1, indptr: t.P1, x: t.B1, out: t.F1):
-        i = wp.tid()
-        a, b = span(indptr, i, indices.shape[0])
-        acc = t.F(0)
-        for j in range(a, b):
-            col = int(indices[j])
-            if col >= 0 and col < x.shape[0]:
-                if x[col]:
-                    acc += weight(data, j)
-        out[i] = acc
-
-    return ev_mv_gather
-
-
-def _mm_gather(t):
-    span, weight = t.span, t.weight
-
-    @wp.kernel(**t.opts)
-    def mm_gather(data: t.F1, indices: t.I1, indptr: t.P1, x: t.F2, out: t.F2):
+    @wp.kernel(name=f.prefix + "mm_gather", **t.opts)
+    def mm_gather(data: t.F1, indices: t.I1, indptr: t.P1, x: f.X2, out: t.F2):
         i, c = wp.tid()
         a, b = span(indptr, i, indices.shape[0])
         acc = t.F(0)
         for j in range(a, b):
             col = int(indices[j])
             if col >= 0 and col < x.shape[0]:
-                acc += weight(data, j) * x[col, c]
+                if EVENTS:
+                    if x[col, c]:
+                        acc += weight(data, j)
+                elif WEIGHTED:
+                    v = x[col, c]
+                    acc += wp.where(v != t.F(0), weight(data, j) * v, t.F(0))
+                else:
+                    acc += weight(data, j) * x[col, c]
         out[i, c] = acc
 
     return mm_gather
 
 
-def _ev_mm_gather(t):
-    span, weight = t.span, t.weight
-
-    @wp.kernel(**t.opts)
-    def ev_mm_gather(data: t.F1, indices: t.I1, indptr: t.P1, x: t.B2, out: t.F2):
-        i, c = wp.tid()
-        a, b = span(indptr, i, indices.shape[0])
-        acc = t.F(0)
-        for j in range(a, b):
-            col = int(indices[j])
-            if col >= 0 and col < x.shape[0]:
-                if x[col, c]:
-                    acc += weight(data, j)
-        out[i, c] = acc
-
-    return ev_mm_gather
-
-
 # ---------------------------------------------------------------------------
 # scatter: y = W.T @ x (one thread per source row / (row, column); atomics into zeros)
 # ---------------------------------------------------------------------------
-def _mv_scatter(t):
-    span, weight = t.span, t.weight
+def _mv_scatter(t, f):
+    span, weight, visits, term = t.span, t.weight, f.visits, f.term
 
-    @wp.kernel(**t.opts)
-    def mv_scatter(data: t.F1, indices: t.I1, indptr: t.P1, x: t.F1, out: t.F1):
+    @wp.kernel(name=f.prefix + "mv_scatter", **t.opts)
+    def mv_scatter(data: t.F1, indices: t.I1, indptr: t.P1, x: f.X1, out: t.F1):
         i = wp.tid()
         xi = x[i]
-        a, b = span(indptr, i, indices.shape[0])
-        for j in range(a, b):
-            col = int(indices[j])
-            if col >= 0 and col < out.shape[0]:
-                wp.atomic_add(out, col, weight(data, j) * xi)
+        if visits(xi):  # silent rows cost nothing
+            a, b = span(indptr, i, indices.shape[0])
+            for j in range(a, b):
+                col = int(indices[j])
+                if col >= 0 and col < out.shape[0]:
+                    wp.atomic_add(out, col, term(weight(data, j), xi))
 
     return mv_scatter
 
 
-def _ev_mv_scatter(t):
-    span, weight = t.span, t.weight
+def _mm_scatter(t, f):
+    span, weight, visits, term = t.span, t.weight, f.visits, f.term
 
-    @wp.kernel(**t.opts)
-    def ev_mv_scatter(data: t.F1, indices: t.I1, indptr: t.P1, x: t.B1, out: t.F1):
-        i = wp.tid()
-        if x[i]:  # silent rows cost nothing
-            a, b = span(indptr, i, indices.shape[0])
-            for j in range(a, b):
-                col = int(indices[j])
-                if col >= 0 and col < out.shape[0]:
-                    wp.atomic_add(out, col, weight(data, j))
-
-    return ev_mv_scatter
-
-
-def _mm_scatter(t):
-    span, weight = t.span, t.weight
-
-    @wp.kernel(**t.opts)
-    def mm_scatter(data: t.F1, indices: t.I1, indptr: t.P1, x: t.F2, out: t.F2):
+    @wp.kernel(name=f.prefix + "mm_scatter", **t.opts)
+    def mm_scatter(data: t.F1, indices: t.I1, indptr: t.P1, x: f.X2, out: t.F2):
         i, c = wp.tid()
         xi = x[i, c]
-        a, b = span(indptr, i, indices.shape[0])
-        for j in range(a, b):
-            col = int(indices[j])
-            if col >= 0 and col < out.shape[0]:
-                wp.atomic_add(out, col, c, weight(data, j) * xi)
-
-    return mm_scatter
-
-
-def _ev_mm_scatter(t):
-    span, weight = t.span, t.weight
-
-    @wp.kernel(**t.opts)
-    def ev_mm_scatter(data: t.F1, indices: t.I1, indptr: t.P1, x: t.B2, out: t.F2):
-        i, c = wp.tid()
-        if x[i, c]:
+        if visits(xi):
             a, b = span(indptr, i, indices.shape[0])
             for j in range(a, b):
                 col = int(indices[j])
                 if col >= 0 and col < out.shape[0]:
-                    wp.atomic_add(out, col, c, weight(data, j))
+                    wp.atomic_add(out, col, c, term(weight(data, j), xi))
 
-    return ev_mm_scatter
+    return mm_scatter
 
 
 # ---------------------------------------------------------------------------
@@ -255,11 +253,27 @@ def _sddmm_rules(t, mode: str):
 
     An event operand selects (``term`` is 0 for an inactive event, whatever the
     other operand holds) and a row whose ``r`` is zero is skipped; two values
-    give the IEEE product on every row (``0 * inf`` is nan).
+    give the IEEE product on every row (``0 * inf`` is nan).  A weighted
+    operand selects, then multiplies: ``r_weighted`` skips the rows of zero
+    ``r``, ``q_weighted`` visits every row (``0 * inf`` is nan there).
     """
-    if mode in ("r_weighted", "q_weighted"):
-        return warp_weighted.sddmm_rules(t, mode)
-    if mode == "r_events":  # r bool; q float (0/1 when it was bool too)
+    if mode == "r_weighted":  # both float
+        @wp.func(module=t.module)
+        def visits(r: t.F):
+            return r != t.F(0)
+
+        @wp.func(module=t.module)
+        def term(r: t.F, q: t.F):
+            return wp.where(r != t.F(0), r * q, t.F(0))
+    elif mode == "q_weighted":
+        @wp.func(module=t.module)
+        def visits(r: t.F):
+            return True
+
+        @wp.func(module=t.module)
+        def term(r: t.F, q: t.F):
+            return wp.where(q != t.F(0), r * q, t.F(0))
+    elif mode == "r_events":  # r bool; q float (0/1 when it was bool too)
         @wp.func(module=t.module)
         def visits(r: wp.bool):
             return r
@@ -327,16 +341,12 @@ def _sddmm_mat(t):
     return sddmm_mat
 
 
-# (kind, event, transpose) -> kernel factory; kind "mv" (vector) or "mm" (matrix)
+# (kind, transpose) -> kernel factory of (t, the flavour's rules); kind "mv" (vector) or "mm" (matrix)
 KERNELS = {
-    ("mv", False, False): _mv_gather,
-    ("mv", False, True): _mv_scatter,
-    ("mm", False, False): _mm_gather,
-    ("mm", False, True): _mm_scatter,
-    ("mv", True, False): _ev_mv_gather,
-    ("mv", True, True): _ev_mv_scatter,
-    ("mm", True, False): _ev_mm_gather,
-    ("mm", True, True): _ev_mm_scatter,
+    ("mv", False): _mv_gather,
+    ("mv", True): _mv_scatter,
+    ("mm", False): _mm_gather,
+    ("mm", True): _mm_scatter,
 }
 
 # rank of r and q -> SDDMM kernel factory; each is built once per mode, in the mode's module
@@ -346,7 +356,8 @@ SDDMM_MODES = ("values", "r_events", "q_events", "r_weighted", "q_weighted")
 
 @functools.lru_cache(maxsize=None)
 def csr_kernels(compute_dt: str, index_dt: str, indptr_dt: str) -> dict:
-    """The eight forward Warp kernels of one dtype signature, built together in one Warp module.
+    """The eight forward Warp kernels of values and events of one dtype signature, built together in one
+    Warp module.
 
     Args:
         compute_dt: the weights' and float operands' dtype (``"float32"`` or
@@ -355,21 +366,25 @@ def csr_kernels(compute_dt: str, index_dt: str, indptr_dt: str) -> dict:
         indptr_dt: the dtype of ``indptr``.
 
     Returns:
-        ``{(kind, event, transpose): kernel}``, keyed as :data:`KERNELS`.
+        ``{(kind, event, transpose): kernel}``, ``(kind, transpose)`` as in :data:`KERNELS`.
     """
     t = _types("evjax_csr", compute_dt, index_dt, indptr_dt)
-    return {key: factory(t) for key, factory in KERNELS.items()}
+    return {(kind, flavour == "events", transpose): factory(t, f)
+            for flavour, f in ((flavour, _rules(t, flavour)) for flavour in ("values", "events"))
+            for (kind, transpose), factory in KERNELS.items()}
 
 
 @functools.lru_cache(maxsize=None)
 def weighted_kernels(compute_dt: str, index_dt: str, indptr_dt: str) -> dict:
-    """The four weighted-event Warp kernels of one dtype signature, in their own Warp module.
+    """The four forward Warp kernels of weighted events of one dtype signature (the same factories,
+    flavour ``"weighted"``), in their own Warp module: code that uses spikes only never compiles them.
 
     Returns:
-        ``{(kind, transpose): kernel}``, keyed as :data:`.warp_weighted.KERNELS`.
+        ``{(kind, transpose): kernel}``, keyed as :data:`KERNELS`.
     """
     t = _types("evjax_csr_weighted", compute_dt, index_dt, indptr_dt)
-    return {key: factory(t) for key, factory in warp_weighted.KERNELS.items()}
+    f = _rules(t, "weighted")
+    return {key: factory(t, f) for key, factory in KERNELS.items()}
 
 
 @functools.lru_cache(maxsize=None)
@@ -472,6 +487,7 @@ def csr_sddmm_warp(outs, ins, shape, weighted):
     Args:
         outs: the one output's ``ShapeDtypeStruct``, ``(nnz,)``.
         ins: the operands' ``ShapeDtypeStruct``s (indices, indptr, r, q).
+        shape: ``(n_rows, n_cols)`` of the CSR matrix (unused: ``r`` gives the rows).
         weighted: ``"r"`` or ``"q"``: that operand holds weighted events.
 
     Returns:
