@@ -149,46 +149,10 @@ def _dense_product(weights, t, transpose: bool, dtype):
     return ((w.T if transpose else w) @ t.astype(acc)).astype(dtype)
 
 
-def _jvp_matmul_weights(op, tangent, weights, spikes, *, outs, **params):
-    # y = A(W) e(s) is linear in W:  dy = A(dW) e(s), the op itself on the tangent
-    return op.primitive.bind(tangent, spikes, outs=outs, **params)
-
-
-def _jvp_matmul_events(tangent, weights, *, outs, transpose):
-    # binary: the forward uses 1[s != 0]; straight-through, as if y = W s:  dy = W ds.
-    # weighted: y = sum_j [s_j != 0] s_j W_j is linear in s:  dy = W ds (the true derivative).
-    return [_dense_product(weights, tangent, transpose, outs[0].dtype)]
-
-
-def _transpose_matmul(name, cts, weights, spikes, *, transpose, weighted, backend):
-    # y = W.T e(s)  =>  W_bar = outer(e(s), y_bar)      (transpose; rows of inactive events 0)
-    # y = W e(s)    =>  W_bar = outer(y_bar, e(s))      (columns of inactive events 0)
-    # matrices: W_bar = e(S) @ Y_bar.T (resp. Y_bar @ e(S).T); only active events are computed.
-    # Only W: the events' derivative is the float product above, which JAX transposes itself.
-    def weights_cotangent():
-        dtype = ad_rules.aval_of(weights).dtype
-        return _bind_outer(spikes, cts[0], transpose=transpose, weighted=weighted, dtype=dtype, backend=backend)
-
-    return ad_rules.linear_cotangents([weights, spikes], {0: weights_cotangent}, name=name)
-
-
-def _batch_matmul(op_self, args, axes, *, outs, transpose, weighted, backend):
-    # events batched, weights not: one call of the matrix op, the batch folded into its columns
-    # (vmap of mv is mm): native, no loop.  Weights batched (with or without the events): one call
-    # per batch element (rules.batching.sequential_batch); each call is event-driven.
-    weights, spikes = args
-    w_ax, s_ax = axes
-    if w_ax is not None:
-        return batching_rules.sequential_batch(op_self.primitive, args, axes, outs=outs, transpose=transpose,
-                                               weighted=weighted, backend=backend)
-    sb = jnp.moveaxis(spikes, s_ax, 1)  # (k, batch) or (k, batch, n)
-    flat = sb.reshape(sb.shape[0], math.prod(sb.shape[1:]))  # (no -1: sizes may be 0)
-    y = _bind_matmul(weights, flat, transpose=transpose, weighted=weighted, dtype=outs[0].dtype, backend=backend)
-    return [y.reshape((y.shape[0],) + sb.shape[1:])], [1]
-
-
 # ===========================================================================
-# binary_densemv: dense matrix times event vector
+# binary_densemv, binary_densemm: dense matrix times events (a vector; a matrix, one event vector
+# per column).  Two primitives (brainevent's names) that differ only in the events' rank: the rules
+# below serve both, binding the op of the rank they are given (_bind_matmul).
 # ===========================================================================
 def binary_densemv(weights, spikes, *, transpose: bool, backend: str | None = None,
                    weighted: bool = False) -> jax.Array:
@@ -222,44 +186,6 @@ def binary_densemv(weights, spikes, *, transpose: bool, backend: str | None = No
     return _bind_matmul(weights, spikes, transpose=transpose, weighted=weighted, dtype=dtype, backend=backend)
 
 
-binary_densemv_p = XLACustomKernel("evjax_binary_densemv")
-
-
-def _binary_densemv_reference(weights, spikes, *, outs, transpose, weighted):
-    return _reference_matmul(weights, spikes, outs=outs, transpose=transpose, weighted=weighted)
-
-
-def _binary_densemv_jvp_weights(tangent, weights, spikes, *, outs, **params):
-    # linear in W: dy = A(dW) e(s)
-    return _jvp_matmul_weights(binary_densemv_p, tangent, weights, spikes, outs=outs, **params)
-
-
-def _binary_densemv_jvp_events(tangent, weights, spikes, *, outs, transpose, weighted, backend):
-    # straight-through (binary) or the true derivative (weighted): dy = W ds, the float product
-    return _jvp_matmul_events(tangent, weights, outs=outs, transpose=transpose)
-
-
-def _binary_densemv_transpose(cts, weights, spikes, *, outs, transpose, weighted, backend):
-    # W_bar = outer(e(s), y_bar) (transpose) or outer(y_bar, e(s)); only active events' rows/columns
-    return _transpose_matmul("evjax_binary_densemv", cts, weights, spikes, transpose=transpose, weighted=weighted,
-                             backend=backend)
-
-
-def _binary_densemv_batching(args, axes, *, outs, transpose, weighted, backend):
-    # vmap over the events: one binary_densemm (columns = the batch); over the weights: a loop
-    return _batch_matmul(binary_densemv_p, args, axes, outs=outs, transpose=transpose, weighted=weighted,
-                         backend=backend)
-
-
-binary_densemv_p.def_reference(_binary_densemv_reference)
-binary_densemv_p.def_jvp_rule2(_binary_densemv_jvp_weights, _binary_densemv_jvp_events)
-binary_densemv_p.def_transpose_rule(_binary_densemv_transpose)
-binary_densemv_p.def_batching_rule(_binary_densemv_batching)
-
-
-# ===========================================================================
-# binary_densemm: dense matrix times event matrix (one event vector per column)
-# ===========================================================================
 def binary_densemm(weights, spikes, *, transpose: bool, backend: str | None = None,
                    weighted: bool = False) -> jax.Array:
     """Dense matrix times event matrix (one event vector per column), natively batched.
@@ -287,39 +213,57 @@ def binary_densemm(weights, spikes, *, transpose: bool, backend: str | None = No
     return _bind_matmul(weights, spikes, transpose=transpose, weighted=weighted, dtype=dtype, backend=backend)
 
 
+binary_densemv_p = XLACustomKernel("evjax_binary_densemv")
 binary_densemm_p = XLACustomKernel("evjax_binary_densemm")
 
 
-def _binary_densemm_reference(weights, spikes, *, outs, transpose, weighted):
-    return _reference_matmul(weights, spikes, outs=outs, transpose=transpose, weighted=weighted)
+def _binary_dense_matmul_jvp_weights(tangent, weights, spikes, *, outs, transpose, weighted, backend):
+    # y = A(W) e(s) is linear in W:  dy = A(dW) e(s), the op itself on the tangent
+    return [_bind_matmul(tangent, spikes, transpose=transpose, weighted=weighted, dtype=outs[0].dtype,
+                         backend=backend)]
 
 
-def _binary_densemm_jvp_weights(tangent, weights, spikes, *, outs, **params):
-    # linear in W: dY = A(dW) e(S)
-    return _jvp_matmul_weights(binary_densemm_p, tangent, weights, spikes, outs=outs, **params)
+def _binary_dense_matmul_jvp_events(tangent, weights, spikes, *, outs, transpose, weighted, backend):
+    # binary: the forward uses 1[s != 0]; straight-through, as if y = W s:  dy = W ds.
+    # weighted: y = sum_j [s_j != 0] s_j W_j is linear in s:  dy = W ds (the true derivative).
+    return [_dense_product(weights, tangent, transpose, outs[0].dtype)]
 
 
-def _binary_densemm_jvp_events(tangent, weights, spikes, *, outs, transpose, weighted, backend):
-    # straight-through (binary) or the true derivative (weighted): dY = W dS, the float product
-    return _jvp_matmul_events(tangent, weights, outs=outs, transpose=transpose)
+def _binary_dense_matmul_transpose(cts, weights, spikes, *, outs, transpose, weighted, backend):
+    # y = W.T e(s)  =>  W_bar = outer(e(s), y_bar)      (transpose; rows of inactive events 0)
+    # y = W e(s)    =>  W_bar = outer(y_bar, e(s))      (columns of inactive events 0)
+    # matrices: W_bar = e(S) @ Y_bar.T (resp. Y_bar @ e(S).T); only active events are computed.
+    # Only W: the events' derivative is the float product above, which JAX transposes itself.
+    def weights_cotangent():
+        dtype = ad_rules.aval_of(weights).dtype
+        return _bind_outer(spikes, cts[0], transpose=transpose, weighted=weighted, dtype=dtype, backend=backend)
+
+    name = (binary_densemv_p if ad_rules.aval_of(spikes).ndim == 1 else binary_densemm_p).name
+    return ad_rules.linear_cotangents([weights, spikes], {0: weights_cotangent}, name=name)
 
 
-def _binary_densemm_transpose(cts, weights, spikes, *, outs, transpose, weighted, backend):
-    # W_bar = e(S) @ Y_bar.T (transpose) or Y_bar @ e(S).T; only active events' rows/columns
-    return _transpose_matmul("evjax_binary_densemm", cts, weights, spikes, transpose=transpose, weighted=weighted,
-                             backend=backend)
+def _binary_dense_matmul_batching(args, axes, *, outs, transpose, weighted, backend):
+    # events batched, weights not: one call of the matrix op, the batch folded into its columns
+    # (vmap of mv is mm): native, no loop.  Weights batched (with or without the events): one call
+    # per batch element (rules.batching.sequential_batch); each call is event-driven.
+    weights, spikes = args
+    w_ax, s_ax = axes
+    if w_ax is not None:
+        unbatched_rank = spikes.ndim - (s_ax is not None)
+        op_self = binary_densemv_p if unbatched_rank == 1 else binary_densemm_p
+        return batching_rules.sequential_batch(op_self.primitive, args, axes, outs=outs, transpose=transpose,
+                                               weighted=weighted, backend=backend)
+    sb = jnp.moveaxis(spikes, s_ax, 1)  # (k, batch) or (k, batch, n)
+    flat = sb.reshape(sb.shape[0], math.prod(sb.shape[1:]))  # (no -1: sizes may be 0)
+    y = _bind_matmul(weights, flat, transpose=transpose, weighted=weighted, dtype=outs[0].dtype, backend=backend)
+    return [y.reshape((y.shape[0],) + sb.shape[1:])], [1]
 
 
-def _binary_densemm_batching(args, axes, *, outs, transpose, weighted, backend):
-    # vmap over the events: one binary_densemm with the batch folded into the columns; weights: a loop
-    return _batch_matmul(binary_densemm_p, args, axes, outs=outs, transpose=transpose, weighted=weighted,
-                         backend=backend)
-
-
-binary_densemm_p.def_reference(_binary_densemm_reference)
-binary_densemm_p.def_jvp_rule2(_binary_densemm_jvp_weights, _binary_densemm_jvp_events)
-binary_densemm_p.def_transpose_rule(_binary_densemm_transpose)
-binary_densemm_p.def_batching_rule(_binary_densemm_batching)
+for _op in (binary_densemv_p, binary_densemm_p):
+    _op.def_reference(_reference_matmul)
+    _op.def_jvp_rule2(_binary_dense_matmul_jvp_weights, _binary_dense_matmul_jvp_events)
+    _op.def_transpose_rule(_binary_dense_matmul_transpose)
+    _op.def_batching_rule(_binary_dense_matmul_batching)
 
 
 # ===========================================================================
