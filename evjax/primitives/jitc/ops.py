@@ -185,6 +185,18 @@ def _matmul_jvp_operand(law: str, rank: int, event: bool, tangent, *args, outs, 
     return float_op.primitive.bind(*args[:n], args[n], tangent.astype(outs[0].dtype), outs=outs, **params)
 
 
+def _selected_sums(params, selected, ct, products) -> dict:
+    """``{i: sum(where(selected, ct * products[i], 0))}`` in each parameter's dtype and shape: the cotangent
+    of parameter i, reading ``ct`` only where ``selected`` (0 * nan never enters the sum)."""
+    out = {}
+    for i, product in products.items():
+        aval = ad_rules.aval_of(params[i])
+        acc = compute_dtype(aval.dtype)
+        terms = jnp.where(selected, ct.astype(acc) * product.astype(acc), jnp.zeros((), acc))
+        out[i] = jnp.sum(terms).astype(aval.dtype).reshape(aval.shape)
+    return out
+
+
 def _matmul_param_cotangents(law: str, event: bool, cts, args, undefined, *, shape, prob, transpose, corder,
                              backend, weighted=False):
     # y = A(theta) x = sum_p theta_p A(e_p) x  =>  theta_bar_p = sum_o [o reached] y_bar_o (A(e_p) x)_o,
@@ -214,13 +226,7 @@ def _matmul_param_cotangents(law: str, event: bool, cts, args, undefined, *, sha
     reached = first != 0
     if reached.ndim < ct.ndim:
         reached = reached[:, None]
-    out = {}
-    for i in undefined:
-        aval = ad_rules.aval_of(params[i])
-        acc = compute_dtype(aval.dtype)
-        terms = jnp.where(reached, ct.astype(acc) * y1[i].astype(acc), jnp.zeros((), acc))
-        out[i] = jnp.sum(terms).astype(aval.dtype).reshape(aval.shape)
-    return out
+    return _selected_sums(params, reached, ct, y1)
 
 
 def _matmul_operand_cotangent(law: str, cts, *args, shape, prob, transpose, corder, backend):
@@ -315,20 +321,15 @@ def _dense_transpose(law: str, cts, *args, outs, shape, prob, transpose, corder,
     # positive on every synapse (scalar and normal: 1; uniform: 1 - u >= 2^-24).
     n = LAWS[law]
     undefined = [i for i in range(n) if ad_rules.is_undefined(args[i])]
-    result = [None] * (n + 1)
     if not undefined:
-        return result
+        return [None] * (n + 1)
     ct = cts[0]
     bind = functools.partial(bind_dense, law, seed=args[n], shape=shape, prob=prob, transpose=transpose,
                              corder=corder, dtype=ct.dtype, backend=backend)
     d1 = {i: bind(_basis(args[:n], i)) for i in undefined}
     synapses = (d1[0] if 0 in d1 else bind(_basis(args[:n], 0))) != 0
-    for i in undefined:
-        aval = ad_rules.aval_of(args[i])
-        acc = compute_dtype(aval.dtype)
-        terms = jnp.where(synapses, ct.astype(acc) * d1[i].astype(acc), jnp.zeros((), acc))
-        result[i] = jnp.sum(terms).astype(aval.dtype).reshape(aval.shape)
-    return result
+    found = _selected_sums(args[:n], synapses, ct, d1)
+    return [found.get(i) for i in range(n)] + [None]
 
 
 def _dense_batching(law: str, args, axes, **params):
