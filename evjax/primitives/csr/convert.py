@@ -394,17 +394,23 @@ def coo_to_csc_index(pre_ids, indices, *, shape) -> tuple:
         >>> indptr, rows, perm
         (array([0, 1, 2, 3], dtype=int32), array([0, 2, 0]), array([0, 2, 1], dtype=int32))
     """
-    who = "coo_to_csc_index"
-    n_rows, n_cols = check_shape(shape, who)
-    xp, pre_ids, indices = _index_arrays(who, pre_ids=pre_ids, indices=indices)
-    if pre_ids.shape != indices.shape:
-        raise ValueError(f"{who}: pre_ids and indices must have the same length, got {pre_ids.shape[0]} and "
-                         f"{indices.shape[0]}")
-    _check_range(pre_ids, n_rows, who, "pre_ids", f"shape={(n_rows, n_cols)}")
-    _check_range(indices, n_cols, who, "indices", f"shape={(n_rows, n_cols)}")
-    offset = _offset_dtype(indices.shape[0])
-    perm, ptr = _group_plan(indices, n_cols, xp)
-    return ptr.astype(offset), pre_ids[perm], perm.astype(offset)
+    return _compress_coo("coo_to_csc_index", shape, {"pre_ids": pre_ids, "indices": indices}, key_axis=1)
+
+
+def _compress_coo(who: str, shape, ids: dict, key_axis: int) -> tuple:
+    """``(ptr, other_ids[order], order)``: COO ids (``{row name: rows, column name: columns}``)
+    grouped by axis ``key_axis`` (0: rows, CSR; 1: columns, CSC) with :func:`_group_plan`."""
+    n = check_shape(shape, who)
+    xp, *arrays = _index_arrays(who, **ids)
+    names = list(ids)
+    if arrays[0].shape != arrays[1].shape:
+        raise ValueError(f"{who}: {names[0]} and {names[1]} must have the same length, got {arrays[0].shape[0]} "
+                         f"and {arrays[1].shape[0]}")
+    for axis in (0, 1):
+        _check_range(arrays[axis], n[axis], who, names[axis], f"shape={n}")
+    offset = _offset_dtype(arrays[0].shape[0])
+    order, ptr = _group_plan(arrays[key_axis], n[key_axis], xp)
+    return ptr.astype(offset), arrays[1 - key_axis][order], order.astype(offset)
 
 
 def csr_to_csc_index(csr_indptr, csr_indices, *, shape, include_perm: bool = True, method: str = "coo",
@@ -518,14 +524,4 @@ def coo2csr(row_ids, col_ids, *, shape) -> tuple:
         >>> indptr, indices
         (array([0, 2, 2, 3], dtype=int32), array([2, 0, 1]))
     """
-    who = "coo2csr"
-    n_rows, n_cols = check_shape(shape, who)
-    xp, row_ids, col_ids = _index_arrays(who, row_ids=row_ids, col_ids=col_ids)
-    if row_ids.shape != col_ids.shape:
-        raise ValueError(f"{who}: row_ids and col_ids must have the same length, got {row_ids.shape[0]} and "
-                         f"{col_ids.shape[0]}")
-    _check_range(row_ids, n_rows, who, "row_ids", f"shape={(n_rows, n_cols)}")
-    _check_range(col_ids, n_cols, who, "col_ids", f"shape={(n_rows, n_cols)}")
-    offset = _offset_dtype(row_ids.shape[0])
-    order, ptr = _group_plan(row_ids, n_rows, xp)
-    return ptr.astype(offset), col_ids[order], order.astype(offset)
+    return _compress_coo("coo2csr", shape, {"row_ids": row_ids, "col_ids": col_ids}, key_axis=0)

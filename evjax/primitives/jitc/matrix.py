@@ -216,12 +216,8 @@ class JITCScalarMatrix(JITCMatrix):
     :mod:`evjax.primitives.jitc.matrix`).
 
     Args:
-        params: the weight (or ``(weight, prob, seed)`` as one tuple).
-        prob: connection probability in ``[0, 1]`` (static).
-        seed: an integer; ``None`` draws one.
-        shape: ``(n_rows, n_cols)``.
-        corder: ``True`` generates row by row, ``False`` column by column.
-        backend: the backend of its products.
+        params: the weight (or ``(weight, prob, seed)`` as one tuple); ``prob``, ``seed``,
+            ``shape``, ``corder`` and ``backend`` as in :class:`JITCMatrix`.
 
     Example:
         >>> W = evjax.JITCScalarR(0.5, prob=0.1, seed=42, shape=(100, 100))
