@@ -13,21 +13,31 @@ _kernel_compat.stamp_kernel_caches()  # before any kernel is declared: see its d
 
 from . import config, errors, rules, surrogate  # noqa: E402
 from .config import set_backend, use_backend
-from .events import BinaryArray, EventArray, WeightedArray
+from .errors import (
+    BrainEventError, CompilationError, KernelCompilationError, KernelError, KernelExecutionError,
+    KernelFallbackExhaustedError, KernelNotAvailableError, KernelRegistrationError, KernelToolchainError, MathError,
+    UnsupportedOperationError,
+)
+from .events import BinaryArray, EventArray, EventRepresentation, WeightedArray
 from .numba_cuda_kernel import numba_cuda_callable, numba_cuda_kernel
 from .numba_kernel import numba_kernel
-from .primitives.csr import CSC, CSR, binary_csrmm, binary_csrmv, csr_sddmm, csrmm, csrmv
+from .primitives.csr import (
+    CSC, CSR, binary_csrmm, binary_csrmm_p, binary_csrmv, binary_csrmv_p, csr_sddmm, csrmm, csrmm_p, csrmv, csrmv_p,
+)
+from .primitives.csr.convert import coo2csr, coo_to_csc_index, csc_to_csr_index, csr_to_coo_index, csr_to_csc_index
 # dense event operators
-from .primitives.dense import Dense, binary_densemm, binary_densemv
+from .primitives.dense import Dense, binary_densemm, binary_densemm_p, binary_densemv, binary_densemv_p
 # fixed fan-in / fan-out connectivity
 from .primitives.fixed import (
-    FixedNumPerPost, FixedNumPerPre, FixedPostNumConn, FixedPreNumConn,
-    binary_fcnmm, binary_fcnmv, fcn_sddmm, fcnmm, fcnmv,
+    FixedNumConn, FixedNumPerPost, FixedNumPerPre, FixedPostNumConn, FixedPreNumConn,
+    binary_fcnmm, binary_fcnmm_p, binary_fcnmv, binary_fcnmv_p, fcn_sddmm, fcnmm, fcnmv,
 )
 # just-in-time connectivity
 from .primitives.jitc import (
     JITCHomoC,
     JITCHomoR,
+    JITCMatrix,
+    JITCScalarMatrix,
     JITCNormalC,
     JITCNormalR,
     JITCScalarC,
@@ -49,6 +59,8 @@ from .primitives.jitc import (
     jitu,
     jitumm,
     jitumv,
+    binary_jitnmm_p, binary_jitnmv_p, binary_jitsmm_p, binary_jitsmv_p, binary_jitumm_p, binary_jitumv_p,
+    jitn_p, jitnmm_p, jitnmv_p, jits_p, jitsmm_p, jitsmv_p, jitu_p, jitumm_p, jitumv_p,
 )
 from .primitives.neuron import detect_spikes, exp_trace, lif_step, spike
 from .rules.ad import defjvp
@@ -58,6 +70,8 @@ from .warp_kernel import jaxinfo_to_warpinfo, jaxtype_to_warptype, warp_kernel
 from .xla_custom_kernel import XLACustomKernel
 from .precompile import precompile
 from .backends.threads import get_num_threads, set_num_threads
+from .cache import clear_cache, get_cache_dir, set_cache_dir
+from .catalog import get_all_primitive_names, get_primitives_by_tags, get_registry
 
 __version__ = "0.1.0"
 
@@ -137,4 +151,59 @@ __all__ = [
     "jits",
     "jitn",
     "jitu",
+    # brainevent's base-class names
+    "EventRepresentation",
+    "FixedNumConn",
+    "JITCMatrix",
+    "JITCScalarMatrix",
+    # the primitives (XLACustomKernel objects: op(*arrays, outs=[...], **params))
+    "csrmv_p",
+    "csrmm_p",
+    "binary_csrmv_p",
+    "binary_csrmm_p",
+    "binary_densemv_p",
+    "binary_densemm_p",
+    "binary_fcnmv_p",
+    "binary_fcnmm_p",
+    "jitsmv_p",
+    "jitsmm_p",
+    "binary_jitsmv_p",
+    "binary_jitsmm_p",
+    "jitnmv_p",
+    "jitnmm_p",
+    "binary_jitnmv_p",
+    "binary_jitnmm_p",
+    "jitumv_p",
+    "jitumm_p",
+    "binary_jitumv_p",
+    "binary_jitumm_p",
+    "jits_p",
+    "jitn_p",
+    "jitu_p",
+    # index utilities
+    "csr_to_coo_index",
+    "coo_to_csc_index",
+    "csr_to_csc_index",
+    "csc_to_csr_index",
+    "coo2csr",
+    # the catalogue of ops
+    "get_registry",
+    "get_all_primitive_names",
+    "get_primitives_by_tags",
+    # the cache folder
+    "set_cache_dir",
+    "get_cache_dir",
+    "clear_cache",
+    # errors (also in evjax.errors)
+    "BrainEventError",
+    "KernelError",
+    "KernelNotAvailableError",
+    "KernelCompilationError",
+    "KernelFallbackExhaustedError",
+    "KernelExecutionError",
+    "KernelToolchainError",
+    "CompilationError",
+    "KernelRegistrationError",
+    "MathError",
+    "UnsupportedOperationError",
 ]

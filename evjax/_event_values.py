@@ -24,7 +24,17 @@ def as_bool_events(x):
 class EventValues:
     """An array marked as events: the data and the array-like attributes of every event array type.
 
-    Subclasses say what an event contributes (``weighted``) and how ``@`` runs.
+    Subclasses say what an event contributes (``weighted``) and how ``@`` runs:
+    :class:`evjax.BinaryArray` and :class:`evjax.WeightedArray`.  Exported as
+    ``evjax.EventRepresentation``, brainevent's name for this base.
+
+    Args:
+        value: the array (converted with ``jnp.asarray`` unless it is a JAX array).
+
+    Example:
+        >>> spikes = evjax.BinaryArray(jnp.array([True, False]))
+        >>> isinstance(spikes, evjax.EventRepresentation)
+        True
     """
 
     __array_ufunc__ = None  # numpy defers ``ndarray @ events`` to us

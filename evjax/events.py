@@ -26,7 +26,10 @@ import jax.numpy as jnp
 from ._event_values import EventValues, as_bool_events, event_operand
 from .primitives.dense.ops import dense_event_matmul
 
-__all__ = ["BinaryArray", "EventArray", "WeightedArray", "as_bool_events", "event_operand"]
+__all__ = ["EventRepresentation", "BinaryArray", "EventArray", "WeightedArray", "as_bool_events", "event_operand"]
+
+# brainevent's name for the base of the event array types
+EventRepresentation = EventValues
 
 
 def _defers(other) -> bool:

@@ -28,7 +28,9 @@ import numpy as np
 
 from . import _compat, config, registry
 from .backends import compile_log
-from .errors import BackendNotAvailableError, KernelCompilationError, KernelError, KernelNotFoundError
+from .errors import (
+    BackendNotAvailableError, KernelCompilationError, KernelError, KernelNotFoundError, KernelRegistrationError,
+)
 from .outs import normalize_outs
 from .rules import ad as ad_rules
 from .rules import batching as batching_rules
@@ -149,7 +151,9 @@ class XLACustomKernel:
         Raises:
             TypeError: ``backend`` or ``platform`` is not a string, ``generator``
                 is not callable, or ``default`` is not ``True``, ``False`` or ``None``.
-            ValueError: an unknown platform, or ``"reference"`` (use :meth:`def_reference`).
+            ValueError: an unknown platform.
+            evjax.errors.KernelRegistrationError: (a ``ValueError``) the name
+                ``"reference"`` (use :meth:`def_reference`).
         """
         if not isinstance(backend, str) or not backend:
             raise TypeError(
@@ -164,7 +168,7 @@ class XLACustomKernel:
             raise TypeError(f"op '{self.name}': default must be True, False or None, got {default!r}")
         platform = registry.platform_of(platform, who=f"op '{self.name}'")
         if backend == REFERENCE:
-            raise ValueError(f"op '{self.name}': use def_reference for the pure-JAX reference backend")
+            raise KernelRegistrationError(f"op '{self.name}': use def_reference for the pure-JAX reference backend")
         if not callable(generator):
             raise TypeError(
                 f"op '{self.name}': the kernel generator of backend {backend!r} must be callable, "

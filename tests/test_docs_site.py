@@ -9,6 +9,7 @@ import sys
 import pytest
 
 import evjax
+import evjax.compat  # noqa: F401 (docs/api.md documents evjax.compat.jax_kernel)
 
 from .doc_runner import ROOT, run_markdown
 from tests.helpers import HANG_GUARD_S, run_warp_page
@@ -32,7 +33,10 @@ def test_api_reference_lists_every_public_name():
     # an alias (another name for a listed object) is named in the page's text instead
     aliases = {name for name in re.findall(r"`evjax\.(\w+)`", text)
                if any(getattr(evjax, name, None) is getattr(evjax, other) for other in listed)}
-    missing = sorted(set(evjax.__all__) - listed - aliases)
+    # an op (an XLACustomKernel object, which mkdocstrings cannot render) is named in the page's text
+    ops = {name for name in re.findall(r"`evjax\.(\w+)`", text)
+           if isinstance(getattr(evjax, name, None), evjax.XLACustomKernel)}
+    missing = sorted(set(evjax.__all__) - listed - aliases - ops)
     assert not missing, f"docs/api.md lacks: {missing}"
 
 

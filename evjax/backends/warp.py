@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from .. import _disk_cache, _kernel_compat
+from ..errors import KernelToolchainError
 from . import ffi_abi, ffi_core, warp_launch
 from .warp_launch import ATTR_VERSION, MAX_PARAMS
 
@@ -63,8 +64,9 @@ CUDA_TARGET = "evjax_warp_cuda"
 ATTR_NAME = "evjax_warp"
 
 
-class WarpNotInstalledError(ImportError):
-    """warp-lang is needed for this feature but is not installed."""
+class WarpNotInstalledError(KernelToolchainError):
+    """warp-lang is needed for this feature but is not installed (an ``ImportError`` and a
+    :class:`evjax.errors.KernelToolchainError`)."""
 
 
 # ---------------------------------------------------------------------------

@@ -25,11 +25,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from ... import _compat
+from ..._validation import INT32_MAX, check_shape
 from ...dtypes import compute_dtype
 from .ops import row_ids
 
 __all__ = ["is_concrete", "weights_of", "transpose_structure", "axis_sums", "add_diagonal",
-           "normalize_row_index", "select_rows", "dense_at_entries"]
+           "normalize_row_index", "select_rows", "dense_at_entries",
+           "csr_to_coo_index", "coo_to_csc_index", "csr_to_csc_index", "csc_to_csr_index", "coo2csr"]
 
 
 def is_concrete(*arrays) -> bool:
@@ -56,19 +58,34 @@ def _gather_data(data, positions):
 # ---------------------------------------------------------------------------
 # transposition: CSR(A) -> CSR(A.T)
 # ---------------------------------------------------------------------------
+def _entry_rows(indptr, nnz: int, xp):
+    """The row ``r_k`` of every stored entry ``k``: ``#{r : indptr[r + 1] <= k}``."""
+    return xp.searchsorted(indptr[1:], xp.arange(nnz, dtype=indptr.dtype), side="right")
+
+
+def _group_plan(keys, n_groups: int, xp):
+    """``(perm, ptr)``: a stable sort of the entries by key and the pointers of the groups.
+
+    ``keys[perm]`` is sorted, entries with equal keys keep their order, and
+    ``ptr[g] = #{k : keys_k < g}`` for ``0 <= g <= n_groups`` (``searchsorted``
+    of the sorted keys), so group ``g`` is ``perm[ptr[g]:ptr[g + 1]]``.
+    """
+    perm = xp.argsort(keys, stable=True)
+    ptr = xp.searchsorted(keys[perm], xp.arange(n_groups + 1, dtype=keys.dtype), side="left")
+    return perm, ptr
+
+
 def _transpose_plan(indices, indptr, n_cols: int, xp):
     """``(t_indices, t_indptr, perm)``: the CSR structure of ``A.T``, with ``t_data = data[perm]``.
 
     Entry ``k`` of ``A`` at (row r_k, column c_k) becomes an entry of row c_k
     of ``A.T`` with column r_k.  A stable sort by column keeps the entries of
     each column in row order; ``t_indptr[j]`` counts the entries with column
-    ``< j``, i.e. ``searchsorted(sorted columns, j)``.  ``xp`` is NumPy or
-    ``jax.numpy`` (both spell these calls the same way).
+    ``< j`` (:func:`_group_plan`).  ``xp`` is NumPy or ``jax.numpy`` (both
+    spell these calls the same way).
     """
-    nnz = indices.shape[0]
-    rows = xp.searchsorted(indptr[1:], xp.arange(nnz, dtype=indptr.dtype), side="right")
-    perm = xp.argsort(indices, stable=True)
-    t_indptr = xp.searchsorted(indices[perm], xp.arange(n_cols + 1, dtype=indices.dtype), side="left")
+    rows = _entry_rows(indptr, indices.shape[0], xp)
+    perm, t_indptr = _group_plan(indices, n_cols, xp)
     return rows[perm].astype(indices.dtype), t_indptr.astype(indptr.dtype), perm
 
 
@@ -265,3 +282,246 @@ def select_rows(data, indices, indptr, rows, *, rows_are_columns_of: tuple | Non
     take, sub_indptr = _selection_plan(t_indices, t_indptr, rows)
     back_indices, back_indptr, back = _transpose_plan(t_indices[take], sub_indptr, rows_are_columns_of[0], np)
     return _gather_data(data, perm[take][back]), _constant(back_indices), _constant(back_indptr)
+
+
+# ---------------------------------------------------------------------------
+# index utilities (brainevent's names): structure only, NumPy in -> NumPy out
+# ---------------------------------------------------------------------------
+_CSR_TO_CSC_METHODS = ("coo", "numpy", "gpu_column_block")
+
+
+def _index_arrays(who: str, **arrays) -> tuple:
+    """``(xp, arrays...)``: NumPy when every array is a NumPy array (or a list), else ``jax.numpy``.
+
+    Raises:
+        ValueError: an array that is not 1-d.
+        TypeError: an array that is not of an integer dtype.
+    """
+    xp = np if not any(isinstance(a, (jax.Array, _compat.Tracer)) for a in arrays.values()) else jnp
+    out = []
+    for name, a in arrays.items():
+        a = xp.asarray(a)
+        if a.ndim != 1:
+            raise ValueError(f"{who}: {name} must be 1-d, got shape {a.shape}")
+        if a.size == 0 and not np.issubdtype(a.dtype, np.integer):
+            a = a.astype(np.int32)  # [] is float to NumPy
+        if not np.issubdtype(a.dtype, np.integer) or a.dtype == np.bool_:
+            raise TypeError(f"{who}: {name} must be integers, got {a.dtype}")
+        out.append(a)
+    return (xp, *out)
+
+
+def _offset_dtype(nnz: int):
+    """Pointers and permutations index ``nnz`` entries: int32 while that fits, else int64."""
+    return np.dtype(np.int64) if nnz > INT32_MAX else np.dtype(np.int32)
+
+
+def _check_range(ids, n: int, who: str, name: str, what: str) -> None:
+    """Raise unless every id lies in ``[0, n)`` (checked when the ids are concrete)."""
+    if is_concrete(ids) and ids.size:
+        values = np.asarray(ids)
+        bad = (values < 0) | (values >= n)
+        if bad.any():
+            raise ValueError(f"{who}: {name} holds {values[bad][0]}, outside [0, {n}) ({what})")
+
+
+def _check_pointers(indptr, n_rows: int, nnz: int, who: str, name: str) -> None:
+    if indptr.shape[0] != n_rows + 1:
+        raise ValueError(f"{who}: {name} must have {n_rows + 1} entries (n + 1 for shape={n_rows} rows), got "
+                         f"{indptr.shape[0]}")
+    if is_concrete(indptr):
+        ptr = np.asarray(indptr)
+        if ptr[0] != 0 or ptr[-1] != nnz or (np.diff(ptr) < 0).any():
+            raise ValueError(f"{who}: {name} must start at 0, never decrease and end at the number of indices "
+                             f"({nnz}); got {ptr[0]} ... {ptr[-1]}")
+
+
+def csr_to_coo_index(indptr, indices) -> tuple:
+    """The COO coordinates ``(row_ids, col_ids)`` of a CSR structure.
+
+    ``row_ids[k]`` is the row of stored entry ``k``: ``indptr[r] <= k <
+    indptr[r + 1]``; ``col_ids`` is ``indices`` itself.  Rows without entries
+    contribute nothing.
+
+    Args:
+        indptr: row pointers, ``(n_rows + 1,)``.
+        indices: column indices, ``(nnz,)``.
+
+    Returns:
+        ``(row_ids, col_ids)``, both ``(nnz,)`` in ``indices``' dtype: NumPy
+        arrays when both inputs are NumPy, else JAX arrays.  Works under
+        ``jax.jit`` (``nnz`` is the length of ``indices``, a static shape).
+
+    Raises:
+        ValueError: an input is not 1-d.
+        TypeError: an input is not of an integer dtype.
+
+    Example:
+        >>> evjax.csr_to_coo_index(np.array([0, 2, 2, 3]), np.array([0, 2, 1]))
+        (array([0, 0, 2]), array([0, 2, 1]))
+    """
+    xp, indptr, indices = _index_arrays("csr_to_coo_index", indptr=indptr, indices=indices)
+    return _entry_rows(indptr, indices.shape[0], xp).astype(indices.dtype), indices
+
+
+def coo_to_csc_index(pre_ids, indices, *, shape) -> tuple:
+    """The CSC structure of COO coordinates: ``(csc_indptr, csc_row_ids, perm)``.
+
+    The entries are sorted by column with a stable sort, so the entries of a
+    column keep their COO order (duplicates stay, in order).  Entry ``p`` of
+    the CSC layout is COO entry ``perm[p]``: ``data[perm]`` is the data in CSC
+    order, ``csc_row_ids = pre_ids[perm]``, and ``csc_indptr[j]`` counts the
+    entries with column ``< j``.
+
+    Args:
+        pre_ids: the row (presynaptic) index of each entry, ``(nnz,)``.
+        indices: the column (postsynaptic) index of each entry, ``(nnz,)``.
+        shape: ``(n_rows, n_cols)``, concrete Python ints.
+
+    Returns:
+        ``(csc_indptr, csc_row_ids, perm)``: ``csc_indptr`` ``(n_cols + 1,)``
+        and ``perm`` ``(nnz,)`` in int32 (int64 beyond ``2**31 - 1`` entries,
+        which needs ``jax_enable_x64`` for JAX arrays), ``csc_row_ids`` in
+        ``pre_ids``' dtype.  NumPy arrays when both inputs are NumPy, else JAX
+        arrays; works under ``jax.jit``.
+
+    Raises:
+        ValueError: inputs of different lengths, or (concrete inputs) an index
+            outside ``shape``.
+
+    Example:
+        >>> indptr, rows, perm = evjax.coo_to_csc_index(np.array([0, 0, 2]), np.array([0, 2, 1]), shape=(3, 3))
+        >>> indptr, rows, perm
+        (array([0, 1, 2, 3], dtype=int32), array([0, 2, 0]), array([0, 2, 1], dtype=int32))
+    """
+    return _compress_coo("coo_to_csc_index", shape, {"pre_ids": pre_ids, "indices": indices}, key_axis=1)
+
+
+def _compress_coo(who: str, shape, ids: dict, key_axis: int) -> tuple:
+    """``(ptr, other_ids[order], order)``: COO ids (``{row name: rows, column name: columns}``)
+    grouped by axis ``key_axis`` (0: rows, CSR; 1: columns, CSC) with :func:`_group_plan`."""
+    n = check_shape(shape, who)
+    xp, *arrays = _index_arrays(who, **ids)
+    names = list(ids)
+    if arrays[0].shape != arrays[1].shape:
+        raise ValueError(f"{who}: {names[0]} and {names[1]} must have the same length, got {arrays[0].shape[0]} "
+                         f"and {arrays[1].shape[0]}")
+    for axis in (0, 1):
+        _check_range(arrays[axis], n[axis], who, names[axis], f"shape={n}")
+    offset = _offset_dtype(arrays[0].shape[0])
+    order, ptr = _group_plan(arrays[key_axis], n[key_axis], xp)
+    return ptr.astype(offset), arrays[1 - key_axis][order], order.astype(offset)
+
+
+def csr_to_csc_index(csr_indptr, csr_indices, *, shape, include_perm: bool = True, method: str = "coo",
+                     column_block_size: int = 4096) -> tuple:
+    """The CSC structure of a CSR structure: ``(csc_indptr, csc_indices, perm)``.
+
+    The CSC arrays of ``A`` are the CSR arrays of ``A.T``; each column's
+    entries are in row order (duplicates stay, in order), as
+    ``scipy.sparse.csr_matrix.tocsc`` gives them.  ``data[perm]`` is the CSR
+    ``data`` in CSC order.
+
+    Args:
+        csr_indptr: row pointers, ``(n_rows + 1,)``.
+        csr_indices: column indices, ``(nnz,)``.
+        shape: ``(n_rows, n_cols)``, concrete Python ints.
+        include_perm: ``False`` returns ``None`` in place of ``perm``.
+        method: ``"coo"``, ``"numpy"`` or ``"gpu_column_block"`` (brainevent's
+            algorithms); evjax computes the same result the same way for each
+            (one stable sort, NumPy or ``jax.numpy`` by the inputs).
+        column_block_size: accepted for brainevent's signature (a positive
+            int); evjax has no column blocks.
+
+    Returns:
+        ``(csc_indptr, csc_indices, perm)``: ``(n_cols + 1,)`` pointers and
+        ``(nnz,)`` permutation in ``csr_indptr``'s dtype, ``(nnz,)`` row
+        indices in ``csr_indices``' dtype.  NumPy arrays when both inputs are
+        NumPy, else JAX arrays; works under ``jax.jit``.
+
+    Raises:
+        ValueError: an unknown ``method``, a non-positive
+            ``column_block_size``, ``csr_indptr`` of the wrong length, or
+            (concrete inputs) malformed pointers or a column outside ``shape``.
+
+    Example:
+        >>> indptr, rows, perm = evjax.csr_to_csc_index(np.array([0, 2, 2, 3]), np.array([0, 2, 1]), shape=(3, 3))
+        >>> indptr, rows, perm
+        (array([0, 1, 2, 3]), array([0, 2, 0]), array([0, 2, 1]))
+    """
+    who = "csr_to_csc_index"
+    if method not in _CSR_TO_CSC_METHODS:
+        raise ValueError(f"{who}: unknown method {method!r}; use one of {_CSR_TO_CSC_METHODS}")
+    if isinstance(column_block_size, bool) or not isinstance(column_block_size, (int, np.integer)) \
+            or column_block_size <= 0:
+        raise ValueError(f"{who}: column_block_size must be a positive int, got {column_block_size!r}")
+    return _csr_to_csc(csr_indptr, csr_indices, shape, include_perm, who)
+
+
+def _csr_to_csc(indptr, indices, shape, include_perm: bool, who: str) -> tuple:
+    n_rows, n_cols = check_shape(shape, who)
+    xp, indptr, indices = _index_arrays(who, indptr=indptr, indices=indices)
+    _check_pointers(indptr, n_rows, indices.shape[0], who, "the pointers")
+    _check_range(indices, n_cols, who, "indices", f"shape={(n_rows, n_cols)}")
+    t_indices, t_indptr, perm = _transpose_plan(indices, indptr, n_cols, xp)
+    return t_indptr, t_indices, (perm.astype(indptr.dtype) if include_perm else None)
+
+
+def csc_to_csr_index(csc_indptr, csc_indices, *, shape, include_perm: bool = True) -> tuple:
+    """The CSR structure of a CSC structure: ``(csr_indptr, csr_indices, perm)``.
+
+    The CSC arrays of ``A`` (shape ``(n_rows, n_cols)``) are the CSR arrays of
+    ``A.T``, so this is :func:`csr_to_csc_index` of ``A.T``: each row's
+    entries come out in column order, and ``data[perm]`` is the CSC ``data``
+    in CSR order.  The two functions are inverses: their permutations compose
+    to the identity.
+
+    Args:
+        csc_indptr: column pointers, ``(n_cols + 1,)``.
+        csc_indices: row indices, ``(nnz,)``.
+        shape: ``(n_rows, n_cols)`` of the matrix the CSC arrays describe, concrete Python ints.
+        include_perm: ``False`` returns ``None`` in place of ``perm``.
+
+    Returns:
+        ``(csr_indptr, csr_indices, perm)``, typed as in :func:`csr_to_csc_index`.
+
+    Raises:
+        ValueError: as :func:`csr_to_csc_index`.
+
+    Example:
+        >>> indptr, cols, perm = evjax.csc_to_csr_index(np.array([0, 1, 2, 3]), np.array([0, 2, 0]), shape=(3, 3))
+        >>> indptr, cols
+        (array([0, 2, 2, 3]), array([0, 2, 1]))
+    """
+    n_rows, n_cols = check_shape(shape, "csc_to_csr_index")
+    return _csr_to_csc(csc_indptr, csc_indices, (n_cols, n_rows), include_perm, "csc_to_csr_index")
+
+
+def coo2csr(row_ids, col_ids, *, shape) -> tuple:
+    """The CSR structure of COO coordinates: ``(csr_indptr, csr_indices, order)``.
+
+    The entries are grouped by row with a stable sort: each row keeps its COO
+    order (its columns are not sorted, duplicates stay).  ``data[order]`` is
+    the COO data in CSR order and ``csr_indices = col_ids[order]``.
+
+    Args:
+        row_ids: the row of each entry, ``(nnz,)``.
+        col_ids: the column of each entry, ``(nnz,)``.
+        shape: ``(n_rows, n_cols)``, concrete Python ints.
+
+    Returns:
+        ``(csr_indptr, csr_indices, order)``: ``(n_rows + 1,)`` pointers and
+        ``(nnz,)`` order in int32 (int64 beyond ``2**31 - 1`` entries),
+        ``csr_indices`` in ``col_ids``' dtype.  NumPy arrays when both inputs
+        are NumPy, else JAX arrays; works under ``jax.jit``.
+
+    Raises:
+        ValueError: inputs of different lengths, or (concrete inputs) an index
+            outside ``shape``.
+
+    Example:
+        >>> indptr, indices, order = evjax.coo2csr(np.array([2, 0, 0]), np.array([1, 2, 0]), shape=(3, 3))
+        >>> indptr, indices
+        (array([0, 2, 2, 3], dtype=int32), array([2, 0, 1]))
+    """
+    return _compress_coo("coo2csr", shape, {"row_ids": row_ids, "col_ids": col_ids}, key_axis=0)

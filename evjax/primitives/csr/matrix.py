@@ -38,6 +38,7 @@ import numpy as np
 
 from ..._validation import INT32_MAX, check_shape, checked_index_cast
 from ...dtypes import LOW_PRECISION
+from ...errors import UnsupportedOperationError
 from ..._event_values import EventValues, event_operand
 from .convert import (
     add_diagonal,
@@ -64,7 +65,7 @@ def _split_operand(x):
         value, weighted = event_operand(x)
         return value, True, weighted
     if isinstance(x, _Compressed):
-        raise TypeError("sparse @ sparse is not supported; convert one side with .todense()")
+        raise UnsupportedOperationError("sparse @ sparse is not supported; convert one side with .todense()")
     x = x if isinstance(x, jax.Array) else jnp.asarray(x)
     return x, x.dtype == jnp.bool_, False
 

@@ -11,7 +11,7 @@ primitive, rule or backend module of its own.
   ``FixedNumPerPre`` and ``FixedNumPerPost``, brainevent's newer names);
 * :mod:`.validation`: the table's checks and its row pointers.
 """
-from .matrix import FixedNumPerPost, FixedNumPerPre, FixedPostNumConn, FixedPreNumConn
+from .matrix import FixedNumConn, FixedNumPerPost, FixedNumPerPre, FixedPostNumConn, FixedPreNumConn
 from .ops import (
     OPS,
     binary_fcnmm,
@@ -29,7 +29,7 @@ from .ops import (
 )
 
 __all__ = [
-    "FixedPostNumConn", "FixedPreNumConn", "FixedNumPerPre", "FixedNumPerPost", "OPS",
+    "FixedNumConn", "FixedPostNumConn", "FixedPreNumConn", "FixedNumPerPre", "FixedNumPerPost", "OPS",
     "fcnmv", "fcnmm", "binary_fcnmv", "binary_fcnmm", "fcn_sddmm",
     "fcnmv_p", "fcnmm_p", "binary_fcnmv_p", "binary_fcnmm_p", "fcn_sddmm_p", "validate_table",
     "csr_structure",

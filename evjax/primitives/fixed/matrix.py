@@ -28,7 +28,7 @@ from ..csr.matrix import CSR
 from .ops import binary_fcnmm, binary_fcnmv, fcnmm, fcnmv
 from .validation import row_pointers, validate_table
 
-__all__ = ["FixedPostNumConn", "FixedPreNumConn", "FixedNumPerPre", "FixedNumPerPost"]
+__all__ = ["FixedNumConn", "FixedPostNumConn", "FixedPreNumConn", "FixedNumPerPre", "FixedNumPerPost"]
 
 _FLOAT = {1: fcnmv, 2: fcnmm}
 _EVENT = {1: binary_fcnmv, 2: binary_fcnmm}
@@ -70,9 +70,25 @@ def _random_table(rng: np.random.Generator, n: int, n_targets: int, k: int, repl
         table[dup] = rng.integers(0, n_targets, int(dup.sum()))
 
 
-class _FixedNumConn:
-    """Shared by both classes: the stored table has shape ``_table_shape``; the matrix is it
-    (``_fan_out``) or its transpose."""
+class FixedNumConn:
+    """The base of :class:`FixedPostNumConn` and :class:`FixedPreNumConn` (brainevent's ``FixedNumConn``).
+
+    Both store a weight table and an index table of shape ``_table_shape``
+    (``(n_rows, k)``); the matrix is the table's CSR matrix (fixed fan-out) or
+    its transpose (fixed fan-in).  Use the base to ask whether an object is
+    either: build one of the two subclasses.
+
+    Args:
+        data: the weights (a scalar or ``(1,)``, or the table's shape), or ``(data, indices)``.
+        indices: the index table, int32/int64.
+        shape: ``(n_pre, n_post)``.
+        backend: the backend of every product (default: see :mod:`evjax.config`).
+
+    Example:
+        >>> W = evjax.FixedPostNumConn((0.5, indices), shape=(n_pre, n_post))
+        >>> isinstance(W, evjax.FixedNumConn) and isinstance(W.T, evjax.FixedNumConn)
+        True
+    """
 
     __array_ufunc__ = None  # numpy defers ``ndarray @ conn`` to __rmatmul__
     takes_events = True  # ``BinaryArray @ conn`` runs the event ops (see evjax.events)
@@ -84,6 +100,9 @@ class _FixedNumConn:
         if _from_tree:
             self.data, self.indices, self.shape, self.backend = data, indices, shape, backend
             return
+        if type(self) is FixedNumConn:
+            raise TypeError("FixedNumConn is the base class: build a FixedPostNumConn (fixed fan-out) or a "
+                            "FixedPreNumConn (fixed fan-in)")
         if indices is None:
             if not isinstance(data, (tuple, list)) or len(data) != 2:
                 raise TypeError(f"{type(self).__name__}: pass (data, indices) or data and indices, got "
@@ -196,7 +215,7 @@ class _FixedNumConn:
 
 
 @_register_pytree
-class FixedPostNumConn(_FixedNumConn):
+class FixedPostNumConn(FixedNumConn):
     """Fixed fan-out: each presynaptic neuron (row) has ``k`` postsynaptic targets.
 
     Args:
@@ -243,7 +262,7 @@ class FixedPostNumConn(_FixedNumConn):
 
 
 @_register_pytree
-class FixedPreNumConn(_FixedNumConn):
+class FixedPreNumConn(FixedNumConn):
     """Fixed fan-in: each postsynaptic neuron (column) has ``k`` presynaptic sources.
 
     Args:

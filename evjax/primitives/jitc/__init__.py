@@ -25,7 +25,7 @@ from .functions import (
     jitumv,
 )
 from .matrix import (
-    JITCHomoC, JITCHomoR, JITCMatrix, JITCNormalC, JITCNormalR, JITCScalarC, JITCScalarR, JITCUniformC, JITCUniformR,
+    JITCHomoC, JITCHomoR, JITCMatrix, JITCNormalC, JITCScalarMatrix, JITCNormalR, JITCScalarC, JITCScalarR, JITCUniformC, JITCUniformR,
 )
 from .ops import (
     DENSE_OPS, MATMUL_OPS, OPS, binary_jitnmm_p, binary_jitnmv_p, binary_jitsmm_p, binary_jitsmv_p, binary_jitumm_p,
@@ -35,7 +35,7 @@ from .ops import (
 __all__ = [
     "jitsmv", "jitsmm", "jitnmv", "jitnmm", "jitumv", "jitumm",
     "binary_jitsmv", "binary_jitsmm", "binary_jitnmv", "binary_jitnmm", "binary_jitumv", "binary_jitumm",
-    "jits", "jitn", "jitu", "JITCMatrix", "JITCScalarR", "JITCScalarC", "JITCHomoR", "JITCHomoC", "JITCNormalR",
+    "jits", "jitn", "jitu", "JITCMatrix", "JITCScalarMatrix", "JITCScalarR", "JITCScalarC", "JITCHomoR", "JITCHomoC", "JITCNormalR",
     "JITCNormalC", "JITCUniformR", "JITCUniformC", "OPS", "MATMUL_OPS", "DENSE_OPS",
     "jitsmv_p", "jitsmm_p", "binary_jitsmv_p", "binary_jitsmm_p", "jitnmv_p", "jitnmm_p", "binary_jitnmv_p",
     "binary_jitnmm_p", "jitumv_p", "jitumm_p", "binary_jitumv_p", "binary_jitumm_p", "jits_p", "jitn_p", "jitu_p",

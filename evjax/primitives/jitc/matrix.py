@@ -25,10 +25,11 @@ import numpy as np
 
 from ..._validation import as_seed, check_shape
 from ..._event_values import EventValues, event_operand
+from ...errors import UnsupportedOperationError
 from .functions import check_prob
 from .ops import LAWS, generated_shape, host_structure
 
-__all__ = ["JITCMatrix", "JITCScalarR", "JITCScalarC", "JITCNormalR", "JITCNormalC", "JITCUniformR", "JITCUniformC",
+__all__ = ["JITCMatrix", "JITCScalarMatrix", "JITCScalarR", "JITCScalarC", "JITCNormalR", "JITCNormalC", "JITCUniformR", "JITCUniformC",
            "JITCHomoR", "JITCHomoC"]
 
 
@@ -41,7 +42,25 @@ def _ops(law: str):
 
 
 class JITCMatrix:
-    """Base of the JITC matrices: a law, its parameters, ``prob``, ``seed``, ``shape`` and ``corder``."""
+    """Base of the JITC matrices: a law, its parameters, ``prob``, ``seed``, ``shape`` and ``corder``.
+
+    Build one of its subclasses (``JITCScalarR/C``, ``JITCNormalR/C``,
+    ``JITCUniformR/C``); the base is there to ask whether an object is a JITC
+    matrix (brainevent's ``JITCMatrix``).
+
+    Args:
+        params: the law's weight parameters (or ``(params..., prob, seed)`` as one tuple).
+        prob: connection probability in ``[0, 1]`` (static).
+        seed: an integer; ``None`` draws one.
+        shape: ``(n_rows, n_cols)``.
+        corder: ``True`` generates row by row, ``False`` column by column.
+        backend: the backend of its products.
+
+    Example:
+        >>> W = evjax.JITCNormalR(0.5, 0.1, prob=0.1, seed=1, shape=(100, 100))
+        >>> isinstance(W, evjax.JITCMatrix)
+        True
+    """
 
     __array_ufunc__ = None  # numpy defers ``ndarray @ M`` to __rmatmul__
     takes_events = True  # ``BinaryArray @ M`` runs the event ops
@@ -169,7 +188,7 @@ class JITCMatrix:
 
     def __matmul__(self, other):
         if isinstance(other, JITCMatrix):
-            raise TypeError("JITC @ JITC is not supported; convert one side with .todense()")
+            raise UnsupportedOperationError("JITC @ JITC is not supported; convert one side with .todense()")
         return self._product(other, left=True)
 
     def __rmatmul__(self, other):
@@ -189,12 +208,39 @@ def _register(cls):
     return cls
 
 
+class JITCScalarMatrix(JITCMatrix):
+    """The base of :class:`JITCScalarR` and :class:`JITCScalarC`: one weight for every synapse.
+
+    brainevent's name for the homogeneous-weight JITC matrices; build one of
+    the two subclasses (``R`` and ``C`` are the same matrix, see
+    :mod:`evjax.primitives.jitc.matrix`).
+
+    Args:
+        params: the weight (or ``(weight, prob, seed)`` as one tuple); ``prob``, ``seed``,
+            ``shape``, ``corder`` and ``backend`` as in :class:`JITCMatrix`.
+
+    Example:
+        >>> W = evjax.JITCScalarR(0.5, prob=0.1, seed=42, shape=(100, 100))
+        >>> isinstance(W, evjax.JITCScalarMatrix) and isinstance(W.T, evjax.JITCScalarMatrix)
+        True
+    """
+
+    law = "scalar"
+    _param_names = ("weight",)
+
+    def __init__(self, *params, prob=None, seed=None, shape, corder: bool = False, backend: str | None = None):
+        if type(self) is JITCScalarMatrix:
+            raise TypeError("JITCScalarMatrix is the base class: build a JITCScalarR or a JITCScalarC")
+        JITCMatrix.__init__(self, *params, prob=prob, seed=seed, shape=shape, corder=corder, backend=backend)
+
+
 def _law_class(name: str, law: str, names: tuple, column_major: bool, doc: str):
     def __init__(self, *params, prob=None, seed=None, shape, corder: bool = False, backend: str | None = None):
         JITCMatrix.__init__(self, *params, prob=prob, seed=seed, shape=shape, corder=corder, backend=backend)
 
     props = {n: property(lambda self, i=i: self.params[i]) for i, n in enumerate(names)}
-    cls = type(name, (JITCMatrix,), {"law": law, "column_major": column_major, "_param_names": names,
+    base = JITCScalarMatrix if law == "scalar" else JITCMatrix
+    cls = type(name, (base,), {"law": law, "column_major": column_major, "_param_names": names,
                                      "__init__": __init__, "__doc__": doc, **props})
     return _register(cls)
 
