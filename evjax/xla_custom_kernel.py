@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import warnings
 from typing import Any, Callable, Mapping
 
 import jax
@@ -175,11 +176,24 @@ class XLACustomKernel:
                 f"got {type(generator).__name__}"
             )
         with self._lock:
-            self._kernels.setdefault(platform, {})[backend] = KernelGenerator(generator)
+            registered = self._kernels.setdefault(platform, {})
+            previous = registered.get(backend)
+            if previous is None or previous.generator is not generator:
+                if previous is not None:
+                    warnings.warn(
+                        f"op '{self.name}': backend {backend!r} on {platform} was already registered "
+                        f"(generator {getattr(previous.generator, '__name__', previous.generator)!r}); "
+                        f"the new generator replaces it",
+                        UserWarning, stacklevel=2,
+                    )
+                registered[backend] = KernelGenerator(generator)
+            declared = backend in self._modules.get(platform, {})
             # a family's backend module registers with default=None: the declaration decides
-            if backend not in self._modules.get(platform, {}) or default is not None:
+            if not declared or default is not None:
                 self._set_candidacy(platform, backend, default)
         registry.note_backend_name(backend)
+        if not declared:  # a kernel of your own: jitted functions retrace, and may resolve to it
+            config.defaults_changed()
         return generator
 
     def _set_candidacy(self, platform: str, backend: str, default: bool | None) -> None:
@@ -280,6 +294,29 @@ class XLACustomKernel:
         with self._lock:
             self._explicit[platform] = backend
             self._chosen.pop(platform, None)
+        config.defaults_changed()
+
+    def clear_backends(self) -> None:
+        """Remove every registered and declared kernel backend of this op (brainevent's name).
+
+        The reference (:meth:`def_reference`) and the transform rules stay.
+        Functions jitted before keep their compiled programs, but are retraced
+        on their next call (the change is part of ``jax.jit``'s cache key), so
+        that call, and every later trace, resolves the backend again: to the
+        reference, or to a kernel registered after this call.  A declared
+        family backend module that was already imported is not loaded again.
+
+        Example:
+            >>> op.clear_backends()
+            >>> op.backends("cpu")
+            ['reference']
+        """
+        with self._lock:
+            self._kernels.clear()
+            self._modules.clear()
+            self._candidates.clear()
+            self._explicit.clear()
+            self._chosen.clear()
         config.defaults_changed()
 
     def _has_any(self, platform: str) -> bool:
