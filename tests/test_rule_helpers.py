@@ -85,7 +85,7 @@ def test_defjvp_none_marks_an_input_without_derivative():
 
 
 def test_defjvp_errors_name_the_fix():
-    with pytest.raises(TypeError, match=r"defjvp: expected an evjax\.XLACustomKernel, got function"):
+    with pytest.raises(TypeError, match=r"defjvp: expected an evjax\.XLACustomKernel or a JAX Primitive, got function"):
         evjax.defjvp(lambda x: x, wave_rule_x)
     with pytest.raises(TypeError, match="defjvp: rule 1 must be a function or None, got int"):
         evjax.defjvp(XLACustomKernel("wave_bad_rule"), wave_rule_x, 3)

@@ -125,35 +125,83 @@ def linear_transpose_rule(per_argument: Mapping[int, Callable], *, name: str = "
     return rule
 
 
+def plain_primitive_jvp(primitive, rules, primals, tangents, **params):
+    """The JVP of a plain JAX primitive from per-input rules (see :func:`defjvp`).
+
+    Maths: ``dy = sum_i rule_i(dx_i, *x, **params)`` over the inputs whose
+    tangent is not a symbolic zero and whose rule is not ``None``; with no
+    such input the tangent is a symbolic zero.  With ``multiple_results`` a
+    rule returns one tangent per output.
+    """
+    if len(rules) != len(primals):
+        raise ValueError(
+            f"primitive '{primitive.name}' has {len(rules)} per-input JVP rules but was bound with "
+            f"{len(primals)} operands; give exactly one rule (or None) per operand"
+        )
+    primals_out = primitive.bind(*primals, **params)
+    many = primitive.multiple_results
+    outs = list(primals_out) if many else [primals_out]
+    total = None
+    for rule, tangent in zip(rules, tangents):
+        if rule is None or is_zero(tangent):
+            continue
+        term = rule(tangent, *primals, **params)
+        term = list(term) if many else [term]
+        if len(term) != len(outs):
+            raise ValueError(
+                f"primitive '{primitive.name}': a JVP rule returned {len(term)} tangents for {len(outs)} outputs"
+            )
+        total = term if total is None else [a + b for a, b in zip(total, term)]
+    if total is None:
+        total = [_compat.symbolic_zero(aval_of(o)) for o in outs]
+    return (primals_out, total) if many else (primals_out, total[0])
+
+
 def defjvp(primitive, *jvp_rules: Callable | None) -> None:
-    """Define one JVP rule per input of an :class:`~evjax.XLACustomKernel` (brainevent's name).
+    """Define one JVP rule per input of an op or of any JAX primitive (brainevent's name).
 
     Args:
-        primitive: the op (an ``XLACustomKernel``).
+        primitive: an :class:`~evjax.XLACustomKernel`, or a plain JAX
+            ``Primitive`` (``jax.extend.core.Primitive``) with one output or
+            ``multiple_results``.
         jvp_rules: one per operand, in order: ``rule(tangent, *primals,
-            outs, **params) -> tangent of the outputs``, or ``None`` where the
-            outputs do not depend differentiably on that operand.
+            **params) -> tangent of the output(s)`` (an ``XLACustomKernel``'s
+            params include ``outs``), or ``None`` where the outputs do not
+            depend differentiably on that operand.  For a primitive with
+            ``multiple_results`` a rule returns one tangent per output.
 
-    The same as ``primitive.def_jvp_rule2(*jvp_rules)``.  Maths: the op's JVP
-    is the sum of the rules' terms, ``dy = sum_i (df/dx_i) . dx_i``, over the
-    inputs whose tangent is not a symbolic zero.
+    For an ``XLACustomKernel`` this is ``primitive.def_jvp_rule2(*jvp_rules)``;
+    for a plain primitive it replaces the primitive's JVP rule.  Maths: the
+    JVP is the sum of the rules' terms, ``dy = sum_i (df/dx_i) . dx_i``, over
+    the inputs whose tangent is not a symbolic zero.  Reverse mode
+    (``jax.grad``) also needs the primitive to be linear in the tangent, as a
+    transpose rule, or the rules to be built from differentiable JAX code.
 
     Raises:
-        TypeError: ``primitive`` is not an ``XLACustomKernel`` (for a plain
-            JAX primitive, register a rule with ``jax.interpreters.ad``).
+        TypeError: ``primitive`` is neither an ``XLACustomKernel`` nor a JAX
+            ``Primitive``, or a rule is neither callable nor ``None``.
 
     Example:
         >>> # an op linear in both operands: d out = op(dx, y) + op(x, dy)
         >>> evjax.defjvp(op, lambda dx, x, y, *, outs, **p: op(dx, y, outs=outs),
         ...                  lambda dy, x, y, *, outs, **p: op(x, dy, outs=outs))
+        >>> # a plain primitive y = x * s
+        >>> evjax.defjvp(mul_p, lambda dx, x, s: mul_p.bind(dx, s), lambda ds, x, s: mul_p.bind(x, ds))
     """
-    define = getattr(primitive, "def_jvp_rule2", None)
-    if not callable(define):
-        raise TypeError(
-            f"defjvp: expected an evjax.XLACustomKernel, got {type(primitive).__name__}; build the op with "
-            f"XLACustomKernel(name), or register a plain JAX primitive's rule with jax.interpreters.ad"
-        )
     for i, rule in enumerate(jvp_rules):
         if rule is not None and not callable(rule):
             raise TypeError(f"defjvp: rule {i} must be a function or None, got {type(rule).__name__}")
-    define(*jvp_rules)
+    define = getattr(primitive, "def_jvp_rule2", None)
+    if callable(define):
+        define(*jvp_rules)
+        return
+    if not isinstance(primitive, _compat.Primitive):
+        raise TypeError(
+            f"defjvp: expected an evjax.XLACustomKernel or a JAX Primitive, got {type(primitive).__name__}"
+        )
+    rules = tuple(jvp_rules)
+
+    def jvp(primals, tangents, **params):
+        return plain_primitive_jvp(primitive, rules, primals, tangents, **params)
+
+    _compat.primitive_jvps[primitive] = jvp
