@@ -24,7 +24,14 @@ from .numba_kernel import numba_kernel
 from .primitives.csr import (
     CSC, CSR, binary_csrmm, binary_csrmm_p, binary_csrmv, binary_csrmv_p, csr_sddmm, csrmm, csrmm_p, csrmv, csrmv_p,
 )
-from .primitives.csr.convert import coo2csr, coo_to_csc_index, csc_to_csr_index, csr_to_coo_index, csr_to_csc_index
+from .primitives.csr.convert import (
+    coo2csr,
+    coo_to_csc_index,
+    csc_to_csr_index,
+    csr_slice_rows,
+    csr_to_coo_index,
+    csr_to_csc_index,
+)
 # dense event operators
 from .primitives.dense import Dense, binary_densemm, binary_densemm_p, binary_densemv, binary_densemv_p
 # fixed fan-in / fan-out connectivity
@@ -186,6 +193,7 @@ __all__ = [
     "csr_to_csc_index",
     "csc_to_csr_index",
     "coo2csr",
+    "csr_slice_rows",
     # the catalogue of ops
     "get_registry",
     "get_all_primitive_names",

@@ -29,7 +29,7 @@ from ..._validation import INT32_MAX, check_shape
 from ...dtypes import compute_dtype
 from .ops import row_ids
 
-__all__ = ["is_concrete", "weights_of", "transpose_structure", "axis_sums", "add_diagonal",
+__all__ = ["csr_slice_rows", "dense_rows", "selected_rows", "is_concrete", "weights_of", "transpose_structure", "axis_sums", "add_diagonal",
            "normalize_row_index", "select_rows", "dense_at_entries",
            "csr_to_coo_index", "coo_to_csc_index", "csr_to_csc_index", "csc_to_csr_index", "coo2csr"]
 
@@ -282,6 +282,82 @@ def select_rows(data, indices, indptr, rows, *, rows_are_columns_of: tuple | Non
     take, sub_indptr = _selection_plan(t_indices, t_indptr, rows)
     back_indices, back_indptr, back = _transpose_plan(t_indices[take], sub_indptr, rows_are_columns_of[0], np)
     return _gather_data(data, perm[take][back]), _constant(back_indices), _constant(back_indptr)
+
+
+def dense_rows(w, entry_rows, entry_cols, rows, shape):
+    """Rows ``A[rows, :]`` of a matrix given by its entries, as a dense ``(k, n)`` array.
+
+    Args:
+        w: one weight per entry, ``(nnz,)``.
+        entry_rows, entry_cols: the row and column of every entry (duplicates add up).
+        rows: ``(k,)`` ints in ``[0, m)`` (may be traced; a row out of range gives zeros).
+        shape: ``(m, n)``.
+
+    Maths: each selected row gets a slot, ``slot[rows[s]] = s'`` for one
+    ``s'`` with ``rows[s'] = rows[s]``; entries scatter into the slot of their
+    row (entries of unselected rows are dropped) and ``out[s] = dense[slot[rows[s]]]``,
+    so a repeated row is scattered once and gathered again: ``O(m + nnz + k n)``.
+    """
+    m, n = shape
+    k = rows.shape[0]
+    rows = rows.astype(jnp.int32) if m <= INT32_MAX else rows
+    slot = jnp.full((m,), k, rows.dtype).at[rows].set(jnp.arange(k, dtype=rows.dtype), mode="drop")
+    scattered = jnp.zeros((k, n), w.dtype).at[slot[entry_rows], entry_cols].add(w, mode="drop")
+    return scattered.at[slot.at[rows].get(mode="fill", fill_value=k)].get(mode="fill", fill_value=0)
+
+
+def csr_slice_rows(data, indices, indptr, row_indices, *, shape, backend=None):
+    """Rows ``A[row_indices, :]`` of a CSR matrix, as a dense array (brainevent's name).
+
+    Pure JAX: works under ``jax.jit``, ``vmap`` and ``grad`` (in ``data``),
+    with a traced structure and traced row indices.
+
+    Args:
+        data: the weights, ``(nnz,)`` or ``(1,)`` (one shared weight).
+        indices: ``(nnz,)`` column indices.
+        indptr: ``(m + 1,)`` row pointers.
+        row_indices: an int (one row) or a 1-d array of ints (repeats and
+            negative rows allowed).  Concrete rows are checked; a traced row
+            out of range gives a row of zeros.
+        shape: ``(m, n)``.
+        backend: accepted for brainevent's signature and ignored (there is one
+            implementation).
+
+    Returns:
+        ``(n,)`` for an int, ``(k, n)`` for ``k`` row indices; the dtype of ``data``.
+
+    Raises:
+        IndexError: a concrete row out of range.
+        TypeError: row indices that are not integers.
+
+    Example:
+        >>> W = evjax.CSR.fromdense(np.array([[1.0, 0.0], [2.0, 3.0]], np.float32))
+        >>> evjax.csr_slice_rows(W.data, W.indices, W.indptr, [1, 0], shape=W.shape)
+        Array([[2., 3.],
+               [1., 0.]], dtype=float32)
+    """
+    who = "csr_slice_rows"
+    m, n = check_shape(shape, who)
+    data, indices, indptr = jnp.asarray(data), jnp.asarray(indices), jnp.asarray(indptr)
+    rows, single = selected_rows(row_indices, m, who)
+    nnz = indices.shape[0]
+    out = dense_rows(weights_of(data, nnz), row_ids(indptr, nnz), indices, rows, (m, n))
+    return out[0] if single else out
+
+
+def selected_rows(index, n_rows: int, who: str) -> tuple:
+    """``(rows, single)``: the rows an index selects as a 1-d JAX int array, and whether it is one int.
+
+    A concrete index is checked by :func:`normalize_row_index` (slices and bool
+    masks too); a traced one must be integers, and its negative rows count from
+    the end.
+    """
+    if not isinstance(index, _compat.Tracer):
+        single = not isinstance(index, slice) and np.ndim(index) == 0
+        return jnp.asarray(normalize_row_index(index, n_rows, who)), single
+    if not jnp.issubdtype(index.dtype, jnp.integer):
+        raise TypeError(f"{who}: a traced row index must be integers, got {index.dtype}")
+    return jnp.where(index < 0, index + n_rows, index).reshape(-1), index.ndim == 0
 
 
 # ---------------------------------------------------------------------------

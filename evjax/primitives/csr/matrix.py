@@ -44,9 +44,11 @@ from .convert import (
     add_diagonal,
     axis_sums,
     dense_at_entries,
+    dense_rows,
     is_concrete,
     normalize_row_index,
     select_rows,
+    selected_rows,
     transpose_structure,
     weights_of,
 )
@@ -377,6 +379,39 @@ class _Compressed:
         columns_of = None if self._row_major else self._stored_shape
         parts = select_rows(self.data, self.indices, self.indptr, rows, rows_are_columns_of=columns_of)
         return self._make(*parts, (rows.size, self.shape[1]))
+
+    def __getitem__(self, index) -> jax.Array:
+        """Rows ``W[index]`` (or ``W[index, :]``) as a dense array, like brainevent's.
+
+        Args:
+            index: an int (one row: shape ``(n_cols,)``), a slice, a sequence
+                or array of ints (repeats allowed; shape ``(k, n_cols)``) or a
+                concrete bool mask of length ``n_rows``.  Ints may be traced.
+
+        Returns:
+            A dense ``jax.Array``; for the rows as a sparse matrix use
+            :meth:`slice_rows`.  Works under ``jax.jit`` with a traced
+            structure (see :func:`evjax.csr_slice_rows`).
+
+        Raises:
+            IndexError: a concrete row out of range, or a column index other than ``:``.
+
+        Example:
+            >>> W = evjax.CSR.fromdense(np.array([[1.0, 0.0], [2.0, 3.0]], np.float32))
+            >>> W[1]
+            Array([2., 3.], dtype=float32)
+        """
+        who = f"{type(self).__name__}.__getitem__"
+        if isinstance(index, tuple):
+            if len(index) != 2 or not (isinstance(index[1], slice) and index[1] == slice(None)):
+                raise IndexError(f"{who}: only rows can be selected (W[rows] or W[rows, :]), got {index!r}")
+            index = index[0]
+        rows, single = selected_rows(index, self.shape[0], who)
+        ids = row_ids(self.indptr, self.nnz)
+        # a CSC stores A.T as CSR: stored entry k sits at row indices[k] and column r_k of A
+        entry_rows, entry_cols = (ids, self.indices) if self._row_major else (self.indices, ids)
+        out = dense_rows(self._weights(), entry_rows, entry_cols, rows, self.shape)
+        return out[0] if single else out
 
     def __array__(self, dtype=None, copy=None):
         # np.asarray(W) and jnp.asarray(W) (which falls back to NumPy's protocol) land here.
