@@ -78,6 +78,7 @@ from .xla_custom_kernel import XLACustomKernel
 from .precompile import precompile
 from .backends.threads import get_num_threads, set_num_threads
 from .cache import clear_cache, get_cache_dir, set_cache_dir
+from .diagnostics import print_diagnostics
 from .catalog import get_all_primitive_names, get_primitives_by_tags, get_registry
 
 __version__ = "0.1.0"
@@ -201,6 +202,7 @@ __all__ = [
     # the cache folder
     "set_cache_dir",
     "get_cache_dir",
+    "print_diagnostics",
     "clear_cache",
     # errors (also in evjax.errors)
     "BrainEventError",
