@@ -192,8 +192,6 @@ class XLACustomKernel:
             if not declared or default is not None:
                 self._set_candidacy(platform, backend, default)
         registry.note_backend_name(backend)
-        if not declared:  # a kernel of your own: jitted functions retrace, and may resolve to it
-            config.defaults_changed()
         return generator
 
     def _set_candidacy(self, platform: str, backend: str, default: bool | None) -> None:
@@ -300,11 +298,14 @@ class XLACustomKernel:
         """Remove every registered and declared kernel backend of this op (brainevent's name).
 
         The reference (:meth:`def_reference`) and the transform rules stay.
-        Functions jitted before keep their compiled programs, but are retraced
-        on their next call (the change is part of ``jax.jit``'s cache key), so
-        that call, and every later trace, resolves the backend again: to the
-        reference, or to a kernel registered after this call.  A declared
-        family backend module that was already imported is not loaded again.
+        Programs compiled before (``f.lower(...).compile()``) keep their
+        kernels; jitted functions are retraced on their next call (as after
+        :func:`evjax.set_backend`: the change is part of ``jax.jit``'s cache
+        key) and resolve the backend again, to the reference or to a kernel
+        registered before that call.  Registering a kernel later changes no
+        cache key: a function traced in between keeps the reference until it
+        is jitted anew.  A declared family backend module that was already
+        imported is not loaded again.
 
         Example:
             >>> op.clear_backends()
