@@ -230,7 +230,12 @@ def test_ctrl_c_during_a_cold_compile_stops_the_process(tmp_path):
     process = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
     assert process.stdout.readline().strip() == "compiling"
-    __import__("time").sleep(1.0)  # inside the compile of the first kernel (several seconds)
+    # The press must land inside a compile: evjax logs "evjax: compiling ..." once a compile has run
+    # for SLOW_COMPILE_S, from within it (a fixed sleep could land, on a loaded machine, in JAX's
+    # tracing before the compile, which is not what this test is about).
+    for line in process.stderr:
+        if line.startswith("evjax: compiling"):
+            break
     process.send_signal(__import__("signal").SIGINT)
     start = __import__("time").monotonic()
     out, err = process.communicate(timeout=120)  # a hang guard only
