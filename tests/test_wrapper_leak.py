@@ -82,7 +82,7 @@ def test_fresh_jit_per_call_keeps_at_most_50_kb():
         # before tracing would count as freed memory nowhere but its replacement
         # as new memory.  A warm-up of 100 lets them fill (plain ``jax.jit`` of
         # a fresh lambda keeps ~70 KB over the next 300 calls after only 20).
-        # A collection every 25 calls, here and below: a dropped wrapper dies
+        # A collection every 10 calls, here and below: a dropped wrapper dies
         # in a reference cycle, and JAX's weak-keyed caches (``fun_caches`` in
         # ``linear_util``) hold its entry until the collector runs.  Left to
         # the automatic collector, the number of such entries waiting at once
@@ -91,7 +91,7 @@ def test_fresh_jit_per_call_keeps_at_most_50_kb():
         # freed (a CI run failed on one 36 KiB allocation in weakref.py).
         for i in range(100):
             _fresh_jit_call(x)
-            if i % 25 == 24:
+            if i % 10 == 9:
                 gc.collect()
         gc.collect()
         before_snapshot = tracemalloc.take_snapshot()
@@ -99,7 +99,7 @@ def test_fresh_jit_per_call_keeps_at_most_50_kb():
         refs: list = []
         for i in range(300):
             _fresh_jit_call(x, refs)
-            if i % 25 == 24:
+            if i % 10 == 9:
                 gc.collect()
         alive = _alive(refs)
         del refs  # the test's own weakrefs are not what the calls kept
