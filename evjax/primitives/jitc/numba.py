@@ -5,22 +5,11 @@ registers its generators on them.  The generation scheme is
 :mod:`.generation`'s, in Numba in :mod:`.numba_stream` (bitwise the
 reference's structure; no kernel uses ``fastmath``, so LLVM contracts nothing).
 
-Kernels (one per kind and weight law, :data:`KERNELS`, each one line): a
-kernel passes its law as a value (:class:`.numba_stream.Normal` and the
-others: the two weight parameters; the type selects the law, so each kernel
-compiles only its own) to its kind's driver (``_gather``, ``_scatter``,
-``_dense``: a few lines, inlined into the kernel at Numba's IR level so that
-its ``prange`` runs in the kernel itself), which runs the kind's row loop
-(``_gather_rows``, ``_scatter_rows``, ``_dense_rows``; a vector or a batch by
-the operand's rank) over the outer indices on the calling thread or, above
-:data:`PARALLEL_MIN_WORK`, over parts of them on the pool: the serial and the
-parallel path call one compiled loop.  The row loops are called, not inlined
-at Numba's IR level, and take positions as ``np.int64`` values, never
-literals; the stream's few-line helpers are inlined into them
-(:mod:`.numba_stream`).  A row loop walks a stream in blocks of :data:`BLOCK`
-synapses, whose gaps (one vectorised loop) and weights (the law's loop, a
-call) are drawn together (``_draw_block``), then walks their positions and
-visits the synapses of the block in order:
+Kernels (one per kind and weight law, :data:`KERNELS`): each walks a
+stream in blocks of :data:`BLOCK` synapses, whose gaps (one vectorised loop)
+and weights (the law's block function, ``_wb_scalar``/``_wb_normal``/
+``_wb_uniform``, passed to the shared row loops, so each kernel compiles only
+its own law) are drawn together, then visits the synapses of the block in order:
 
 * ``gather_mv``/``gather_mm`` (``corder=True``): ``y[o] = sum_i G[o, i] x[i]``,
   parallel over outer indices, every synapse generated;
@@ -45,24 +34,25 @@ import numba
 import numpy as np
 from numba import prange
 
-from ..._kernel_compat import COMPILED_CODE_ONLY, prange_only
+from ..._kernel_compat import prange_only
 from ...backends import numba_cpu
 from ...backends.threads import add_parts, part_done, pool_chunks, region_done, start_region
 from ...dtypes import compute_dtype
 from . import ops
 from .kernel_args import config, operand_values, params_array
-from .numba_stream import (  # the generation scheme: keys, gaps, the laws' weights, blocks of synapses
+from .numba_stream import (  # the generation scheme, inlined: keys, gaps, weights, blocks of synapses
     BLOCK,
     _U1,
-    Normal,
-    Scalar,
-    Uniform,
     _gap,
     _keys,
-    _draw_block,
+    _next_block,
+    _scratch,
     _w_normal,
     _w_scalar,
     _w_uniform,
+    _wb_normal,
+    _wb_scalar,
+    _wb_uniform,
 )
 
 __all__ = ["KERNELS", "matmul_generator", "dense_generator", "generated_structure"]
@@ -70,175 +60,186 @@ __all__ = ["KERNELS", "matmul_generator", "dense_generator", "generated_structur
 # Below this many synapses (expected) a kernel stays on the calling thread.
 PARALLEL_MIN_WORK = 65536
 _PARALLEL = prange_only()  # a ParallelOptions: Numba would empty a shared dict on the first compile
-_KERNEL = dict(cache=True, nogil=True)
-# Called from compiled code only: no Python entry point is built for them.
-_HELPER = dict(cache=True, nogil=True, **COMPILED_CODE_ONLY)
-_DRIVER = dict(cache=True, nogil=True, inline="always")  # see the drivers' section
-I0 = np.int64(0)
-_UBLOCK = np.uint64(BLOCK)
+_INLINE = dict(cache=True, nogil=True, inline="always")
+_KERNEL = dict(parallel=_PARALLEL, cache=True, nogil=True)
 
 
 # ---------------------------------------------------------------------------
-# row loops: one outer index's synapses at a time, for the outer indices [lo, hi)
-# (``x.ndim`` is a constant to Numba: each compiled loop keeps one of its branches)
+# row loops (inlined into the kernels): one outer index's synapses
 # ---------------------------------------------------------------------------
-@numba.njit(**_HELPER)
-def _gather_rows(law, seed, cfg, x, out, lo, hi):
-    """``out[o] = sum_{i in row o} w_oi x[i]`` (x a vector) or ``out[o, c] = sum_i w_oi x[i, c]`` (x a
-    batch) for o in [lo, hi); zero entries of x skipped when cfg[2] (events select)."""
+@numba.njit(**_INLINE)
+def _gather_rows(weights, params, seed, cfg, x, out, lo, hi):
+    """``out[o] = sum_{i in row o} w_oi x[i]`` for o in [lo, hi); skip zero x when cfg[2]."""
     n_inner = x.shape[0]
     r, s, skip = np.uint64(cfg[0]), np.uint64(cfg[1]), cfg[2] != 0
     sd = np.uint64(seed[0])
-    cap = np.uint64(n_inner)
-    at = np.empty(BLOCK, np.int64)  # a block's positions and weights
-    w = np.empty(BLOCK, out.dtype)
-    if x.ndim == 1:
-        for o in range(lo, hi):
-            ka, kb = _keys(sd, o)
-            acc = out.dtype.type(0)
-            pos, k, count = np.int64(-1), np.uint64(0), np.int64(BLOCK)
-            while count == BLOCK:
-                _draw_block(law, ka, kb, k, r, s, cap, at, w)
-                count = 0
-                for j in range(BLOCK):  # positions: pos_k = pos_(k-1) + 1 + gap_k, below n_inner
-                    pos += 1 + at[j]
-                    if pos >= n_inner:
-                        break
-                    at[j] = pos
-                    count += 1
-                for j in range(count):
-                    xi = x[at[j]]
-                    if not (skip and xi == 0):
-                        acc += w[j] * xi
-                k += _UBLOCK
-            out[o] = acc
-    else:
-        width = x.shape[1]
-        for o in range(lo, hi):
-            row = out[o]
-            for c in range(width):
-                row[c] = 0
-            ka, kb = _keys(sd, o)
-            pos, k, count = np.int64(-1), np.uint64(0), np.int64(BLOCK)
-            while count == BLOCK:
-                _draw_block(law, ka, kb, k, r, s, cap, at, w)
-                count = 0
-                for j in range(BLOCK):  # positions: pos_k = pos_(k-1) + 1 + gap_k, below n_inner
-                    pos += 1 + at[j]
-                    if pos >= n_inner:
-                        break
-                    at[j] = pos
-                    count += 1
-                for j in range(count):
-                    xr = x[at[j]]
-                    wj = w[j]
-                    for c in range(width):
-                        if not (skip and xr[c] == 0):
-                            row[c] += wj * xr[c]
-                k += _UBLOCK
+    p0, p1 = params[0], params[1]
+    at, w = _scratch(out)
+    for o in range(lo, hi):
+        ka, kb = _keys(sd, o)
+        acc = out.dtype.type(0)
+        pos, k, count = np.int64(-1), np.uint64(0), BLOCK
+        while count == BLOCK:
+            count, pos = _next_block(weights, ka, kb, k, pos, r, s, n_inner, p0, p1, at, w)
+            for j in range(count):
+                xi = x[at[j]]
+                if not (skip and xi == 0):
+                    acc += w[j] * xi
+            k += np.uint64(BLOCK)
+        out[o] = acc
 
 
-@numba.njit(**_HELPER)
-def _scatter_rows(law, seed, cfg, x, out, lo, hi):
-    """``out[i] += w_oi x[o]`` (x a vector) or ``out[i, c] += w_oi x[o, c]`` (x a batch) for o in
-    [lo, hi); when cfg[2] (events select) a zero x[o] (an all-zero row) generates nothing and a zero
-    x[o, c] adds nothing."""
+@numba.njit(**_INLINE)
+def _scatter_rows(weights, params, seed, cfg, x, out, lo, hi):
+    """``out[i] += w_oi x[o]`` for o in [lo, hi); a zero x[o] generates nothing when cfg[2]."""
     n_inner = out.shape[0]
     r, s, skip = np.uint64(cfg[0]), np.uint64(cfg[1]), cfg[2] != 0
     sd = np.uint64(seed[0])
-    cap = np.uint64(n_inner)
-    at = np.empty(BLOCK, np.int64)  # a block's positions and weights
-    w = np.empty(BLOCK, out.dtype)
-    if x.ndim == 1:
-        for o in range(lo, hi):
-            xo = x[o]
-            if not _visited(x, o, skip):
-                continue
-            ka, kb = _keys(sd, o)
-            pos, k, count = np.int64(-1), np.uint64(0), np.int64(BLOCK)
-            while count == BLOCK:
-                _draw_block(law, ka, kb, k, r, s, cap, at, w)
-                count = 0
-                for j in range(BLOCK):  # positions: pos_k = pos_(k-1) + 1 + gap_k, below n_inner
-                    pos += 1 + at[j]
-                    if pos >= n_inner:
-                        break
-                    at[j] = pos
-                    count += 1
-                for j in range(count):
-                    out[at[j]] += w[j] * xo
-                k += _UBLOCK
-    else:
-        width = x.shape[1]
-        for o in range(lo, hi):
-            xo = x[o]
-            if not _visited(x, o, skip):
-                continue
-            ka, kb = _keys(sd, o)
-            pos, k, count = np.int64(-1), np.uint64(0), np.int64(BLOCK)
-            while count == BLOCK:
-                _draw_block(law, ka, kb, k, r, s, cap, at, w)
-                count = 0
-                for j in range(BLOCK):  # positions: pos_k = pos_(k-1) + 1 + gap_k, below n_inner
-                    pos += 1 + at[j]
-                    if pos >= n_inner:
-                        break
-                    at[j] = pos
-                    count += 1
-                for j in range(count):
-                    target = out[at[j]]
-                    wj = w[j]
-                    for c in range(width):
-                        if not (skip and xo[c] == 0):
-                            target[c] += wj * xo[c]
-                k += _UBLOCK
+    p0, p1 = params[0], params[1]
+    at, w = _scratch(out)
+    for o in range(lo, hi):
+        xo = x[o]
+        if skip and xo == 0:
+            continue
+        ka, kb = _keys(sd, o)
+        pos, k, count = np.int64(-1), np.uint64(0), BLOCK
+        while count == BLOCK:
+            count, pos = _next_block(weights, ka, kb, k, pos, r, s, n_inner, p0, p1, at, w)
+            for j in range(count):
+                out[at[j]] += w[j] * xo
+            k += np.uint64(BLOCK)
 
 
-@numba.njit(**_HELPER)
-def _dense_rows(law, seed, cfg, out, n_inner, direct, lo, hi):
+@numba.njit(**_INLINE)
+def _add_scaled(target, w, v, skip):
+    """``target[c] += w * v[c]``; entries with ``v[c] == 0`` skipped when ``skip`` (events select)."""
+    for c in range(v.shape[0]):
+        if not (skip and v[c] == 0):
+            target[c] += w * v[c]
+
+
+@numba.njit(**_INLINE)
+def _gather_mm_rows(weights, params, seed, cfg, x, out, lo, hi):
+    """``out[o, c] = sum_{i in row o} w_oi x[i, c]`` for o in [lo, hi)."""
+    n_inner = x.shape[0]
+    r, s, skip = np.uint64(cfg[0]), np.uint64(cfg[1]), cfg[2] != 0
+    sd = np.uint64(seed[0])
+    p0, p1 = params[0], params[1]
+    width = x.shape[1]
+    at, w = _scratch(out)
+    for o in range(lo, hi):
+        row = out[o]
+        for c in range(width):
+            row[c] = 0
+        ka, kb = _keys(sd, o)
+        pos, k, count = np.int64(-1), np.uint64(0), BLOCK
+        while count == BLOCK:
+            count, pos = _next_block(weights, ka, kb, k, pos, r, s, n_inner, p0, p1, at, w)
+            for j in range(count):
+                _add_scaled(row, w[j], x[at[j]], skip)
+            k += np.uint64(BLOCK)
+
+
+@numba.njit(**_INLINE)
+def _scatter_mm_rows(weights, params, seed, cfg, x, out, lo, hi):
+    """``out[i, c] += w_oi x[o, c]`` for o in [lo, hi); all-zero rows of x skipped when cfg[2]."""
+    n_inner = out.shape[0]
+    r, s, skip = np.uint64(cfg[0]), np.uint64(cfg[1]), cfg[2] != 0
+    sd = np.uint64(seed[0])
+    p0, p1 = params[0], params[1]
+    at, w = _scratch(out)
+    for o in range(lo, hi):
+        xo = x[o]
+        if skip and _all_zero(xo):
+            continue
+        ka, kb = _keys(sd, o)
+        pos, k, count = np.int64(-1), np.uint64(0), BLOCK
+        while count == BLOCK:
+            count, pos = _next_block(weights, ka, kb, k, pos, r, s, n_inner, p0, p1, at, w)
+            for j in range(count):
+                _add_scaled(out[at[j]], w[j], xo, skip)
+            k += np.uint64(BLOCK)
+
+
+@numba.njit(**_INLINE)
+def _dense_rows(weights, params, seed, cfg, out, n_outer, n_inner, direct, lo, hi):
     """``G[o, i] = w_oi`` (``direct``) or ``G.T`` into ``out`` (zeroed) for o in [lo, hi)."""
     r, s = np.uint64(cfg[0]), np.uint64(cfg[1])
     sd = np.uint64(seed[0])
-    cap = np.uint64(n_inner)
-    at = np.empty(BLOCK, np.int64)
-    w = np.empty(BLOCK, out.dtype)
+    p0, p1 = params[0], params[1]
+    at, w = _scratch(out)
     for o in range(lo, hi):
         ka, kb = _keys(sd, o)
-        pos, k, count = np.int64(-1), np.uint64(0), np.int64(BLOCK)
+        pos, k, count = np.int64(-1), np.uint64(0), BLOCK
         while count == BLOCK:
-            _draw_block(law, ka, kb, k, r, s, cap, at, w)
-            count = 0
-            for j in range(BLOCK):  # positions: pos_k = pos_(k-1) + 1 + gap_k, below n_inner
-                pos += 1 + at[j]
-                if pos >= n_inner:
-                    break
-                at[j] = pos
-                count += 1
+            count, pos = _next_block(weights, ka, kb, k, pos, r, s, n_inner, p0, p1, at, w)
             for j in range(count):
                 if direct:
                     out[o, at[j]] = w[j]
                 else:
                     out[at[j], o] = w[j]
-            k += _UBLOCK
+            k += np.uint64(BLOCK)
 
 
-@numba.njit(**_HELPER)
-def _visited(x, o, skip):
-    """Whether a scatter visits outer index ``o``: every one unless ``skip``, else a nonzero ``x[o]``
-    (a row of a batch with any nonzero entry)."""
-    if not skip:
-        return True
-    if x.ndim == 1:
-        return x[o] != 0
-    xo = x[o]
-    for c in range(xo.shape[0]):
-        if xo[c] != 0:
-            return True
-    return False
+@numba.njit(**_INLINE)
+def _all_zero(v):
+    for c in range(v.shape[0]):
+        if v[c] != 0:
+            return False
+    return True
 
 
-@numba.njit(**_HELPER)
-def _active_bounds(x, skip, parts, total):
+@numba.njit(**_INLINE)
+def _fill_zero(flat):
+    for j in range(flat.shape[0]):
+        flat[j] = 0
+
+
+# ---------------------------------------------------------------------------
+# the kernels' bodies: serial below PARALLEL_MIN_WORK, else split over the pool
+# ---------------------------------------------------------------------------
+@numba.njit(**_INLINE)
+def _threads(threads, work):
+    return 1 if threads < 2 or work < PARALLEL_MIN_WORK else threads
+
+
+@numba.njit(**_INLINE)
+def _nonzero(v):
+    return v != 0
+
+
+@numba.njit(**_INLINE)
+def _nonzero_row(v):
+    return not _all_zero(v)
+
+
+@numba.njit(**_INLINE)
+def _gather(rows, weight, threads, params, seed, cfg, x, out):
+    n_outer = out.shape[0]
+    width = x.size // max(x.shape[0], 1)
+    threads = _threads(threads, n_outer * np.int64(cfg[3]) * width)
+    if threads == 1:
+        rows(weight, params, seed, cfg, x, out, 0, n_outer)
+        return
+    chunks = 4 * threads  # outer indices have equal expected work: contiguous chunks
+    ends, t0 = start_region(chunks)
+    for t in prange(chunks):
+        rows(weight, params, seed, cfg, x, out, (n_outer * t) // chunks, (n_outer * (t + 1)) // chunks)
+        part_done(ends, t)
+    region_done(ends, t0)
+
+
+@numba.njit(**_INLINE)
+def _active_count(is_active, x, skip):
+    """The outer indices a scatter visits: the active (nonzero) ones when skipping, else all."""
+    total = 0
+    for o in range(x.shape[0]):
+        total += 1 if (not skip) or is_active(x[o]) else 0
+    return total
+
+
+@numba.njit(**_INLINE)
+def _active_bounds(is_active, x, skip, parts, total):
     """``parts`` outer ranges with equal numbers of the ``total`` visited rows (no array of ``n`` counts)."""
     n = x.shape[0]
     bounds = np.full(parts + 1, n, np.int64)
@@ -247,196 +248,149 @@ def _active_bounds(x, skip, parts, total):
     for o in range(n):
         if t >= parts:
             break
-        seen += 1 if _visited(x, o, skip) else 0
+        seen += 1 if (not skip) or is_active(x[o]) else 0
         while t < parts and seen * parts > total * t:
             bounds[t] = o + 1
             t += 1
     return bounds
 
 
-# ---------------------------------------------------------------------------
-# drivers: serial below PARALLEL_MIN_WORK, else split over the pool, the serial
-# and parallel paths calling one compiled row loop.  A driver is inlined into
-# its kernels at Numba's IR level: a few lines, so Numba's parallel passes see
-# little, the law's value stays a local of the kernel, and its ``prange`` runs
-# in the kernel (a parallel function of its own would be one more library in
-# which LLVM optimises the row loop again: measured slower to compile).
-# Everything a driver calls is a compiled call.
-# ---------------------------------------------------------------------------
-@numba.njit(**_DRIVER)
-def _gather(law, threads, seed, cfg, x, out):
-    """A gather: every outer index's own sum, in contiguous chunks (equal expected work) on the pool."""
-    n_outer = out.shape[0]
-    width = x.size // max(x.shape[0], 1)
-    if threads < 2 or n_outer * np.int64(cfg[3]) * width < PARALLEL_MIN_WORK:
-        _gather_rows(law, seed, cfg, x, out, I0, np.int64(n_outer))
-        return
-    chunks = 4 * np.int64(threads)
-    ends, t0 = start_region(chunks)
-    for t in prange(chunks):
-        part = np.int64(t)
-        _gather_rows(law, seed, cfg, x, out, (n_outer * part) // chunks, (n_outer * (part + 1)) // chunks)
-        part_done(ends, t)
-    region_done(ends, t0)
+@numba.njit(**_INLINE)
+def _scatter_part(rows, weight, params, seed, cfg, x, out, private, bounds, part):
+    """Part ``part`` of a split scatter into ``out`` (part 0) or its private copy (inlined: ``rows`` and
+    ``weight`` stay static calls, which Numba can cache)."""
+    target = out if part == 0 else private[part - 1]
+    rows(weight, params, seed, cfg, x, target, bounds[part], bounds[part + 1])
 
 
-@numba.njit(**_HELPER)
-def _scatter_plan(cfg, x, out):
-    """``out`` zeroed, and how a scatter's sum is split: ``(parts, bounds)``, one part (one pass into
-    ``out``) below the thresholds, else up to Numba's pool size (a function of the inputs and the pool,
-    never of the threads that run them, so one thread gives the same bits), ``bounds`` the parts'
-    outer ranges of equal numbers of visited rows."""
+@numba.njit(**_INLINE)
+def _scatter(rows, is_active, weight, threads, params, seed, cfg, x, out):
+    """A scatter over the active outer indices; above the thresholds its sum is split into parts
+    (Numba's pool size at most: a function of the inputs and the pool, never of the threads that run
+    them, so one thread gives the same bits), each part into its own copy of ``out``, summed in order."""
     flat = out.reshape(-1)
-    n = flat.shape[0]
-    for j in range(n):
-        flat[j] = 0
+    _fill_zero(flat)
     pool = np.int64(pool_chunks())
-    skip = cfg[2] != 0
-    active = 0
-    for o in range(x.shape[0]):
-        active += 1 if _visited(x, o, skip) else 0
+    active = _active_count(is_active, x, cfg[2] != 0)
     work = active * np.int64(cfg[3]) * (x.size // max(x.shape[0], 1))
-    if pool < 2 or work < PARALLEL_MIN_WORK or 4 * work < n:  # summing private copies would dominate
-        return np.int64(1), np.zeros(0, np.int64)
-    parts = min(pool, max(np.int64(2), work // (4 * n)))  # >= 4 synapses an output a part
-    return parts, _active_bounds(x, skip, parts, np.int64(active))
-
-
-@numba.njit(**_DRIVER)
-def _scatter(law, threads, seed, cfg, x, out):
-    """A scatter over the active outer indices, in one pass or split into parts (``_scatter_plan``),
-    each part into its own copy of ``out``, then summed, every output's terms in part order."""
-    parts, bounds = _scatter_plan(cfg, x, out)
-    if parts == 1:
-        _scatter_rows(law, seed, cfg, x, out, I0, np.int64(x.shape[0]))
+    if _threads(pool, work) == 1 or 4 * work < flat.shape[0]:  # summing private copies would dominate
+        rows(weight, params, seed, cfg, x, out, 0, x.shape[0])
         return
+    parts = min(pool, max(np.int64(2), work // (4 * flat.shape[0])))  # >= 4 synapses an output a part
+    bounds = _active_bounds(is_active, x, cfg[2] != 0, parts, active)
     private = np.zeros((parts - 1,) + out.shape, out.dtype)
-    flat = out.reshape(-1)
-    n = np.int64(flat.shape[0])
-    others = private.reshape(parts - 1, n)
-    if threads < 2:
+    others = private.reshape(parts - 1, -1)
+    n = flat.shape[0]
+    if threads > 1:
+        ends, t0 = start_region(parts)
+        for t in prange(parts):
+            _scatter_part(rows, weight, params, seed, cfg, x, out, private, bounds, t)
+            part_done(ends, t)
+        region_done(ends, t0)
+        ends, t0 = start_region(parts)
+        for t in prange(parts):  # sum the private copies, each thread a slice
+            add_parts(flat, others, (n * t) // parts, (n * (t + 1)) // parts)
+            part_done(ends, t)
+        region_done(ends, t0)
+    else:
         for t in range(parts):
-            _scatter_rows(law, seed, cfg, x, out if t == 0 else private[t - 1], bounds[t], bounds[t + 1])
-        add_parts(flat, others, I0, n)
-        return
-    ends, t0 = start_region(parts)
-    for t in prange(parts):
-        part = np.int64(t)
-        _scatter_rows(law, seed, cfg, x, out if part == 0 else private[part - 1], bounds[part], bounds[part + 1])
-        part_done(ends, t)
-    region_done(ends, t0)
-    ends, t0 = start_region(parts)
-    for t in prange(parts):  # sum the private copies, each thread a slice
-        part = np.int64(t)
-        add_parts(flat, others, (n * part) // parts, (n * (part + 1)) // parts)
-        part_done(ends, t)
-    region_done(ends, t0)
+            _scatter_part(rows, weight, params, seed, cfg, x, out, private, bounds, t)
+        add_parts(flat, others, 0, n)
 
 
-@numba.njit(**_DRIVER)
-def _dense(law, threads, seed, cfg, out):
-    """``G`` (cfg[2]) or ``G.T`` written into ``out``; ``G`` by ranges of rows on the pool above the
-    threshold (``G.T``'s rows are shared between outer indices: serial)."""
-    direct = _zero_all(out, cfg)
+@numba.njit(**_INLINE)
+def _dense(weight, threads, params, seed, cfg, out):
+    _fill_zero(out.reshape(-1))
+    direct = cfg[2] != 0
     n_outer, n_inner = (out.shape[0], out.shape[1]) if direct else (out.shape[1], out.shape[0])
-    if threads < 2 or n_outer * np.int64(cfg[3]) < PARALLEL_MIN_WORK or not direct:
-        _dense_rows(law, seed, cfg, out, np.int64(n_inner), direct, I0, np.int64(n_outer))
+    threads = _threads(threads, n_outer * np.int64(cfg[3]))
+    if threads == 1 or not direct:  # G.T: rows of out are shared between outer indices
+        _dense_rows(weight, params, seed, cfg, out, n_outer, n_inner, direct, 0, n_outer)
         return
-    parts = np.int64(threads)
-    ends, t0 = start_region(parts)
-    for t in prange(parts):
-        part = np.int64(t)
-        _dense_rows(law, seed, cfg, out, np.int64(n_inner), direct, (n_outer * part) // parts,
-                    (n_outer * (part + 1)) // parts)
+    ends, t0 = start_region(threads)
+    for t in prange(threads):
+        lo, hi = (n_outer * t) // threads, (n_outer * (t + 1)) // threads
+        _dense_rows(weight, params, seed, cfg, out, n_outer, n_inner, direct, lo, hi)
         part_done(ends, t)
     region_done(ends, t0)
 
 
-@numba.njit(**_HELPER)
-def _zero_all(out, cfg):
-    """``out`` zeroed; whether ``G`` is written directly (cfg[2]) rather than transposed."""
-    flat = out.reshape(-1)
-    for j in range(flat.shape[0]):
-        flat[j] = 0
-    return cfg[2] != 0
-
-
 # ---------------------------------------------------------------------------
-# kernels: one per (kind, law), each one line: the law's value (its named tuple) picks its weights
+# kernels: one per (kind, law), each one line
 # ---------------------------------------------------------------------------
-@numba.njit(parallel=_PARALLEL, **_KERNEL)
+@numba.njit(**_KERNEL)
 def gather_mv_scalar(threads, params, seed, cfg, x, out):
-    _gather(Scalar(params[0], params[1]), threads, seed, cfg, x, out)
+    _gather(_gather_rows, _wb_scalar, threads, params, seed, cfg, x, out)
 
 
-@numba.njit(parallel=_PARALLEL, **_KERNEL)
+@numba.njit(**_KERNEL)
 def gather_mm_scalar(threads, params, seed, cfg, x, out):
-    _gather(Scalar(params[0], params[1]), threads, seed, cfg, x, out)
+    _gather(_gather_mm_rows, _wb_scalar, threads, params, seed, cfg, x, out)
 
 
-@numba.njit(parallel=_PARALLEL, **_KERNEL)
+@numba.njit(**_KERNEL)
 def scatter_mv_scalar(threads, params, seed, cfg, x, out):
-    _scatter(Scalar(params[0], params[1]), threads, seed, cfg, x, out)
+    _scatter(_scatter_rows, _nonzero, _wb_scalar, threads, params, seed, cfg, x, out)
 
 
-@numba.njit(parallel=_PARALLEL, **_KERNEL)
+@numba.njit(**_KERNEL)
 def scatter_mm_scalar(threads, params, seed, cfg, x, out):
-    _scatter(Scalar(params[0], params[1]), threads, seed, cfg, x, out)
+    _scatter(_scatter_mm_rows, _nonzero_row, _wb_scalar, threads, params, seed, cfg, x, out)
 
 
-@numba.njit(parallel=_PARALLEL, **_KERNEL)
+@numba.njit(**_KERNEL)
 def dense_scalar(threads, params, seed, cfg, out):
-    _dense(Scalar(params[0], params[1]), threads, seed, cfg, out)
+    _dense(_wb_scalar, threads, params, seed, cfg, out)
 
 
-@numba.njit(parallel=_PARALLEL, **_KERNEL)
+@numba.njit(**_KERNEL)
 def gather_mv_normal(threads, params, seed, cfg, x, out):
-    _gather(Normal(params[0], params[1]), threads, seed, cfg, x, out)
+    _gather(_gather_rows, _wb_normal, threads, params, seed, cfg, x, out)
 
 
-@numba.njit(parallel=_PARALLEL, **_KERNEL)
+@numba.njit(**_KERNEL)
 def gather_mm_normal(threads, params, seed, cfg, x, out):
-    _gather(Normal(params[0], params[1]), threads, seed, cfg, x, out)
+    _gather(_gather_mm_rows, _wb_normal, threads, params, seed, cfg, x, out)
 
 
-@numba.njit(parallel=_PARALLEL, **_KERNEL)
+@numba.njit(**_KERNEL)
 def scatter_mv_normal(threads, params, seed, cfg, x, out):
-    _scatter(Normal(params[0], params[1]), threads, seed, cfg, x, out)
+    _scatter(_scatter_rows, _nonzero, _wb_normal, threads, params, seed, cfg, x, out)
 
 
-@numba.njit(parallel=_PARALLEL, **_KERNEL)
+@numba.njit(**_KERNEL)
 def scatter_mm_normal(threads, params, seed, cfg, x, out):
-    _scatter(Normal(params[0], params[1]), threads, seed, cfg, x, out)
+    _scatter(_scatter_mm_rows, _nonzero_row, _wb_normal, threads, params, seed, cfg, x, out)
 
 
-@numba.njit(parallel=_PARALLEL, **_KERNEL)
+@numba.njit(**_KERNEL)
 def dense_normal(threads, params, seed, cfg, out):
-    _dense(Normal(params[0], params[1]), threads, seed, cfg, out)
+    _dense(_wb_normal, threads, params, seed, cfg, out)
 
 
-@numba.njit(parallel=_PARALLEL, **_KERNEL)
+@numba.njit(**_KERNEL)
 def gather_mv_uniform(threads, params, seed, cfg, x, out):
-    _gather(Uniform(params[0], params[1]), threads, seed, cfg, x, out)
+    _gather(_gather_rows, _wb_uniform, threads, params, seed, cfg, x, out)
 
 
-@numba.njit(parallel=_PARALLEL, **_KERNEL)
+@numba.njit(**_KERNEL)
 def gather_mm_uniform(threads, params, seed, cfg, x, out):
-    _gather(Uniform(params[0], params[1]), threads, seed, cfg, x, out)
+    _gather(_gather_mm_rows, _wb_uniform, threads, params, seed, cfg, x, out)
 
 
-@numba.njit(parallel=_PARALLEL, **_KERNEL)
+@numba.njit(**_KERNEL)
 def scatter_mv_uniform(threads, params, seed, cfg, x, out):
-    _scatter(Uniform(params[0], params[1]), threads, seed, cfg, x, out)
+    _scatter(_scatter_rows, _nonzero, _wb_uniform, threads, params, seed, cfg, x, out)
 
 
-@numba.njit(parallel=_PARALLEL, **_KERNEL)
+@numba.njit(**_KERNEL)
 def scatter_mm_uniform(threads, params, seed, cfg, x, out):
-    _scatter(Uniform(params[0], params[1]), threads, seed, cfg, x, out)
+    _scatter(_scatter_mm_rows, _nonzero_row, _wb_uniform, threads, params, seed, cfg, x, out)
 
 
-@numba.njit(parallel=_PARALLEL, **_KERNEL)
+@numba.njit(**_KERNEL)
 def dense_uniform(threads, params, seed, cfg, out):
-    _dense(Uniform(params[0], params[1]), threads, seed, cfg, out)
+    _dense(_wb_uniform, threads, params, seed, cfg, out)
 
 
 KERNELS = {(kind, law): globals()[f"{kind}_{law}"]

@@ -1,43 +1,26 @@
-"""The JITC generation scheme in Numba (called by the kernels of :mod:`.numba`).
+"""The JITC generation scheme in Numba (inlined into the kernels of :mod:`.numba`).
 
 :mod:`.generation`'s scheme written again on ``uint64`` values masked to 32
 bits (Numba widens ``uint32`` products), so the structure is bitwise the
 reference's; nothing here uses ``fastmath``, so LLVM contracts nothing.  The
-stream is walked in blocks of :data:`BLOCK` synapses (:func:`_draw_block`).
+stream is walked in blocks of :data:`BLOCK` synapses (:func:`_next_block`).
 Nothing here is called from Python.
 
-A weight law reaches the kernels as a value of its own named tuple
-(:class:`Scalar`, :class:`Normal`, :class:`Uniform`: its parameters), so its
-type selects the law's block of weights (:func:`_block_weights`) when a kernel
-is compiled: each kernel compiles only its own law, and the row loops that
-call it are plain functions of the law's value (no function-valued
-argument, which Numba could not pass into a parallel region and still cache).
-
-The scheme's arithmetic (keys, draws, gaps, weights) and :func:`_draw_block`
-are a few lines each, inlined into the kernels' row loops at Numba's IR level
-(as calls, LLVM left the weight's call in the block's loop, unvectorised:
-1.8x slower); the law's block of weights is a call, compiled once per law.
-The kernels' disk cache is fresh only while every file of this folder is
-unchanged
+The kernels in ``numba.py`` inline this file; their disk cache is fresh only
+while every file of this folder is unchanged
 (:func:`evjax._kernel_compat.stamp_kernel_caches`), so an edit here rebuilds them.
 """
 from __future__ import annotations
-
-from collections import namedtuple
 
 import llvmlite.ir as ir
 import numba
 import numpy as np
 from numba import types
-from numba.extending import intrinsic, overload
+from numba.extending import intrinsic
 
-from ..._kernel_compat import COMPILED_CODE_ONLY
 from .generation import TWO_LN2, cos_table, log2_table
 
-# The scheme's arithmetic (keys, draws, gaps, weights: a few lines each) is inlined at Numba's IR
-# level: LLVM's inliner leaves a call to a weight in the block's loop, which then is not vectorised
-# (measured 1.8x slower).  Called from compiled code only: no Python entry point is built for them.
-_INLINE = dict(cache=True, nogil=True, inline="always", **COMPILED_CODE_ONLY)
+_INLINE = dict(cache=True, nogil=True, inline="always")
 
 _LOG2 = log2_table().astype(np.uint64)
 _COS = cos_table().astype(np.uint64)
@@ -136,16 +119,6 @@ def _w_normal(ka, kb, k, p0, p1):
 
 
 # ---------------------------------------------------------------------------
-# the laws: a value of its named tuple holds its two parameters (those of the
-# kernels' ``params``), its type says which law
-# ---------------------------------------------------------------------------
-Scalar = namedtuple("Scalar", ["w", "pad"])  # every weight w (pad: the 0 that params_array pads)
-Normal = namedtuple("Normal", ["loc", "scale"])  # w = loc + scale z
-Uniform = namedtuple("Uniform", ["low", "high"])  # w = low + (high - low) u
-_WEIGHT = {Scalar: _w_scalar, Normal: _w_normal, Uniform: _w_uniform}
-
-
-# ---------------------------------------------------------------------------
 # the stream in blocks of BLOCK synapses: every draw of a block is independent
 # (counter-based), so the gaps and weights of a block are computed in one
 # vectorised loop each (AVX-512: 8 or 16 lanes), then the positions summed.
@@ -154,27 +127,46 @@ _WEIGHT = {Scalar: _w_scalar, Normal: _w_normal, Uniform: _w_uniform}
 BLOCK = 16
 
 
-def _block_weights(law, ka, kb, k, w):
-    """``w[j]`` = the weight (by ``law``) of synapse ``k + j`` of the stream ``(ka, kb)``, ``j < BLOCK``."""
-    raise NotImplementedError("compiled by Numba only")
+# One block-weight function per law, called (not inlined: it is an argument) once per block; its loop
+# calls its law by name, so LLVM vectorises it.
+@numba.njit(cache=True, nogil=True)
+def _wb_scalar(ka, kb, k, p0, p1, w):
+    for j in range(BLOCK):
+        w[j] = p0
 
 
-@overload(_block_weights, jit_options=dict(nogil=True, **COMPILED_CODE_ONLY))
-def _block_weights_overload(law, ka, kb, k, w):
-    weight = _WEIGHT[law.instance_class]  # the law's weight, called by name: LLVM vectorises the loop
+@numba.njit(cache=True, nogil=True)
+def _wb_uniform(ka, kb, k, p0, p1, w):
+    for j in range(BLOCK):
+        w[j] = _w_uniform(ka, kb, k + np.uint64(j), p0, p1)
 
-    def block_weights(law, ka, kb, k, w):
-        for j in range(BLOCK):
-            w[j] = weight(ka, kb, k + np.uint64(j), law[0], law[1])
-    return block_weights
+
+@numba.njit(cache=True, nogil=True)
+def _wb_normal(ka, kb, k, p0, p1, w):
+    for j in range(BLOCK):
+        w[j] = _w_normal(ka, kb, k + np.uint64(j), p0, p1)
 
 
 @numba.njit(**_INLINE)
-def _draw_block(law, ka, kb, k, r, s, cap, at, w):
-    """The gaps before synapses ``k .. k + BLOCK - 1`` of the stream ``(ka, kb)`` into ``at`` and their
-    weights (by ``law``: its block of weights is a call) into ``w``.  The caller walks the positions
-    (``pos_k = pos_{k-1} + 1 + gap_k`` until ``pos_k >= n_inner``): a loop that may exit early inside
-    a function inlined at Numba's IR level would keep a reference count update of ``at`` per block."""
+def _scratch(dtype_like):
+    """A block's positions and weights (one pair per row loop call, i.e. per thread)."""
+    return np.empty(BLOCK, np.int64), np.empty(BLOCK, dtype_like.dtype)
+
+
+@numba.njit(**_INLINE)
+def _next_block(block_weights, ka, kb, k, pos, r, s, n_inner, p0, p1, at, w):
+    """Synapses ``k .. k + BLOCK - 1`` of the stream after position ``pos``: their inner indices
+    into ``at`` and weights into ``w``; returns ``(count, last position)``, ``count < BLOCK`` when the
+    stream ends inside the block."""
+    cap = np.uint64(n_inner)
     for j in range(BLOCK):  # vectorised: independent draws
         at[j] = _gap(ka, kb, k + np.uint64(j), r, s, cap)
-    _block_weights(law, ka, kb, k, w)
+    block_weights(ka, kb, k, p0, p1, w)
+    count = 0
+    for j in range(BLOCK):  # pos_k = pos_{k-1} + 1 + gap_k, until pos_k >= n_inner
+        pos += 1 + at[j]
+        if pos >= n_inner:
+            break
+        at[j] = pos
+        count += 1
+    return count, pos
