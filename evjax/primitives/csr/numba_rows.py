@@ -450,7 +450,9 @@ def _split_active_work(indptr, x, work, parts, selects):
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
 def _dot(u, v, zero, u_selects, v_selects):
     """``sum_c term(u[c], v[c])``, each term in ``zero``'s type, accumulated in float64
-    (reassociated: LLVM vectorises it)."""
+    (reassociated: LLVM vectorises it, once the flags are constants of the compiled loop)."""
+    numba.literally(u_selects)
+    numba.literally(v_selects)
     acc = 0.0
     for c in range(u.shape[0]):
         a = _cast(zero, u[c])
