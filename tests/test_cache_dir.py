@@ -89,6 +89,7 @@ _CODE = """
 def _run(cache: str, action: str) -> str:
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), JAX_PLATFORMS="cpu")
     env.pop("EVJAX_CACHE_DIR", None)
+    env.pop("NUMBA_CACHE_DIR", None)  # else Numba caches the handler there, where clear_cache does not look
     result = subprocess.run([sys.executable, "-c", textwrap.dedent(_CODE), cache, action], env=env, cwd=ROOT,
                             capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert result.returncode == 0, result.stderr[-3000:]

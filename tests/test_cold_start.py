@@ -10,6 +10,7 @@ kernel's FFI target, or none.
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -227,6 +228,10 @@ def test_ctrl_c_during_a_cold_compile_stops_the_process(tmp_path):
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba"), "EVJAX_CACHE_DIR": str(tmp_path / "evjax"),
            "JAX_PLATFORMS": "cpu", "PYTHONPATH": ROOT}
     script = EXIT_SCRIPT.replace("loss(W.data)", "print('compiling', flush=True); loss(W.data)")
+    # Python's own SIGINT handler, as a script started at a terminal has: a shell without job control
+    # starts background commands (``cmd &``) with SIGINT ignored, the child inherits that, and Python
+    # (and evjax, which leaves a handler it did not install alone) then keeps it ignored
+    script = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n" + script
     process = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
     assert process.stdout.readline().strip() == "compiling"
@@ -236,7 +241,7 @@ def test_ctrl_c_during_a_cold_compile_stops_the_process(tmp_path):
     for line in process.stderr:
         if line.startswith("evjax: compiling"):
             break
-    process.send_signal(__import__("signal").SIGINT)
+    process.send_signal(signal.SIGINT)
     start = __import__("time").monotonic()
     out, err = process.communicate(timeout=120)  # a hang guard only
     waited = __import__("time").monotonic() - start
