@@ -134,6 +134,19 @@ WEIGHTED_CASES = [(rank, transpose) for rank in (1, 2) for transpose in (False, 
 WEIGHTED_IDS = [f"{'mv' if r == 1 else 'mm'}-{'scatter' if t else 'gather'}" for r, t in WEIGHTED_CASES]
 
 
+def primitive_names(jaxpr):
+    """Every primitive of a closed jaxpr, its sub-jaxprs (jit, cond, scan, custom rules) included."""
+    names = []
+    for eqn in jaxpr.eqns:
+        names.append(eqn.primitive.name)
+        for p in eqn.params.values():
+            for sub in (p if isinstance(p, (tuple, list)) else (p,)):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    names += primitive_names(inner)
+    return names
+
+
 def row_of_entries(indptr, nnz: int):
     """Row of each stored entry: row[k] = #{i >= 1 : indptr[i] <= k}."""
     return jnp.sum(jnp.arange(nnz)[:, None] >= indptr[None, 1:], axis=1)

@@ -30,7 +30,7 @@ from evjax.primitives.csr import numba as csr_numba
 from evjax.testing import NNZ, SIZES, property_test, random_csr
 from tests.helpers import (
     OP_CASES, OP_IDS, WEIGHTED_CASES, WEIGHTED_IDS, csr_args, csr_matmul_spec, csr_op_fn, csr_sddmm_spec,
-    dense_matrix, structural_matmul, weighted_sddmm_spec,
+    dense_matrix, primitive_names, structural_matmul, weighted_sddmm_spec,
 )
 
 BACKENDS = ("numba", "warp", "reference")
@@ -294,19 +294,6 @@ def test_against_scipy_parallel_sizes(homogeneous):
     np.testing.assert_allclose(np.asarray(g).ravel(), np.ravel(want), rtol=1e-4, atol=1e-3)
 
 
-def _primitive_names(jaxpr):
-    """Every primitive of a closed jaxpr, its sub-jaxprs (jit, cond, scan, custom rules) included."""
-    names = []
-    for eqn in jaxpr.eqns:
-        names.append(eqn.primitive.name)
-        for p in eqn.params.values():
-            for sub in (p if isinstance(p, (tuple, list)) else (p,)):
-                inner = getattr(sub, "jaxpr", sub)
-                if hasattr(inner, "eqns"):
-                    names += _primitive_names(inner)
-    return names
-
-
 def _batched_structures(rng, size, n_rows, n_cols, nnz):
     """``size`` CSR structures of one shape and one nnz, each its own rows and columns."""
     indices, indptr = [], []
@@ -348,13 +335,13 @@ def test_vmap_over_structures_is_one_kernel_call(transpose, backend):
                                               backend=backend))
 
     grad = jax.vmap(jax.grad(loss))
-    names = _primitive_names(jax.make_jaxpr(grad)(data, indices, indptr, spikes, ct).jaxpr)
+    names = primitive_names(jax.make_jaxpr(grad)(data, indices, indptr, spikes, ct).jaxpr)
     assert names.count("evjax_csr_sddmm") == 1, names
     assert not {"scan", "while"} & set(names), names
     g = jax.jit(grad)(data, indices, indptr, spikes, ct)
     fwd = jax.jit(jax.vmap(lambda w, i, p, s: evjax.binary_csrmv(w, i, p, s, shape=(n_rows, n_cols),
                                                                  transpose=transpose, backend=backend)))
-    names = _primitive_names(jax.make_jaxpr(fwd)(data, indices, indptr, spikes).jaxpr)
+    names = primitive_names(jax.make_jaxpr(fwd)(data, indices, indptr, spikes).jaxpr)
     assert names.count("evjax_binary_csrmv") == 1 and not {"scan", "while"} & set(names), names
     y = fwd(data, indices, indptr, spikes)
     for b in range(size):

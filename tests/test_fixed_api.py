@@ -14,6 +14,7 @@ import pytest
 import evjax
 from evjax.primitives.fixed import fcn_sddmm
 from evjax.primitives.fixed import ops as fixed_ops
+from tests.helpers import primitive_names
 
 BACKENDS = ("numba", "warp", "reference")
 
@@ -509,18 +510,6 @@ def test_backend_choice_travels_to_the_csr_op_eager_and_traced():
     assert [c.in_force for c in _bound_backends(concrete)] == [()]  # after the block: the default again
 
 
-def _primitive_names(jaxpr):
-    names = []
-    for eqn in jaxpr.eqns:
-        names.append(eqn.primitive.name)
-        for p in eqn.params.values():
-            for sub in (p if isinstance(p, (tuple, list)) else (p,)):
-                inner = getattr(sub, "jaxpr", sub)
-                if hasattr(inner, "eqns"):
-                    names += _primitive_names(inner)
-    return names
-
-
 @pytest.mark.parametrize("transpose", [True, False])
 def test_vmap_over_tables_grad_binds_csr_sddmm_once(transpose):
     """vmap over tables (and weights, events) of the weight gradient: CSR's batching rules put the
@@ -533,7 +522,7 @@ def test_vmap_over_tables_grad_binds_csr_sddmm_once(transpose):
     ct = rng.standard_normal((size, n_cols if transpose else n)).astype(np.float32)
     grad = jax.vmap(jax.grad(lambda w, i, s, c: jnp.vdot(c, evjax.binary_fcnmv(
         w, i, s, shape=(n, n_cols), transpose=transpose))))
-    names = _primitive_names(jax.make_jaxpr(grad)(weights, tables, spikes, ct).jaxpr)
+    names = primitive_names(jax.make_jaxpr(grad)(weights, tables, spikes, ct).jaxpr)
     assert names.count("evjax_csr_sddmm") == 1, names
     assert not {"scan", "while"} & set(names), names
     g = jax.jit(grad)(weights, tables, spikes, ct)
