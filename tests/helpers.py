@@ -40,6 +40,11 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 HANG_GUARD_S = 1800
 
 
+# the Hypothesis profile that runs every case of the tests' full products (see tests/conftest.py);
+# under the default (CI) profile some tests run a diagonal of them
+THOROUGH = os.environ.get("HYPOTHESIS_PROFILE") == "thorough"
+
+
 def handler_count() -> int:
     """How many (kernel, signature) pairs have a Numba CPU handler in this process."""
     from evjax.backends import numba_cpu

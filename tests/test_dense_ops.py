@@ -16,7 +16,6 @@ binary spikes, the true derivative of the linear map for weighted values).
 from __future__ import annotations
 
 import importlib.util
-import os
 
 import jax
 import jax.numpy as jnp
@@ -27,7 +26,7 @@ from hypothesis import strategies as st
 import evjax
 from evjax.primitives.dense import binary_dense_outer
 from evjax.testing import SIZES, check_all, property_test
-from tests.helpers import DENSE_OPS, dense_one_example, dense_spec
+from tests.helpers import DENSE_OPS, THOROUGH, dense_one_example, dense_spec
 
 HAS_WARP = importlib.util.find_spec("warp") is not None
 BACKENDS = ("numba", "reference") + (("warp",) if HAS_WARP else ())
@@ -59,7 +58,6 @@ CASES = [(rank, transpose, weighted) for rank in (1, 2) for transpose in (True, 
 IDS = [f"{DENSE_OPS[r].__name__}-{'scatter' if t else 'gather'}-{'weighted' if w else 'binary'}" for r, t, w in CASES]
 
 
-THOROUGH = os.environ.get("HYPOTHESIS_PROFILE") == "thorough"
 # CI budget: every case on numba (the CPU default); warp and the reference on a diagonal that still
 # runs each of their kernels with both event kinds; the whole product under the thorough profile
 DIAGONAL = {(1, True, False), (2, False, True)}

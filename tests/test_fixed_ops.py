@@ -14,7 +14,6 @@ select their weights).
 """
 from __future__ import annotations
 
-import os
 
 import jax
 import numpy as np
@@ -23,7 +22,7 @@ from hypothesis import strategies as st
 
 import evjax
 from evjax.testing import SIZES, check_all, property_test
-from tests.helpers import FIXED_OPS, fixed_matmul_spec, fixed_sddmm_spec
+from tests.helpers import FIXED_OPS, THOROUGH, fixed_matmul_spec, fixed_sddmm_spec
 
 BACKENDS = ("numba", "warp", "reference")
 K = (0, 1, 4)
@@ -55,7 +54,6 @@ def fixed_args(draw, *, rank, transpose, event, float_spikes=False, weighted=Fal
 
 OP_CASES = [(rank, event, transpose) for event in (False, True) for rank in (1, 2) for transpose in (False, True)]
 OP_IDS = [f"{FIXED_OPS[(r, e)].__name__}-{'scatter' if t else 'gather'}" for r, e, t in OP_CASES]
-THOROUGH = os.environ.get("HYPOTHESIS_PROFILE") == "thorough"  # see tests/conftest.py
 # CI (default profile): each op x orientation on one backend, the backends in turn (the kernels
 # themselves are the CSR family's, tested on every backend in tests/test_csr_ops.py); the thorough
 # profile runs every op x orientation on every backend.

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import decimal
 import math
-import os
 
 import jax.numpy as jnp
 import numpy as np
@@ -18,6 +17,7 @@ import pytest
 from scipy import stats
 
 import evjax
+from tests.helpers import THOROUGH
 from evjax import registry
 from evjax.primitives.jitc import generation
 
@@ -132,9 +132,6 @@ def test_reference_matches_pure_python(law, params):
     got = np.asarray(fn(*params, prob, seed, shape=(n_outer, n_inner), corder=True, backend="reference"))
     np.testing.assert_array_equal(got != 0, want != 0)
     np.testing.assert_array_max_ulp(got, want, maxulp=1)
-
-
-THOROUGH = os.environ.get("HYPOTHESIS_PROFILE") == "thorough"
 
 
 def _backends():

@@ -13,7 +13,6 @@ operand alone runs the mm op.
 """
 from __future__ import annotations
 
-import os
 
 import jax
 import jax.numpy as jnp
@@ -24,11 +23,10 @@ from hypothesis import strategies as st
 import evjax
 from evjax.primitives.jitc import MATMUL_OPS
 from evjax.testing import SIZES, check_all, property_test
-from tests.helpers import JITC_FUNCTIONS, JITC_LAWS, jitc_spec_for
+from tests.helpers import JITC_FUNCTIONS, JITC_LAWS, THOROUGH, jitc_spec_for
 
 BACKENDS = ("numba", "reference")
 # CI (default profile): a few shapes, so examples reuse compiled programs; thorough: every size bucket
-THOROUGH = os.environ.get("HYPOTHESIS_PROFILE") == "thorough"
 SHAPES = [(a, b) for a in SIZES for b in SIZES] if THOROUGH else [(3, 4), (5, 2), (0, 3)]
 PROBS = (0.15, 0.4, 0.7, 1.0) if THOROUGH else (0.5,)
 # The dense references (jitc_structural), the laws and jitc_spec_for are in tests/helpers.py

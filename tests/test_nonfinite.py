@@ -19,7 +19,6 @@ from __future__ import annotations
 import functools
 import importlib.util
 import itertools
-import os
 
 import jax
 import jax.numpy as jnp
@@ -30,7 +29,7 @@ import scipy.sparse as sp
 import evjax
 from evjax.primitives import csr
 from tests import doc_runner
-from tests.helpers import csr_from_coo, sddmm_numpy
+from tests.helpers import THOROUGH, csr_from_coo, sddmm_numpy
 
 HAS_WARP = importlib.util.find_spec("warp") is not None
 BACKENDS = ("numba", "reference") + (("warp",) if HAS_WARP else ())
@@ -468,9 +467,6 @@ def jitc_reference(law, params, x, transpose, corder, mode):
 
 
 JITC_ORIENTATIONS = ((False, True), (False, False), (True, True), (True, False))  # (transpose, corder)
-
-
-THOROUGH = os.environ.get("HYPOTHESIS_PROFILE") == "thorough"
 
 
 def _jitc_case_runs(backend: str, rank: int, orientation: tuple, mode_index: int) -> bool:
