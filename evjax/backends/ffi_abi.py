@@ -30,7 +30,7 @@ from ..errors import KernelError
 # --- The API evjax's handlers are built for ---------------------------------
 API_MAJOR = 0  # XLA_FFI_API_MAJOR: a jaxlib with another major version moved the ABI
 API_MINOR = 3  # XLA_FFI_API_MINOR of the header these constants were written from
-SUPPORTED_JAX = "jax>=0.10,<0.11.1"  # the jax/jaxlib range of pyproject.toml
+SUPPORTED_JAX = "jax>=0.10,<0.12"  # the jax/jaxlib range of pyproject.toml
 
 # --- XLA_FFI_CallFrame ------------------------------------------------------
 FRAME_EXTENSION_START = 8
@@ -317,6 +317,12 @@ class Struct:
     struct_size: int | None  # XLA_FFI_STRUCT_SIZE(name, last field) where XLA_FFI_DEFINE_STRUCT_TRAITS declares it
 
 
+# Structs a later header renamed without changing their layout: old name -> new name.  XLA FFI API
+# 0.4 (jaxlib 0.11.2) calls the extension header ``XLA_FFI_InternalExtension``; the check lays out
+# whichever the header defines, so a layout change under the new name is still caught.
+RENAMED_STRUCTS: dict[str, str] = {"XLA_FFI_Extension_Base": "XLA_FFI_InternalExtension"}
+
+
 class HeaderError(ValueError):
     """A struct or enumerator the check needs is missing from the header or cannot be laid out."""
 
@@ -390,6 +396,8 @@ class Header:
 
     def struct(self, name: str) -> Struct:
         """The layout of struct ``name`` (tag or typedef name)."""
+        if name not in self._bodies and RENAMED_STRUCTS.get(name) in self._bodies:
+            name = RENAMED_STRUCTS[name]
         if name not in self._structs:
             if name not in self._bodies:
                 raise HeaderError(f"struct {name} is not defined in the header")
