@@ -589,10 +589,12 @@ def cuda_overload(kernel, specs):
 
 
 def handle_address(handle) -> int:
-    """An integer address from a ctypes pointer, a cuda-python handle or an int."""
+    """An integer address from a ctypes pointer or integer, a cuda-python handle or an int."""
     if handle is None:
         return 0
-    if isinstance(handle, ctypes.c_void_p):
+    # c_void_p, or the c_size_t of numba-cuda 0.30's device_ctypes_pointer: int() of a ctypes scalar
+    # would read its bytes as a numeral (it exposes the buffer protocol), so take its value
+    if isinstance(handle, (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint64, ctypes.c_int64)):
         return int(handle.value or 0)
     try:
         return int(handle)
@@ -622,16 +624,14 @@ def cuda_needs_python_launch(overload) -> bool:
 
 
 def cuda_packing(overload, specs, make_view) -> list:
-    """The kernel parameters Numba itself passes for arrays made by ``make_view(spec)`` (ctypes values)."""
-    from numba.cuda.args import ArgHint
+    """The kernel parameters Numba itself passes for arrays made by ``make_view(spec)`` (ctypes values or ints).
 
-    class _Given(ArgHint):
-        def to_device(self, retr, stream=0):
-            return self.value
-
+    Each view goes through Numba's own argument path (``InOut``: a device array is used in place,
+    uncopied), which numba-cuda 0.30 changed to pass a strided memory view rather than the array.
+    """
     kernelargs: list = []
     for spec in specs:
-        overload._prepare_args(numba_array_type(*spec), _Given(make_view(spec)), 0, [], kernelargs)
+        overload._prepare_args(numba_array_type(*spec), make_view(spec), 0, [], kernelargs)
     return kernelargs
 
 

@@ -150,11 +150,13 @@ def duck_device_array(shape, dtype, pointer: int):
     """An object with what Numba's ``_prepare_args`` reads from a device array
     (built-in numba.cuda and the numba-cuda package)."""
     a = np.empty(shape, dtype)
-    return types.SimpleNamespace(
+    duck = types.SimpleNamespace(
         size=a.size, dtype=a.dtype, ndim=a.ndim, shape=a.shape, strides=a.strides, __cuda_memory__=True,
         device_ctypes_pointer=ctypes.c_void_p(pointer), ptr=pointer,
         _layout=types.SimpleNamespace(strides_in_bytes=a.strides, is_contiguous_c=True, is_contiguous_f=a.ndim <= 1),
     )
+    duck._strided_memory_view_shim = duck  # numba-cuda 0.30's InOut.to_device passes this (ptr, shape, ...)
+    return duck
 
 
 class HostViews:
