@@ -45,6 +45,30 @@ HANG_GUARD_S = 1800
 THOROUGH = os.environ.get("HYPOTHESIS_PROFILE") == "thorough"
 
 
+# tests/cudasim runs the Numba CUDA kernels in Numba's simulator (NUMBA_ENABLE_CUDASIM=1), or, with
+# this variable set to 1 on a machine with a CUDA GPU, the same tests on the device
+# (tests/test_numba_cuda_gpu.py starts that run).
+CUDA_TESTS_ON_GPU_ENV = "EVJAX_CUDA_TESTS_ON_GPU"
+
+
+def cuda_kernel_tests_on_simulator(ops=()) -> bool:
+    """Where a tests/cudasim module runs its CUDA kernels: True in the simulator, False on a GPU.
+
+    In the simulator, each op of ``ops`` gets its ``numba_cuda`` GPU generator registered as a
+    CPU backend of the same name too (this process only), so ``backend="numba_cuda"`` runs the
+    CUDA kernels on the host; on a GPU the ops' own GPU backends run.  Neither: an error.
+    """
+    from evjax.backends import numba_cuda as bridge
+
+    if bridge.simulator_enabled():
+        for op in ops:
+            op.def_kernel("numba_cuda", "cpu", op.kernel_generator("gpu", "numba_cuda"), default=False)
+        return True
+    if os.environ.get(CUDA_TESTS_ON_GPU_ENV) == "1" and bridge.gpu_devices():
+        return False
+    raise RuntimeError(f"run with NUMBA_ENABLE_CUDASIM=1, or with {CUDA_TESTS_ON_GPU_ENV}=1 on a CUDA GPU")
+
+
 def handler_count() -> int:
     """How many (kernel, signature) pairs have a Numba CPU handler in this process."""
     from evjax.backends import numba_cpu

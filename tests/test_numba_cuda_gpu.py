@@ -5,6 +5,9 @@ Every test here is marked ``gpu`` and skipped without one (tests/conftest.py).
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -14,6 +17,7 @@ import pytest
 
 from evjax import numba_cuda_callable, numba_cuda_kernel
 from evjax.backends import numba_cuda as bridge
+from tests.helpers import CUDA_TESTS_ON_GPU_ENV, HANG_GUARD_S
 
 pytestmark = pytest.mark.gpu
 
@@ -175,3 +179,16 @@ def test_csr_ops_numba_cuda_backend_matches_reference(homogeneous):
         got = jax.jit(lambda: call("numba_cuda"))()
         want = call("reference")
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=f"case {i}")
+
+
+def test_the_simulator_tests_of_every_family_on_the_gpu():
+    """tests/cudasim (CSR, dense, fixed, JITC through the property harness, and the CSR kernels
+    launched directly) on the device instead of the simulator, in a separate process."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, CUDA_TESTS_ON_GPU_ENV: "1", "PYTHONPATH": path}
+    env.pop("NUMBA_ENABLE_CUDASIM", None)
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/cudasim"],
+                            cwd=root, env=env, capture_output=True, text=True, timeout=HANG_GUARD_S)
+    assert result.returncode == 0, result.stdout[-8000:] + result.stderr[-3000:]
+    assert " passed" in result.stdout and " failed" not in result.stdout

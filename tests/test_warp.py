@@ -413,3 +413,41 @@ def test_cuda_vmap_and_loops_under_jit():
         return jax.lax.fori_loop(0, 5, lambda _, y: f(y, y), x)
 
     np.testing.assert_allclose(np.asarray(jax.vmap(loop)(a)), np.asarray(a) * 32)
+
+
+def _family_calls(rng):
+    """One call of each family's main ops, ``backend -> result``, on the default device."""
+    n_pre, n_post, k = 300, 200, 6
+    w = np.where(rng.random((n_pre, n_post)) < 0.05, rng.standard_normal((n_pre, n_post)), 0.0).astype(np.float32)
+    indptr = jnp.asarray(np.concatenate([[0], np.cumsum((w != 0).sum(1))]), jnp.int32)
+    indices = jnp.asarray(np.nonzero(w)[1], jnp.int32)
+    data = jnp.asarray(w[w != 0])
+    shape = (n_pre, n_post)
+    spikes = jnp.asarray(rng.random(n_pre) < 0.1)
+    spikes_mm = jnp.asarray(rng.random((n_pre, k)) < 0.1)
+    v = jnp.asarray(rng.standard_normal(n_post), jnp.float32)
+    dense = jnp.asarray(w)
+    return {
+        "binary_csrmv": lambda be: evjax.binary_csrmv(data, indices, indptr, spikes, shape=shape, transpose=True,
+                                                      backend=be),
+        "binary_csrmm": lambda be: evjax.binary_csrmm(data, indices, indptr, spikes_mm, shape=shape, transpose=True,
+                                                      backend=be),
+        "csrmv grad": lambda be: jax.grad(lambda d: evjax.csrmv(d, indices, indptr, v, shape=shape,
+                                                                backend=be).sum())(data),
+        "binary_csrmv vmap": lambda be: jax.vmap(lambda s: evjax.binary_csrmv(
+            data, indices, indptr, s, shape=shape, transpose=True, backend=be))(spikes_mm.T),
+        "binary_densemv": lambda be: evjax.binary_densemv(dense, spikes, transpose=True, backend=be),
+        "binary_densemv grad": lambda be: jax.grad(lambda m: evjax.binary_densemv(
+            m, spikes, transpose=True, backend=be).sum())(dense),
+        "binary_jitsmv": lambda be: evjax.binary_jitsmv(0.5, 0.1, spikes, 7, shape=shape, transpose=True,
+                                                        backend=be),
+        "jitnmv": lambda be: evjax.jitnmv(0.0, 1.0, 0.1, v, 7, shape=shape, backend=be),
+    }
+
+
+@pytest.mark.gpu
+def test_every_family_on_the_warp_backend_matches_the_reference_on_the_gpu():
+    for name, call in _family_calls(np.random.default_rng(3)).items():
+        got = jax.jit(lambda call=call: call("warp"))()
+        assert got.devices() == {jax.devices("gpu")[0]}, name
+        np.testing.assert_allclose(got, call("reference"), rtol=1e-4, atol=1e-4, err_msg=name)

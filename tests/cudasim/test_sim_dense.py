@@ -12,16 +12,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from evjax.backends import numba_cuda as bridge
 from evjax.primitives import dense
 from evjax.primitives.dense import binary_dense_outer
 from evjax.testing import check_all
-from tests.helpers import dense_one_example, dense_spec
+from tests.helpers import cuda_kernel_tests_on_simulator, dense_one_example, dense_spec
 
-assert bridge.simulator_enabled(), "run with NUMBA_ENABLE_CUDASIM=1"
-
-for _op in dense.OPS:
-    _op.def_kernel("numba_cuda", "cpu", _op.kernel_generator("gpu", "numba_cuda"), default=False)
+ON_SIMULATOR = cuda_kernel_tests_on_simulator(dense.OPS)
 
 BACKEND = "numba_cuda"
 

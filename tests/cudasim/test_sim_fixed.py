@@ -18,15 +18,11 @@ import numpy as np
 import pytest
 
 import evjax
-from evjax.backends import numba_cuda as bridge
 from evjax.primitives import csr
 from evjax.testing import check_all
-from tests.helpers import FIXED_OPS, fixed_matmul_spec, fixed_sddmm_spec
+from tests.helpers import cuda_kernel_tests_on_simulator, FIXED_OPS, fixed_matmul_spec, fixed_sddmm_spec
 
-assert bridge.simulator_enabled(), "run with NUMBA_ENABLE_CUDASIM=1"
-
-for _op in csr.OPS:
-    _op.def_kernel("numba_cuda", "cpu", _op.kernel_generator("gpu", "numba_cuda"), default=False)
+ON_SIMULATOR = cuda_kernel_tests_on_simulator(csr.OPS)
 
 BACKEND = "numba_cuda"
 N_ROWS, N_COLS, K = 6, 4, 3

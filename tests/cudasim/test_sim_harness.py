@@ -14,17 +14,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from evjax.backends import numba_cuda as bridge
 from evjax.primitives import csr
 from evjax.testing import check_all, random_csr
 from tests.helpers import (
     OP_CASES, OP_IDS, WEIGHTED_CASES, WEIGHTED_IDS, csr_matmul_spec, csr_sddmm_spec, weighted_sddmm_spec,
+    cuda_kernel_tests_on_simulator,
 )
 
-assert bridge.simulator_enabled(), "run with NUMBA_ENABLE_CUDASIM=1"
-
-for _op in csr.OPS:
-    _op.def_kernel("numba_cuda", "cpu", _op.kernel_generator("gpu", "numba_cuda"), default=False)
+ON_SIMULATOR = cuda_kernel_tests_on_simulator(csr.OPS)
 
 BACKEND = "numba_cuda"
 

@@ -13,15 +13,11 @@ import numpy as np
 import pytest
 
 import evjax
-from evjax.backends import numba_cuda as bridge
 from evjax.primitives import jitc
 from evjax.testing import check_all
-from tests.helpers import JITC_LAWS, jitc_spec_for
+from tests.helpers import cuda_kernel_tests_on_simulator, JITC_LAWS, jitc_spec_for
 
-assert bridge.simulator_enabled(), "run with NUMBA_ENABLE_CUDASIM=1"
-
-for _op in jitc.OPS:
-    _op.def_kernel("numba_cuda", "cpu", _op.kernel_generator("gpu", "numba_cuda"), default=False)
+ON_SIMULATOR = cuda_kernel_tests_on_simulator(jitc.OPS)
 
 DENSE = {"scalar": (evjax.jits, (1.5,)), "normal": (evjax.jitn, (0.5, 0.25)), "uniform": (evjax.jitu, (0.1, 0.9))}
 

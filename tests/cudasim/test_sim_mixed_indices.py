@@ -10,11 +10,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from evjax.backends import numba_cuda as bridge
 from evjax.primitives.csr import numba_cuda as csr_cuda
-from tests.helpers import sddmm_numpy
+from tests.helpers import cuda_kernel_tests_on_simulator, sddmm_numpy
 
-assert bridge.simulator_enabled(), "run with NUMBA_ENABLE_CUDASIM=1"
+ON_SIMULATOR = cuda_kernel_tests_on_simulator()
 
 N_ROWS, N_COLS, K = 6, 5, 2
 GENERATORS = {

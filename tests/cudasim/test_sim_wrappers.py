@@ -18,9 +18,10 @@ import pytest
 from numba import cuda
 
 from evjax import XLACustomKernel, numba_cuda_callable, numba_cuda_kernel
-from evjax.backends import numba_cuda as bridge
 
-assert bridge.simulator_enabled(), "run with NUMBA_ENABLE_CUDASIM=1"
+from tests.helpers import cuda_kernel_tests_on_simulator
+
+ON_SIMULATOR = cuda_kernel_tests_on_simulator()
 
 f32 = jnp.float32
 
