@@ -39,6 +39,10 @@ from .primitives.fixed import (
     FixedNumConn, FixedNumPerPost, FixedNumPerPre, FixedPostNumConn, FixedPreNumConn,
     binary_fcnmm, binary_fcnmm_p, binary_fcnmv, binary_fcnmv_p, fcn_sddmm, fcnmm, fcnmv,
 )
+# plasticity: weight updates on spikes
+from .primitives.plasticity import (
+    update_csr_on_binary_post, update_csr_on_binary_post_p, update_csr_on_binary_pre, update_csr_on_binary_pre_p,
+)
 # just-in-time connectivity
 from .primitives.jitc import (
     JITCHomoC,
@@ -188,6 +192,11 @@ __all__ = [
     "jits_p",
     "jitn_p",
     "jitu_p",
+    "update_csr_on_binary_pre_p",
+    "update_csr_on_binary_post_p",
+    # plasticity
+    "update_csr_on_binary_pre",
+    "update_csr_on_binary_post",
     # index utilities
     "csr_to_coo_index",
     "coo_to_csc_index",

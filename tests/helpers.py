@@ -687,3 +687,48 @@ def fixed_sddmm_spec(backend):
         reference=fixed_sddmm_reference, diff_argnums=(1, 2), static_argnums=(3,), backend=backend,
         resample=table_resampler(indices=0, shape=3), batch_size=2, name=f"fcn_sddmm({backend})",
     )
+
+
+# ---------------------------------------------------------------------------
+# plasticity: the oracle of evjax.primitives.plasticity (tests/test_plasticity.py, the simulator)
+# ---------------------------------------------------------------------------
+def line_update_reference(weight, indices, indptr, positions, trace, spikes, w_min, w_max):
+    """``w[p(e)] <- clip(w[p(e)] + trace[indices[e]], w_min, w_max)`` for the entries ``e`` of the lines
+    ``i`` with ``spikes[i] != 0`` (``p(e) = positions[e]``, or ``e`` when ``positions`` is None); the
+    other weights unchanged.  jnp, differentiable; the weights' dtype (float16 via float32)."""
+    weight, trace = jnp.asarray(weight), jnp.asarray(trace)
+    acc = jnp.float32 if weight.dtype in (jnp.float16, jnp.bfloat16) else weight.dtype
+    nnz = weight.shape[0]
+    ptr = jnp.asarray(indptr)
+    lines = jnp.repeat(jnp.arange(ptr.shape[0] - 1), jnp.diff(ptr), total_repeat_length=nnz)
+    pos = jnp.arange(nnz) if positions is None else jnp.asarray(positions)
+    active = (jnp.asarray(spikes) != 0)[lines]
+    current = weight.astype(acc)[pos]
+    lo = None if w_min is None else jnp.asarray(w_min).astype(acc)
+    hi = None if w_max is None else jnp.asarray(w_max).astype(acc)
+    moved = jnp.clip(current + trace.astype(acc)[jnp.asarray(indices)], lo, hi)
+    return weight.at[pos].set(jnp.where(active, moved, current).astype(weight.dtype))
+
+
+def line_update_resampler(*, indices: int, indptr: int, positions: int | None, shape: int, other_axis: int):
+    """A ``resample`` for the plasticity ops: new indices (into ``args[shape][other_axis]`` neurons), a
+    new split of the same nnz, or a new permutation of positions, each alone valid; floats and spikes
+    by ``redraw``."""
+    structural = {indices, indptr} | ({positions} if positions is not None else set())
+
+    def resample(rng, args, argnums):
+        n_other = args[shape][other_axis]
+        out = list(redraw(rng, args, [i for i in argnums if i not in structural]))
+        nnz = np.shape(args[indices])[0]
+        dtype = np.asarray(args[indices]).dtype
+        if indices in argnums:
+            out[indices] = rng.integers(0, max(n_other, 1), nnz).astype(dtype)
+        if indptr in argnums:
+            n_lines = np.shape(args[indptr])[0] - 1
+            cuts = np.sort(rng.integers(0, nnz + 1, max(n_lines - 1, 0)))
+            out[indptr] = (np.concatenate([[0], cuts, [nnz]]) if n_lines else np.zeros(1)).astype(dtype)
+        if positions is not None and positions in argnums:
+            out[positions] = rng.permutation(nnz).astype(dtype)
+        return tuple(out)
+
+    return resample

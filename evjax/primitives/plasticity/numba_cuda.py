@@ -1,0 +1,63 @@
+"""Numba CUDA backend of the plasticity ops (backend ``"numba_cuda"``, GPU).
+
+Imported (through the family's ``BACKEND_LOADERS``) the first time an op needs
+this backend; it registers its generator at the bottom.  One module-level
+kernel (Numba specialises it per signature), one thread per line (a row, or a
+column of the CSC view): an active line moves the weight of each of its
+entries by the trace of the other end and clips it, in place in the output,
+which aliases the weights (XLA hands the kernel a copy where the weights are
+still needed).  Each synapse is written by one thread at most (the positions
+are a permutation): no atomics, no order to fix.  float16/bfloat16 compute in
+float32; an empty structure skips the launch.
+"""
+import jax.numpy as jnp
+from numba import cuda
+
+from ...dtypes import compute_dtype
+from ...numba_cuda_kernel import numba_cuda_kernel
+from . import ops
+
+__all__ = ["update_lines", "update_numba_cuda", "THREADS"]
+
+THREADS = 256  # threads per block
+
+
+@cuda.jit
+def update_lines(weight, indices, indptr, positions, trace, spikes, bounds, out):
+    i = cuda.grid(1)
+    if i < spikes.shape[0] and spikes[i]:
+        lo, hi = bounds[0], bounds[1]
+        direct = positions.shape[0] == 0
+        for e in range(indptr[i], indptr[i + 1]):
+            p = e if direct else positions[e]
+            v = out[p] + trace[indices[e]]
+            if lo != lo or v < lo:  # max(v, lo), NaN propagated
+                v = lo
+            if hi != hi or v > hi:  # min(v, hi), NaN propagated
+                v = hi
+            out[p] = v
+
+
+def update_numba_cuda(outs, ins, indirect: bool, clip_min: bool, clip_max: bool):
+    """Numba CUDA generator for ``update_csr_on_binary_pre_p`` / ``_post_p``: ``run(*operands) -> [weights]``."""
+    out = outs[0]
+    dtype = compute_dtype(out.dtype)
+    n_lines = int(ins[2].shape[0]) - 1
+    empty = n_lines == 0 or int(out.shape[0]) == 0
+    if not empty:
+        call = numba_cuda_kernel(update_lines, out.update(dtype=dtype), grid=max(-(-n_lines // THREADS), 1),
+                                 block=THREADS, input_output_aliases={0: 0})
+
+    def run(*args):
+        weight, indices, indptr, positions, trace, spikes, bounds = ops._lines(args, indirect)
+        if empty:
+            return [weight]
+        positions = jnp.zeros((0,), indices.dtype) if positions is None else positions
+        w, t, b = (x if x.dtype == dtype else x.astype(dtype) for x in (weight, trace, bounds))
+        return [call(w, indices, indptr, positions, t, spikes != 0, b).astype(out.dtype)]
+
+    return run
+
+
+for _op in ops.OPS:
+    _op.def_numba_cuda_kernel(update_numba_cuda)

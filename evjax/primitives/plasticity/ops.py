@@ -1,0 +1,342 @@
+"""Event-driven weight updates of a CSR connection: plasticity (STDP) on pre- and postsynaptic spikes.
+
+Ops (:class:`~evjax.XLACustomKernel` instances, brainevent's names):
+
+* ``update_csr_on_binary_pre_p``: operands ``(weight, indices, indptr,
+  pre_spike, post_trace, bounds)``; for each active presynaptic neuron ``i``
+  and each synapse ``k`` of its row, ``weight[k] += post_trace[indices[k]]``;
+* ``update_csr_on_binary_post_p``: operands ``(weight, indices, indptr,
+  weight_indices, pre_trace, post_spike, bounds)``, with ``indices, indptr``
+  the *column* (CSC) view of the same connection and ``weight_indices`` the
+  CSR position of each CSC entry (a permutation of ``range(nnz)``); for each
+  active postsynaptic neuron ``j`` and each synapse of its column,
+  ``weight[weight_indices[e]] += pre_trace[indices[e]]``.
+
+The two are one computation over "lines" (rows, or columns): for each active
+line, each of its entries ``e`` moves the weight at position ``p(e)``
+(``e`` itself, or ``weight_indices[e]``) by the trace of its other end, then
+clips it.  Their rules below are shared; ``_lines`` names the operands.
+
+``bounds`` is ``[w_min, w_max]`` in the weights' dtype, data (new bounds do
+not retrace); whether each is given is static (params ``clip_min``,
+``clip_max``), and a bound not given is ``-inf``/``+inf`` to the kernels.  Clipping is
+``min(max(w, w_min), w_max)`` with NaN propagated as ``jnp.clip`` does, and
+it applies to the updated synapses only.
+
+Semantics (``docs/semantics.md``): a spike is ``s != 0``; a synapse whose
+line is inactive keeps its weight bit for bit, NaN included, whatever the
+trace holds; updated ones follow IEEE.  Cost: the synapses of active lines
+(the backends visit nothing else) plus the copy of ``weight``.
+
+Derivatives (``jvp``, ``grad``): those of the dense formula ``where(active,
+jnp.clip(w + trace[idx], w_min, w_max), w)``, as ``jax.numpy`` takes them: in
+the weights, 1 where the synapse is not updated or its update is not
+clipped, 0 where it is clipped; in the trace, the same slope at each updated
+synapse's trace entry; in a bound, 1 where the update clipped to it; a tie
+between the sum and a bound splits the slope in halves, as ``jnp.maximum``
+does.  Spikes and the structure have none.  ``vmap`` over any operand, structures included, runs one call per
+batch element.
+
+Backends are declared, not imported (``numba``, ``warp``, ``numba_cuda``).
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..._validation import canonical, is_concrete
+from ...dtypes import compute_dtype
+from ...rules import batching as batching_rules
+from ...xla_custom_kernel import XLACustomKernel
+
+__all__ = [
+    "update_csr_on_binary_pre", "update_csr_on_binary_post", "update_csr_on_binary_pre_p",
+    "update_csr_on_binary_post_p", "OPS",
+]
+
+_FLOATS = (jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64)
+
+
+# ===========================================================================
+# Validation and binding
+# ===========================================================================
+def _check_weight(weight, who: str):
+    weight = canonical(weight)
+    if weight.ndim != 1 or weight.dtype not in [jnp.dtype(d) for d in _FLOATS]:
+        raise TypeError(f"{who}: weight must be the 1-d float array of the synapses' weights (nnz,), got "
+                        f"{weight.dtype}{list(weight.shape)}; a homogeneous weight has no per-synapse "
+                        f"values to update: broadcast it first, e.g. jnp.full(nnz, w)")
+    return weight
+
+
+def _check_index(x, name: str, length: int | None, who: str):
+    x = canonical(x)
+    if x.ndim != 1 or not jnp.issubdtype(x.dtype, jnp.integer):
+        raise TypeError(f"{who}: {name} must be a 1-d integer array, got {x.dtype}{list(x.shape)}")
+    if length is not None and x.shape[0] != length:
+        raise ValueError(f"{who}: {name} has {x.shape[0]} entries, expected {length}")
+    return x
+
+
+def _check_line_vector(x, name: str, length: int, who: str, *, events: bool):
+    x = canonical(x)
+    if x.ndim != 1 or x.shape[0] != length:
+        raise ValueError(f"{who}: {name} must be a vector of {length} entries (from shape), got shape {x.shape}")
+    if jnp.issubdtype(x.dtype, jnp.complexfloating):
+        raise TypeError(f"{who}: {name} must be real, got {x.dtype}")
+    if not events and not jnp.issubdtype(x.dtype, jnp.floating):
+        raise TypeError(f"{who}: {name} must be float, got {x.dtype}; convert it, e.g. {name}.astype(jnp.float32)")
+    return x
+
+
+def _bounds(w_min, w_max, dtype, who: str):
+    """``[w_min, w_max]`` in ``dtype``; a bound not given is -inf / +inf."""
+    values = []
+    for name, bound, missing in (("w_min", w_min, -np.inf), ("w_max", w_max, np.inf)):
+        if bound is None:
+            values.append(jnp.asarray(missing, dtype))
+            continue
+        bound = jnp.asarray(bound)
+        if bound.ndim != 0 or not (jnp.issubdtype(bound.dtype, jnp.floating)
+                                   or jnp.issubdtype(bound.dtype, jnp.integer)):
+            raise TypeError(f"{who}: {name} must be a real scalar or None, got {bound.dtype}{list(bound.shape)}")
+        values.append(bound.astype(dtype))
+    return jnp.stack(values)
+
+
+def _check_structure(indices, indptr, weight, n_lines: int, who: str, view: str):
+    """``indices``, ``indptr`` of ``n_lines`` lines over ``weight``'s nnz synapses, in one index dtype."""
+    nnz = weight.shape[0]
+    indices = _check_index(indices, "indices", nnz, who)
+    indptr = _check_index(indptr, "indptr", n_lines + 1, who)
+    if is_concrete(indptr):
+        ptr = np.asarray(indptr)
+        if ptr[0] != 0 or ptr[-1] != nnz or np.any(np.diff(ptr) < 0):
+            raise ValueError(f"{who}: indptr must rise from 0 to nnz = {nnz} ({view} view), got "
+                             f"indptr[0] = {ptr[0]}, indptr[-1] = {ptr[-1]}; pass the {view} structure of the weights")
+    dtype = jnp.result_type(indices.dtype, indptr.dtype)
+    return indices.astype(dtype), indptr.astype(dtype)
+
+
+def _shape(shape, who: str) -> tuple[int, int]:
+    from ..._validation import check_shape
+
+    return check_shape(shape, who, dims=("n_pre", "n_post"))
+
+
+# ===========================================================================
+# Pure-JAX reference (the fallback backend and the tests' oracle)
+# ===========================================================================
+def _line_of_entries(indptr, nnz: int):
+    """The line (row or column) of each of the ``nnz`` entries."""
+    lines = jnp.arange(indptr.shape[0] - 1, dtype=indptr.dtype)
+    return jnp.repeat(lines, jnp.diff(indptr), total_repeat_length=nnz)
+
+
+def _clip(v, bounds, clip_min: bool, clip_max: bool):
+    # min(max(v, lo), hi), NaN propagated (jnp.clip's order and NaN rule); a bound not given is skipped
+    v = jnp.maximum(v, bounds[0]) if clip_min else v
+    return jnp.minimum(v, bounds[1]) if clip_max else v
+
+
+def _lines(args, indirect: bool):
+    """``(weight, indices, indptr, positions, trace, spikes, bounds)``; ``positions`` None when direct."""
+    if indirect:
+        return args
+    weight, indices, indptr, trace, spikes, bounds = args
+    return weight, indices, indptr, None, trace, spikes, bounds
+
+
+def _raw_update(args, indirect: bool):
+    """``(positions, active, current, raw)`` per entry: where it writes, whether its line fired,
+    the weight there, and that weight plus the trace (before clipping), in the compute dtype."""
+    weight, indices, indptr, positions, trace, spikes, bounds = _lines(args, indirect)
+    acc = compute_dtype(weight.dtype)
+    nnz = weight.shape[0]
+    active = (spikes != 0)[_line_of_entries(indptr, nnz)]
+    pos = jnp.arange(nnz, dtype=indptr.dtype) if positions is None else positions
+    current = weight.astype(acc)[pos]
+    raw = current + trace.astype(acc)[indices]
+    return pos, active, current, raw
+
+
+def _reference_update(*args, outs, indirect: bool, clip_min: bool, clip_max: bool):
+    # w'[p(e)] = clip(w[p(e)] + trace[idx(e)]) for each entry e of an active line; w' = w elsewhere
+    weight, bounds = args[0], args[-1]
+    pos, active, current, raw = _raw_update(args, indirect)
+    acc = raw.dtype
+    new = jnp.where(active, _clip(raw, bounds.astype(acc), clip_min, clip_max), current)
+    return [weight.at[pos].set(new.astype(weight.dtype), unique_indices=True)]
+
+
+# ===========================================================================
+# Rule helpers (maths as comments)
+# ===========================================================================
+def _balanced(x, result, other):
+    # d result / d x of result = max(x, other) or min(x, other), as jax.numpy differentiates them:
+    # 1 where x is the result alone, 1/2 at a tie, 0 where the other operand is (NaN: 0)
+    return jnp.where(x == result, jnp.where(other == result, 0.5, 1.0), 0.0).astype(result.dtype)
+
+
+def _coefficients(args, indirect: bool, clip_min: bool, clip_max: bool):
+    """Per entry: ``pos``, ``active``, and the derivatives of ``clip(raw) = min(max(raw, lo), hi)`` in
+    ``raw``, ``lo`` and ``hi`` (the chain rule through jnp's max and min, ties and NaN included; a
+    bound not given is no step)."""
+    bounds = args[-1]
+    pos, active, _, raw = _raw_update(args, indirect)
+    lo, hi = bounds.astype(raw.dtype)[0], bounds.astype(raw.dtype)[1]
+    one, zero = jnp.ones_like(raw), jnp.zeros_like(raw)
+    above = jnp.maximum(raw, lo) if clip_min else raw
+    d_raw, d_lo = (_balanced(raw, above, lo), _balanced(lo, above, raw)) if clip_min else (one, zero)
+    if clip_max:
+        clipped = jnp.minimum(above, hi)
+        through, d_hi = _balanced(above, clipped, hi), _balanced(hi, clipped, above)
+    else:
+        through, d_hi = one, zero
+    return pos, active, through * d_raw, through * d_lo, d_hi
+
+
+def _at_positions(values, pos, nnz: int, fill):
+    """Entry-ordered ``values`` placed at the weight positions ``pos``."""
+    return jnp.full((nnz,), fill, values.dtype).at[pos].set(values, unique_indices=True)
+
+
+# ===========================================================================
+# update_csr_on_binary_pre, update_csr_on_binary_post
+# ===========================================================================
+def update_csr_on_binary_pre(weight, indices, indptr, pre_spike, post_trace, w_min=None, w_max=None, *,
+                             shape, backend: str | None = None) -> jax.Array:
+    """Weights of a CSR connection after presynaptic spikes: ``w += post_trace`` on the rows that fired.
+
+    For each presynaptic neuron ``i`` with ``pre_spike[i] != 0`` and each
+    synapse ``k`` of row ``i``: ``weight[k] = clip(weight[k] +
+    post_trace[indices[k]], w_min, w_max)``. Other synapses keep their weights
+    bit for bit. Only the synapses of active rows are visited.
+
+    Args:
+        weight: ``(nnz,)`` float weights of the CSR structure.
+        indices: ``(nnz,)`` postsynaptic index of each synapse.
+        indptr: ``(n_pre + 1,)`` row pointers.
+        pre_spike: ``(n_pre,)`` bool, or numbers where nonzero is a spike.
+        post_trace: ``(n_post,)`` float trace of the postsynaptic neurons.
+        w_min: lower bound for updated weights (a scalar), or None.
+        w_max: upper bound for updated weights (a scalar), or None.
+        shape: ``(n_pre, n_post)``.
+        backend: ``"numba"``, ``"warp"``, ``"numba_cuda"``, ``"reference"``
+            (default: the platform's).
+
+    Returns:
+        ``(nnz,)`` the new weights, in ``weight``'s dtype.
+
+    Raises:
+        TypeError, ValueError: an argument of the wrong kind or shape, named.
+
+    Example:
+        >>> w = evjax.update_csr_on_binary_pre(w, W.indices, W.indptr, spikes, post_trace,
+        ...                                    w_min=0.0, w_max=1.0, shape=W.shape)
+    """
+    who = "update_csr_on_binary_pre"
+    n_pre, n_post = _shape(shape, who)
+    weight = _check_weight(weight, who)
+    indices, indptr = _check_structure(indices, indptr, weight, n_pre, who, "CSR (row)")
+    spikes = _check_line_vector(pre_spike, "pre_spike", n_pre, who, events=True)
+    trace = _check_line_vector(post_trace, "post_trace", n_post, who, events=False)
+    operands = (weight, indices, indptr, trace, spikes, _bounds(w_min, w_max, weight.dtype, who))
+    return update_csr_on_binary_pre_p.bind(*operands, outs=[jax.ShapeDtypeStruct(weight.shape, weight.dtype)],
+                                           indirect=False, clip_min=w_min is not None, clip_max=w_max is not None,
+                                           backend=backend)[0]
+
+
+def update_csr_on_binary_post(weight, indices, indptr, weight_indices, pre_trace, post_spike, w_min=None,
+                              w_max=None, *, shape, backend: str | None = None) -> jax.Array:
+    """Weights of a CSR connection after postsynaptic spikes: ``w += pre_trace`` on the columns that fired.
+
+    ``indices, indptr`` are the column (CSC) view of the connection and
+    ``weight_indices`` the CSR position of each of its entries (``evjax.CSR``'s
+    ``transpose`` structure and permutation give them, computed once). For
+    each postsynaptic neuron ``j`` with ``post_spike[j] != 0`` and each entry
+    ``e`` of column ``j``: ``weight[p] = clip(weight[p] + pre_trace[indices[e]],
+    w_min, w_max)`` with ``p = weight_indices[e]``. Other synapses keep their
+    weights bit for bit. Only the synapses of active columns are visited.
+
+    Args:
+        weight: ``(nnz,)`` float weights, in CSR order.
+        indices: ``(nnz,)`` presynaptic index of each CSC entry.
+        indptr: ``(n_post + 1,)`` column pointers.
+        weight_indices: ``(nnz,)`` CSR position of each CSC entry (a permutation).
+        pre_trace: ``(n_pre,)`` float trace of the presynaptic neurons.
+        post_spike: ``(n_post,)`` bool, or numbers where nonzero is a spike.
+        w_min, w_max: bounds for updated weights (scalars), or None.
+        shape: ``(n_pre, n_post)``.
+        backend: as in :func:`update_csr_on_binary_pre`.
+
+    Returns:
+        ``(nnz,)`` the new weights, in ``weight``'s dtype.
+
+    Raises:
+        TypeError, ValueError: an argument of the wrong kind or shape, named.
+
+    Example:
+        >>> csc_indptr, csc_indices, weight_indices = evjax.csr_to_csc_index(W.indptr, W.indices, shape=W.shape)
+        >>> w = evjax.update_csr_on_binary_post(w, csc_indices, csc_indptr, weight_indices, pre_trace,
+        ...                                     post_spikes, w_min=0.0, w_max=1.0, shape=W.shape)
+    """
+    who = "update_csr_on_binary_post"
+    n_pre, n_post = _shape(shape, who)
+    weight = _check_weight(weight, who)
+    indices, indptr = _check_structure(indices, indptr, weight, n_post, who, "CSC (column)")
+    positions = _check_index(weight_indices, "weight_indices", weight.shape[0], who).astype(indices.dtype)
+    trace = _check_line_vector(pre_trace, "pre_trace", n_pre, who, events=False)
+    spikes = _check_line_vector(post_spike, "post_spike", n_post, who, events=True)
+    operands = (weight, indices, indptr, positions, trace, spikes, _bounds(w_min, w_max, weight.dtype, who))
+    return update_csr_on_binary_post_p.bind(*operands, outs=[jax.ShapeDtypeStruct(weight.shape, weight.dtype)],
+                                            indirect=True, clip_min=w_min is not None, clip_max=w_max is not None,
+                                            backend=backend)[0]
+
+
+update_csr_on_binary_pre_p = XLACustomKernel("evjax_update_csr_on_binary_pre")
+update_csr_on_binary_post_p = XLACustomKernel("evjax_update_csr_on_binary_post")
+
+
+def _update_jvp_weight(tangent, *args, outs, indirect, clip_min, clip_max, backend):
+    # w' = w off the updated synapses, clip(w + trace) on them:  dw' = dw there,
+    # d clip / d raw * dw on them (1 inside the bounds, 0 where clipped, 1/2 at a tie)
+    pos, active, d_raw, _, _ = _coefficients(args, indirect, clip_min, clip_max)
+    slope = _at_positions(jnp.where(active, d_raw, 1), pos, tangent.shape[0], 1)
+    return [(tangent.astype(slope.dtype) * slope).astype(outs[0].dtype)]
+
+
+def _update_jvp_trace(tangent, *args, outs, indirect, clip_min, clip_max, backend):
+    # dw'[p(e)] = d clip / d raw * dtrace[idx(e)] at each updated entry e; 0 elsewhere
+    pos, active, d_raw, _, _ = _coefficients(args, indirect, clip_min, clip_max)
+    moved = jnp.where(active, d_raw * tangent[args[1]].astype(d_raw.dtype), 0)
+    return [_at_positions(moved, pos, args[0].shape[0], 0).astype(outs[0].dtype)]
+
+
+def _update_jvp_bounds(tangent, *args, outs, indirect, clip_min, clip_max, backend):
+    # dw'[p(e)] = d clip / d lo * dw_min + d clip / d hi * dw_max at each updated entry e
+    pos, active, _, d_lo, d_hi = _coefficients(args, indirect, clip_min, clip_max)
+    t = tangent.astype(d_lo.dtype)
+    moved = jnp.where(active, d_lo * t[0] + d_hi * t[1], 0)
+    return [_at_positions(moved, pos, args[0].shape[0], 0).astype(outs[0].dtype)]
+
+
+def _update_batching(args, axes, *, outs, indirect, clip_min, clip_max, backend):
+    # any operand batched (weights, spikes, traces, bounds, the structure): one call per element,
+    # each event-driven (rules.batching.sequential_batch)
+    op = update_csr_on_binary_post_p if indirect else update_csr_on_binary_pre_p
+    return batching_rules.sequential_batch(op.primitive, args, axes, outs=outs, indirect=indirect,
+                                           clip_min=clip_min, clip_max=clip_max, backend=backend)
+
+
+update_csr_on_binary_pre_p.def_reference(_reference_update)
+update_csr_on_binary_pre_p.def_jvp_rule2(_update_jvp_weight, None, None, _update_jvp_trace, None,
+                                         _update_jvp_bounds)
+update_csr_on_binary_pre_p.def_batching_rule(_update_batching)
+update_csr_on_binary_post_p.def_reference(_reference_update)
+update_csr_on_binary_post_p.def_jvp_rule2(_update_jvp_weight, None, None, None, _update_jvp_trace, None,
+                                          _update_jvp_bounds)
+update_csr_on_binary_post_p.def_batching_rule(_update_batching)
+
+OPS = (update_csr_on_binary_pre_p, update_csr_on_binary_post_p)

@@ -1,0 +1,86 @@
+"""Warp backend of the plasticity ops (backend ``"warp"``: CPU, and CUDA GPUs).
+
+Imported (through the family's ``BACKEND_LOADERS``) the first time an op needs
+this backend; it registers its generator at the bottom.  One kernel, one
+thread per line (a row, or a column of the CSC view): an active line moves
+the weight of each of its entries by the trace of the other end and clips
+it, in the in-out weight buffer (the call starts it as a copy of the
+weights).  Each synapse is written by one thread at most (the positions are
+a permutation), so no atomics and no order to fix.  Indices are int32 here
+(int64 structures are narrowed; their values fit, as the shape does), and
+float16/bfloat16 compute in float32.
+"""
+# No `from __future__ import annotations`: Warp reads the kernels' annotations as objects.
+
+import functools
+import threading
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ...backends import warp as bridge
+from ...dtypes import compute_dtype
+from ...warp_kernel import jaxtype_to_warptype, warp_kernel
+from . import ops
+
+__all__ = ["update_kernel", "update_warp"]
+
+wp = bridge.import_warp()
+_lock = threading.Lock()
+
+
+@functools.lru_cache(maxsize=None)
+def update_kernel(compute_dt: str):
+    """The Warp kernel for weights in ``compute_dt`` (``"float32"``/``"float64"``)."""
+    F = jaxtype_to_warptype(compute_dt)  # noqa: N806
+    F1, I1, B1 = wp.array(dtype=F, ndim=1), wp.array(dtype=wp.int32, ndim=1), wp.array(dtype=wp.bool, ndim=1)  # noqa: N806
+    module = wp.get_module(f"evjax_plasticity_{compute_dt}")
+
+    @wp.kernel(enable_backward=False, module=module)
+    def update(indices: I1, indptr: I1, positions: I1, trace: F1, spikes: B1, bounds: F1, out: F1):
+        i = wp.tid()
+        if spikes[i]:
+            lo = bounds[0]
+            hi = bounds[1]
+            direct = positions.shape[0] == 0
+            for e in range(indptr[i], indptr[i + 1]):
+                p = e
+                if not direct:
+                    p = positions[e]
+                v = out[p] + trace[indices[e]]
+                if lo != lo or v < lo:  # max(v, lo), NaN propagated
+                    v = lo
+                if hi != hi or v > hi:  # min(v, hi), NaN propagated
+                    v = hi
+                out[p] = v
+
+    return update
+
+
+def update_warp(outs, ins, indirect: bool, clip_min: bool, clip_max: bool):
+    """Warp generator for ``update_csr_on_binary_pre_p`` / ``_post_p``: ``run(*operands) -> [weights]``."""
+    out = outs[0]
+    dtype = compute_dtype(out.dtype)
+    n_lines = int(ins[2].shape[0]) - 1
+    empty = n_lines == 0 or int(out.shape[0]) == 0
+    if not empty:
+        with _lock:
+            kernel = update_kernel(str(np.dtype(dtype)))
+        call = warp_kernel(kernel, [], launch_dims=n_lines, in_out_argnames=["out"])
+
+    def run(*args):
+        weight, indices, indptr, positions, trace, spikes, bounds = ops._lines(args, indirect)
+        if empty:
+            return [weight]
+        positions = jnp.zeros((0,), jnp.int32) if positions is None else positions.astype(jnp.int32)
+        w, t, b = (x if x.dtype == dtype else x.astype(dtype) for x in (weight, trace, bounds))
+        y = call(indices.astype(jnp.int32), indptr.astype(jnp.int32), positions, t, spikes != 0, b, w)
+        y = y[0] if isinstance(y, (tuple, list)) else y
+        return [y.astype(out.dtype)]
+
+    return run
+
+
+for _op in ops.OPS:
+    _op.def_warp_kernel(update_warp)

@@ -1,0 +1,191 @@
+"""update_csr_on_binary_pre / _post on every backend against tests/helpers.py's oracle, under every transform."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import strategies as st
+
+import evjax
+from evjax.testing import OpSpec, check_all, property_test, random_csr
+from tests.helpers import line_update_reference, line_update_resampler
+
+BACKENDS = ("numba", "warp", "reference")
+
+
+def csc_view(indices, indptr, shape):
+    """``(csc_indices, csc_indptr, weight_indices)`` of a CSR structure (scipy, stable within a column)."""
+    nnz = len(indices)
+    order = sp.csr_matrix((np.arange(1, nnz + 1), indices, indptr), shape=shape).tocsc()
+    order.sort_indices()
+    weight_indices = (order.data - 1).astype(indices.dtype)
+    return order.indices.astype(indices.dtype), order.indptr.astype(indices.dtype), weight_indices
+
+
+# ---------------------------------------------------------------------------
+# specs: argument order (weight, structure..., trace/spikes, w_min, w_max, shape)
+# ---------------------------------------------------------------------------
+def pre_spec(backend, *, nonfinite=False):
+    def fn(weight, indices, indptr, spikes, trace, w_min, w_max, shape):
+        return evjax.update_csr_on_binary_pre(weight, indices, indptr, spikes, trace, w_min, w_max, shape=shape,
+                                              backend=backend)
+
+    def reference(weight, indices, indptr, spikes, trace, w_min, w_max, shape):
+        return line_update_reference(weight, indices, indptr, None, trace, spikes, w_min, w_max)
+
+    return OpSpec(fn, reference, diff_argnums=(0, 4, 5, 6), static_argnums=(7,), backend=backend, smooth=False,
+                  nonfinite=nonfinite, nonfinite_argnums=(0, 4), name=f"update_csr_on_binary_pre[{backend}]",
+                  resample=line_update_resampler(indices=1, indptr=2, positions=None, shape=7, other_axis=1))
+
+
+def post_spec(backend, *, nonfinite=False):
+    def fn(weight, indices, indptr, weight_indices, trace, spikes, w_min, w_max, shape):
+        return evjax.update_csr_on_binary_post(weight, indices, indptr, weight_indices, trace, spikes, w_min, w_max,
+                                               shape=shape, backend=backend)
+
+    def reference(weight, indices, indptr, weight_indices, trace, spikes, w_min, w_max, shape):
+        return line_update_reference(weight, indices, indptr, weight_indices, trace, spikes, w_min, w_max)
+
+    return OpSpec(fn, reference, diff_argnums=(0, 4, 6, 7), static_argnums=(8,), backend=backend, smooth=False,
+                  nonfinite=nonfinite, nonfinite_argnums=(0, 4), name=f"update_csr_on_binary_post[{backend}]",
+                  resample=line_update_resampler(indices=1, indptr=2, positions=3, shape=8, other_axis=0))
+
+
+def _example(rng, n_pre, n_post, nnz, dtype=np.float32, spike_dtype=np.bool_):
+    indices, indptr = random_csr(rng, n_pre, n_post, nnz)
+    nnz = len(indices)
+    weight = rng.uniform(-1, 1, nnz).astype(dtype)
+    spikes = (rng.random(n_pre) < 0.5).astype(spike_dtype)
+    post_spikes = (rng.random(n_post) < 0.5).astype(spike_dtype)
+    pre_trace, post_trace = (rng.uniform(-0.6, 0.6, n).astype(dtype) for n in (n_pre, n_post))
+    return indices, indptr, weight, spikes, post_spikes, pre_trace, post_trace
+
+
+@st.composite
+def pre_args(draw):
+    n_pre, n_post = draw(st.integers(0, 7)), draw(st.integers(0, 6))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    indices, indptr, weight, spikes, _, _, post_trace = _example(rng, n_pre, n_post, draw(st.integers(0, 14)))
+    bounds = draw(st.sampled_from([(-0.5, 0.5), (-2.0, 2.0), (0.0, 0.3)]))
+    return (weight, indices, indptr, spikes, post_trace, np.float32(bounds[0]), np.float32(bounds[1]), (n_pre, n_post))
+
+
+@st.composite
+def post_args(draw):
+    n_pre, n_post = draw(st.integers(0, 7)), draw(st.integers(0, 6))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    indices, indptr, weight, _, post_spikes, pre_trace, _ = _example(rng, n_pre, n_post, draw(st.integers(0, 14)))
+    c_indices, c_indptr, weight_indices = csc_view(indices, indptr, (n_pre, n_post))
+    bounds = draw(st.sampled_from([(-0.5, 0.5), (-2.0, 2.0), (0.0, 0.3)]))
+    return (weight, c_indices, c_indptr, weight_indices, pre_trace, post_spikes, np.float32(bounds[0]),
+            np.float32(bounds[1]), (n_pre, n_post))
+
+
+test_pre_properties = property_test(pre_spec, pre_args(), backends=BACKENDS, skip=("check_grads",))
+test_post_properties = property_test(post_spec, post_args(), backends=BACKENDS, skip=("check_grads",))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("side", ["pre", "post"])
+def test_nonfinite_weights_and_traces_follow_ieee_and_inactive_lines_keep_theirs(backend, side):
+    rng = np.random.default_rng(5)
+    indices, indptr, weight, spikes, post_spikes, pre_trace, post_trace = _example(rng, 6, 5, 12)
+    if side == "pre":
+        args = (weight, indices, indptr, spikes, post_trace, np.float32(-0.5), np.float32(0.5), (6, 5))
+        spec = pre_spec(backend, nonfinite=True)
+    else:
+        args = (weight, *csc_view(indices, indptr, (6, 5)), pre_trace, post_spikes, np.float32(-0.5),
+                np.float32(0.5), (6, 5))
+        spec = post_spec(backend, nonfinite=True)
+    check_all(spec, args, skip=("check_grads", "vmap", "nested_vmap", "jit_grad_vmap"))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_inactive_row_keeps_its_weights_bit_for_bit(backend):
+    weight = np.array([np.nan, 0.25, -np.inf, 3.0], np.float32)
+    indices, indptr = np.array([0, 1, 0, 1], np.int32), np.array([0, 2, 4], np.int32)
+    trace = np.array([np.nan, np.inf], np.float32)  # would poison any synapse it touched
+    out = evjax.update_csr_on_binary_pre(weight, indices, indptr, np.array([False, True]), trace, 0.0, 1.0,
+                                         shape=(2, 2), backend=backend)
+    np.testing.assert_array_equal(np.asarray(out)[:2].view(np.uint32), weight[:2].view(np.uint32))
+    np.testing.assert_array_equal(np.asarray(out)[2:], [np.nan, 1.0])  # -inf + nan; 3 + inf clipped to 1
+    grad = jax.grad(lambda t: evjax.update_csr_on_binary_pre(weight, indices, indptr, np.array([False, True]), t,
+                                                             shape=(2, 2), backend=backend)[3])(trace)
+    np.testing.assert_array_equal(np.asarray(grad), [0.0, 1.0])
+
+
+@pytest.mark.parametrize("backend", ["numba", "warp"])
+@pytest.mark.parametrize("dtype", [np.float16, np.float64])
+def test_float16_and_float64_weights_match_the_reference(backend, dtype):
+    rng = np.random.default_rng(7)
+    indices, indptr, weight, spikes, post_spikes, pre_trace, post_trace = _example(rng, 9, 8, 30, dtype=dtype)
+    with jax.enable_x64(dtype == np.float64):
+        calls = [lambda be: evjax.update_csr_on_binary_pre(weight, indices, indptr, spikes, post_trace, -0.4, 0.4,
+                                                           shape=(9, 8), backend=be),
+                 lambda be: evjax.update_csr_on_binary_post(weight, *csc_view(indices, indptr, (9, 8)), pre_trace,
+                                                            post_spikes, None, 0.7, shape=(9, 8), backend=be)]
+        for call in calls:
+            got, want = call(backend), call("reference")
+            assert got.dtype == want.dtype == dtype
+            np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+def test_new_bounds_structure_and_spikes_do_not_retrace():
+    traces = []
+
+    @jax.jit
+    def step(weight, indices, indptr, spikes, trace, lo, hi):
+        traces.append(1)
+        return evjax.update_csr_on_binary_pre(weight, indices, indptr, spikes, trace, lo, hi, shape=(6, 5))
+
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        indices, indptr, weight, spikes, _, _, post_trace = _example(rng, 6, 5, 10)
+        step(weight, indices, indptr, spikes, post_trace, rng.uniform(-1, 0), rng.uniform(0, 1))
+    assert len(traces) == 1
+
+
+def test_the_post_update_agrees_with_the_pre_update_on_the_transposed_problem():
+    """A synapse (i, j) moves by pre_trace[i] when j fires: the same as update_csr_on_binary_pre on the
+    transposed connection, whose rows are the postsynaptic neurons."""
+    rng = np.random.default_rng(11)
+    indices, indptr, weight, _, post_spikes, pre_trace, _ = _example(rng, 8, 6, 25)
+    c_indices, c_indptr, weight_indices = csc_view(indices, indptr, (8, 6))
+    post = evjax.update_csr_on_binary_post(weight, c_indices, c_indptr, weight_indices, pre_trace, post_spikes,
+                                           -0.3, 0.3, shape=(8, 6))
+    transposed = evjax.update_csr_on_binary_pre(weight[weight_indices], c_indices, c_indptr, post_spikes, pre_trace,
+                                                -0.3, 0.3, shape=(6, 8))
+    np.testing.assert_array_equal(np.asarray(post)[weight_indices], np.asarray(transposed))
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(weight=np.ones((2, 2), np.float32)), "weight must be the 1-d float array"),
+    (dict(weight=np.ones(3, np.int32)), "weight must be the 1-d float array"),
+    (dict(indptr=np.array([0, 2, 2], np.int32)), "indptr must rise from 0 to nnz"),
+    (dict(indices=np.array([0.0, 1.0, 0.0])), "indices must be a 1-d integer array"),
+    (dict(pre_spike=np.ones(3, bool)), "pre_spike must be a vector of 2 entries"),
+    (dict(post_trace=np.ones(2, np.int32)), "post_trace must be float"),
+    (dict(w_min=np.ones(2)), "w_min must be a real scalar or None"),
+])
+def test_bad_arguments_are_named(bad, match):
+    args = dict(weight=np.ones(3, np.float32), indices=np.array([0, 1, 0], np.int32),
+                indptr=np.array([0, 2, 3], np.int32), pre_spike=np.ones(2, bool), post_trace=np.ones(2, np.float32))
+    args.update(bad)
+    with pytest.raises((TypeError, ValueError), match=match):
+        evjax.update_csr_on_binary_pre(**args, shape=(2, 2))
+
+
+def test_the_docs_page_runs_and_its_stdp_step_is_the_dense_rule():
+    from tests.doc_runner import run_markdown
+
+    ns = run_markdown("docs/plasticity.md")
+    W, dense = ns["W"], ns["dense"].astype(np.float32)
+    pre, post = np.asarray(ns["pre_spike"]), np.asarray(ns["post_spike"])
+    mask = dense != 0
+    want = dense.copy()
+    want[pre] = np.where(mask[pre], np.clip(dense[pre] - 0.01, 0.0, 1.0), 0.0)  # ones(n_post) trace
+    want[:, post] = np.where(mask[:, post], np.clip(want[:, post] + 0.01, 0.0, 1.0), 0.0)
+    got = evjax.CSR((ns["w"], W.indices, W.indptr), shape=W.shape).todense()
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6, atol=1e-7)
