@@ -172,8 +172,55 @@ def jitc_figures() -> list[str]:
             f"{run_line(path)}): " + "; ".join(parts) + "."]
 
 
+def gpu_figures() -> list[str]:
+    path = RESULTS / "gpu_event.md"
+    if not path.exists():
+        return []
+    lines = path.read_text().splitlines()
+    device = next(ln for ln in lines if ln.startswith("Device: ")).split(";")[0][len("Device: "):]
+    ratios = {"jax BCSR (cuSPARSE)": [], "dense XLA": [], "hand-written Numba CUDA": []}
+    for i, ln in enumerate(lines):
+        if ln.startswith("## n=20000"):
+            forward = lines.index("### forward", i)
+            for row in _table_at(lines, forward):
+                if row["method"] in ratios:
+                    ratios[row["method"]].append(row["ratio"])
+    def rng(values):
+        values = sorted(values, key=lambda c: float(c.rstrip("x")))
+        return values[0] if values[0] == values[-1] else f"{values[0]}-{values[-1]}"
+    return [f"- On a GPU, `spikes @ W`, n = 20000, p = 1 %, 1 and 10 % spiking (`{path.relative_to(ROOT)}`, "
+            f"{run_line(path)}, {device}): jax BCSR (cuSPARSE) takes {rng(ratios['jax BCSR (cuSPARSE)'])} evjax's "
+            f"Numba CUDA time, dense XLA {rng(ratios['dense XLA'])}, a hand-written Numba CUDA kernel "
+            f"{rng(ratios['hand-written Numba CUDA'])}."]
+
+
+def _table_at(lines: list[str], start: int) -> list[dict[str, str]]:
+    """The first markdown table after line ``start`` of ``lines``."""
+    first = next(i for i in range(start + 1, len(lines)) if lines[i].startswith("|"))
+    block = []
+    for ln in lines[first:]:
+        if not ln.startswith("|"):
+            break
+        block.append([c.strip() for c in ln.strip("|").split("|")])
+    return [dict(zip(block[0], cells)) for cells in block[2:]]
+
+
+def plasticity_figures() -> list[str]:
+    path = RESULTS / "plasticity.md"
+    if not path.exists():
+        return []
+    rows = table(path, "## Goals (issue 32)")
+    loop = [r for r in rows if "hand-written" in r["goal"]]
+    peer = [r for r in rows if "brainevent" in r["goal"] and r["measured"].endswith("x")]
+    text = (f"- Plasticity, `update_csr_on_binary_pre/post`, n = 20000, p = 0.005, 1 and 5 % spiking "
+            f"(`{path.relative_to(ROOT)}`, {run_line(path)}): {span(loop, 'measured')} a hand-written Numba loop")
+    if peer:
+        text += f", {span(peer, 'measured')} brainevent's time"
+    return [text + "."]
+
+
 SECTIONS = (ci_figures, example_figures, cold_start_figures, contention_figures, csr_event_figures, dense_figures,
-            fixed_figures, jitc_figures, import_time_figures)
+            fixed_figures, jitc_figures, plasticity_figures, gpu_figures, import_time_figures)
 
 
 def block() -> str:

