@@ -189,3 +189,73 @@ def test_the_docs_page_runs_and_its_stdp_step_is_the_dense_rule():
     want[:, post] = np.where(mask[:, post], np.clip(want[:, post] + 0.01, 0.0, 1.0), 0.0)
     got = evjax.CSR((ns["w"], W.indices, W.indptr), shape=W.shape).todense()
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6, atol=1e-7)
+
+
+# ---------------------------------------------------------------------------
+# the same update on other storage: CSC columns, fixed-width tables
+# ---------------------------------------------------------------------------
+def _dense_rule(dense_w, mask, spikes, trace, axis, lo, hi):
+    """NumPy: each synapse of an active row (axis 0) or column (axis 1) moves by the trace of its other end."""
+    active = spikes[:, None] if axis == 0 else spikes[None, :]
+    other = trace[None, :] if axis == 0 else trace[:, None]
+    moved = np.clip(dense_w + other, -np.inf if lo is None else lo, np.inf if hi is None else hi)
+    return np.where(mask & active, moved, dense_w)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_csc_post_update_is_the_dense_rule(backend):
+    rng = np.random.default_rng(21)
+    n_pre, n_post = 9, 7
+    m = sp.random(n_pre, n_post, density=0.4, format="csc", random_state=3, dtype=np.float32)
+    m.sort_indices()
+    spikes, trace = rng.random(n_post) < 0.5, rng.uniform(-0.5, 0.5, n_pre).astype(np.float32)
+    f = jax.jit(lambda w, s, t: evjax.update_csc_on_binary_post(w, m.indices, m.indptr, t, s, -0.2, 0.6,
+                                                                 shape=(n_pre, n_post), backend=backend))
+    got = sp.csc_matrix((np.asarray(f(m.data, spikes, trace)), m.indices, m.indptr), shape=m.shape).toarray()
+    want = _dense_rule(m.toarray(), m.toarray() != 0, spikes, trace, 1, -0.2, 0.6)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("side", ["fixed_post_pre", "fixed_pre_post"])
+def test_fixed_table_updates_are_the_dense_rule_and_differentiate(backend, side):
+    rng = np.random.default_rng(22)
+    n_pre, n_post, k = 8, 6, 3
+    rows = n_pre if side == "fixed_post_pre" else n_post
+    others = n_post if side == "fixed_post_pre" else n_pre
+    indices = np.stack([rng.choice(others, k, replace=False) for _ in range(rows)]).astype(np.int32)
+    data = rng.uniform(0, 1, (rows, k)).astype(np.float32)
+    spikes, trace = rng.random(rows) < 0.5, rng.uniform(-0.4, 0.4, others).astype(np.float32)
+    if side == "fixed_post_pre":
+        call = lambda d, t: evjax.update_fixed_post_conn_on_binary_pre(  # noqa: E731
+            d, indices, spikes, t, 0.0, 1.0, shape=(n_pre, n_post), backend=backend)
+    else:
+        call = lambda d, t: evjax.update_fixed_pre_conn_on_binary_post(  # noqa: E731
+            d, indices, t, spikes, 0.0, 1.0, shape=(n_pre, n_post), backend=backend)
+    got = np.asarray(jax.jit(call)(data, trace))
+    assert got.shape == (rows, k)
+    dense, mask = np.zeros((rows, others), np.float32), np.zeros((rows, others), bool)
+    dense[np.arange(rows)[:, None], indices], mask[np.arange(rows)[:, None], indices] = data, True
+    want = _dense_rule(dense, mask, spikes, trace, 0, 0.0, 1.0)[np.arange(rows)[:, None], indices]
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    # the weight gradient: 1 off the active rows and inside the bounds, 0 where clipped
+    g = np.asarray(jax.grad(lambda d: call(d, trace).sum())(data))
+    raw = data + trace[indices]
+    expected = np.where(spikes[:, None], ((raw > 0) & (raw < 1)).astype(np.float32), 1.0)
+    np.testing.assert_array_equal(g, expected)
+    # vmap over spikes-free arguments: a batch of tables
+    batch = np.stack([data, data[::-1].copy()])
+    np.testing.assert_allclose(np.asarray(jax.vmap(call, in_axes=(0, None))(batch, trace))[1],
+                               np.asarray(call(batch[1], trace)), rtol=1e-6)
+
+
+def test_fixed_table_errors_are_named():
+    with pytest.raises(TypeError, match="data must be the \\(n, k\\) float table"):
+        evjax.update_fixed_post_conn_on_binary_pre(np.ones(3, np.float32), np.zeros(3, np.int32), np.ones(3, bool),
+                                                   np.ones(2, np.float32), shape=(3, 2))
+    with pytest.raises(ValueError, match="indices must be an integer table of data's shape"):
+        evjax.update_fixed_post_conn_on_binary_pre(np.ones((3, 2), np.float32), np.zeros((3, 1), np.int32),
+                                                   np.ones(3, bool), np.ones(2, np.float32), shape=(3, 2))
+    with pytest.raises(ValueError, match="the table has 3 rows, but shape says 4"):
+        evjax.update_fixed_post_conn_on_binary_pre(np.ones((3, 2), np.float32), np.zeros((3, 2), np.int32),
+                                                   np.ones(4, bool), np.ones(2, np.float32), shape=(4, 2))

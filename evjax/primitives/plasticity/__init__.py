@@ -1,21 +1,26 @@
 """The plasticity family: event-driven weight updates of a connection on spikes (STDP).
 
 * :mod:`.ops`: the ops ``update_csr_on_binary_pre_p`` and
-  ``update_csr_on_binary_post_p``, their reference, rules and registration;
+  ``update_csr_on_binary_post_p``, their reference, rules and registration, and
+  the functions that bind them on other storage (CSC, fixed-width tables);
 * :mod:`.numba`, :mod:`.warp`, :mod:`.numba_cuda`: the backends, each imported
   by ``BACKEND_LOADERS`` below the first time an op needs it.
 """
 from .ops import (
     OPS,
+    update_csc_on_binary_post,
     update_csr_on_binary_post,
     update_csr_on_binary_post_p,
     update_csr_on_binary_pre,
     update_csr_on_binary_pre_p,
+    update_fixed_post_conn_on_binary_pre,
+    update_fixed_pre_conn_on_binary_post,
 )
 
 __all__ = [
     "OPS", "update_csr_on_binary_pre", "update_csr_on_binary_post", "update_csr_on_binary_pre_p",
-    "update_csr_on_binary_post_p",
+    "update_csr_on_binary_post_p", "update_csc_on_binary_post", "update_fixed_post_conn_on_binary_pre",
+    "update_fixed_pre_conn_on_binary_post",
 ]
 
 

@@ -52,7 +52,8 @@ from ...xla_custom_kernel import XLACustomKernel
 
 __all__ = [
     "update_csr_on_binary_pre", "update_csr_on_binary_post", "update_csr_on_binary_pre_p",
-    "update_csr_on_binary_post_p", "OPS",
+    "update_csr_on_binary_post_p", "update_csc_on_binary_post", "update_fixed_post_conn_on_binary_pre",
+    "update_fixed_pre_conn_on_binary_post", "OPS",
 ]
 
 _FLOATS = (jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64)
@@ -340,3 +341,143 @@ update_csr_on_binary_post_p.def_jvp_rule2(_update_jvp_weight, None, None, None, 
 update_csr_on_binary_post_p.def_batching_rule(_update_batching)
 
 OPS = (update_csr_on_binary_pre_p, update_csr_on_binary_post_p)
+
+
+# ===========================================================================
+# The same update on other storage: each binds update_csr_on_binary_pre_p on lines that the
+# storage keeps contiguous (CSC columns; the rows of a fixed-width table), so it is event-driven.
+# ===========================================================================
+def _update_lines(weight, indices, indptr, spikes, trace, w_min, w_max, backend):
+    return update_csr_on_binary_pre_p.bind(
+        weight, indices, indptr, trace, spikes, _bounds(w_min, w_max, weight.dtype, "update"),
+        outs=[jax.ShapeDtypeStruct(weight.shape, weight.dtype)], indirect=False, clip_min=w_min is not None,
+        clip_max=w_max is not None, backend=backend)[0]
+
+
+def update_csc_on_binary_post(weight, indices, indptr, pre_trace, post_spike, w_min=None, w_max=None, *, shape,
+                              backend: str | None = None) -> jax.Array:
+    """Weights stored in CSC order after postsynaptic spikes: ``w += pre_trace`` on the columns that fired.
+
+    For each postsynaptic neuron ``j`` with ``post_spike[j] != 0`` and each
+    entry ``e`` of column ``j``: ``weight[e] = clip(weight[e] +
+    pre_trace[indices[e]], w_min, w_max)``; the rest bit for bit. Only the
+    synapses of active columns are visited.
+
+    Args:
+        weight: ``(nnz,)`` float weights in CSC order.
+        indices: ``(nnz,)`` presynaptic (row) index of each entry.
+        indptr: ``(n_post + 1,)`` column pointers.
+        pre_trace: ``(n_pre,)`` float trace of the presynaptic neurons.
+        post_spike: ``(n_post,)`` bool, or numbers where nonzero is a spike.
+        w_min, w_max: bounds for updated weights (scalars), or None.
+        shape: ``(n_pre, n_post)``.
+        backend: as in :func:`update_csr_on_binary_pre`.
+
+    Returns:
+        ``(nnz,)`` the new weights, in ``weight``'s dtype.
+
+    Raises:
+        TypeError, ValueError: an argument of the wrong kind or shape, named.
+
+    Example:
+        >>> w = evjax.update_csc_on_binary_post(w, C.indices, C.indptr, pre_trace, post_spikes, shape=C.shape)
+    """
+    who = "update_csc_on_binary_post"
+    n_pre, n_post = _shape(shape, who)
+    weight = _check_weight(weight, who)
+    indices, indptr = _check_structure(indices, indptr, weight, n_post, who, "CSC (column)")
+    spikes = _check_line_vector(post_spike, "post_spike", n_post, who, events=True)
+    trace = _check_line_vector(pre_trace, "pre_trace", n_pre, who, events=False)
+    return _update_lines(weight, indices, indptr, spikes, trace, w_min, w_max, backend)
+
+
+def _table(data, indices, n_rows: int, n_other: int, who: str):
+    """A fixed-width table ``(n_rows, k)`` as lines: ``(weight, indices, indptr)`` flat, in one index dtype."""
+    data, indices = canonical(data), canonical(indices)
+    if data.ndim != 2 or data.dtype not in [jnp.dtype(d) for d in _FLOATS]:
+        raise TypeError(f"{who}: data must be the (n, k) float table of per-synapse weights, got "
+                        f"{data.dtype}{list(data.shape)}; a homogeneous weight has no per-synapse values to update")
+    if indices.shape != data.shape or not jnp.issubdtype(indices.dtype, jnp.integer):
+        raise ValueError(f"{who}: indices must be an integer table of data's shape {data.shape}, got "
+                         f"{indices.dtype}{list(indices.shape)}")
+    if data.shape[0] != n_rows:
+        raise ValueError(f"{who}: the table has {data.shape[0]} rows, but shape says {n_rows}")
+    k = data.shape[1]
+    indptr = jnp.arange(n_rows + 1, dtype=indices.dtype) * k
+    return data.reshape(-1), indices.reshape(-1), indptr
+
+
+def update_fixed_post_conn_on_binary_pre(data, indices, pre_spike, post_trace, w_min=None, w_max=None, *, shape,
+                                         backend: str | None = None) -> jax.Array:
+    """A fixed fan-out table's weights after presynaptic spikes: ``data[i] += post_trace[indices[i]]``.
+
+    ``data`` and ``indices`` are the ``(n_pre, k)`` table of
+    :class:`evjax.FixedPostNumConn` (row ``i``: the ``k`` targets of
+    presynaptic neuron ``i``). For each ``i`` with ``pre_spike[i] != 0``:
+    ``data[i, c] = clip(data[i, c] + post_trace[indices[i, c]], w_min,
+    w_max)``; the rest bit for bit. Only the rows of active neurons are
+    visited.
+
+    Args:
+        data: ``(n_pre, k)`` float weights.
+        indices: ``(n_pre, k)`` postsynaptic indices.
+        pre_spike: ``(n_pre,)`` bool, or numbers where nonzero is a spike.
+        post_trace: ``(n_post,)`` float trace.
+        w_min, w_max: bounds for updated weights (scalars), or None.
+        shape: ``(n_pre, n_post)``.
+        backend: as in :func:`update_csr_on_binary_pre`.
+
+    Returns:
+        ``(n_pre, k)`` the new weights, in ``data``'s dtype.
+
+    Raises:
+        TypeError, ValueError: an argument of the wrong kind or shape, named.
+
+    Example:
+        >>> data = evjax.update_fixed_post_conn_on_binary_pre(C.data, C.indices, spikes, post_trace,
+        ...                                                   shape=C.shape)
+    """
+    who = "update_fixed_post_conn_on_binary_pre"
+    n_pre, n_post = _shape(shape, who)
+    weight, flat, indptr = _table(data, indices, n_pre, n_post, who)
+    spikes = _check_line_vector(pre_spike, "pre_spike", n_pre, who, events=True)
+    trace = _check_line_vector(post_trace, "post_trace", n_post, who, events=False)
+    return _update_lines(weight, flat, indptr, spikes, trace, w_min, w_max, backend).reshape(data.shape)
+
+
+def update_fixed_pre_conn_on_binary_post(data, indices, pre_trace, post_spike, w_min=None, w_max=None, *, shape,
+                                         backend: str | None = None) -> jax.Array:
+    """A fixed fan-in table's weights after postsynaptic spikes: ``data[j] += pre_trace[indices[j]]``.
+
+    ``data`` and ``indices`` are the ``(n_post, k)`` table of
+    :class:`evjax.FixedPreNumConn` (row ``j``: the ``k`` sources of
+    postsynaptic neuron ``j``). For each ``j`` with ``post_spike[j] != 0``:
+    ``data[j, c] = clip(data[j, c] + pre_trace[indices[j, c]], w_min,
+    w_max)``; the rest bit for bit. Only the rows of active neurons are
+    visited.
+
+    Args:
+        data: ``(n_post, k)`` float weights.
+        indices: ``(n_post, k)`` presynaptic indices.
+        pre_trace: ``(n_pre,)`` float trace.
+        post_spike: ``(n_post,)`` bool, or numbers where nonzero is a spike.
+        w_min, w_max: bounds for updated weights (scalars), or None.
+        shape: ``(n_pre, n_post)``.
+        backend: as in :func:`update_csr_on_binary_pre`.
+
+    Returns:
+        ``(n_post, k)`` the new weights, in ``data``'s dtype.
+
+    Raises:
+        TypeError, ValueError: an argument of the wrong kind or shape, named.
+
+    Example:
+        >>> data = evjax.update_fixed_pre_conn_on_binary_post(C.data, C.indices, pre_trace, post_spikes,
+        ...                                                   shape=C.shape)
+    """
+    who = "update_fixed_pre_conn_on_binary_post"
+    n_pre, n_post = _shape(shape, who)
+    weight, flat, indptr = _table(data, indices, n_post, n_pre, who)
+    trace = _check_line_vector(pre_trace, "pre_trace", n_pre, who, events=False)
+    spikes = _check_line_vector(post_spike, "post_spike", n_post, who, events=True)
+    return _update_lines(weight, flat, indptr, spikes, trace, w_min, w_max, backend).reshape(data.shape)
