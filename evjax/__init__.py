@@ -42,7 +42,8 @@ from .primitives.fixed import (
 # plasticity: weight updates on spikes
 from .primitives.plasticity import (
     update_csc_on_binary_post, update_csr_on_binary_post, update_csr_on_binary_post_p, update_csr_on_binary_pre,
-    update_csr_on_binary_pre_p, update_fixed_post_conn_on_binary_pre, update_fixed_pre_conn_on_binary_post,
+    update_csr_on_binary_pre_p, update_dense_on_binary_post, update_dense_on_binary_post_p, update_dense_on_binary_pre,
+    update_dense_on_binary_pre_p, update_fixed_post_conn_on_binary_pre, update_fixed_pre_conn_on_binary_post,
 )
 # just-in-time connectivity
 from .primitives.jitc import (
@@ -195,12 +196,16 @@ __all__ = [
     "jitu_p",
     "update_csr_on_binary_pre_p",
     "update_csr_on_binary_post_p",
+    "update_dense_on_binary_pre_p",
+    "update_dense_on_binary_post_p",
     # plasticity
     "update_csr_on_binary_pre",
     "update_csr_on_binary_post",
     "update_csc_on_binary_post",
     "update_fixed_post_conn_on_binary_pre",
     "update_fixed_pre_conn_on_binary_post",
+    "update_dense_on_binary_pre",
+    "update_dense_on_binary_post",
     # index utilities
     "csr_to_coo_index",
     "coo_to_csc_index",

@@ -732,3 +732,17 @@ def line_update_resampler(*, indices: int, indptr: int, positions: int | None, s
         return tuple(out)
 
     return resample
+
+
+def dense_update_reference(weight, spikes, trace, w_min, w_max, axis: int):
+    """``W[i, j] <- clip(W[i, j] + trace[other])`` where row ``i`` (axis 0; other ``j``) or column ``j``
+    (axis 1; other ``i``) has ``spikes != 0``; jnp, differentiable (float16 via float32)."""
+    weight, trace = jnp.asarray(weight), jnp.asarray(trace)
+    acc = jnp.float32 if weight.dtype in (jnp.float16, jnp.bfloat16) else weight.dtype
+    active = (jnp.asarray(spikes) != 0)
+    active = active[:, None] if axis == 0 else active[None, :]
+    t = trace.astype(acc)
+    moved = jnp.clip(weight.astype(acc) + (t[None, :] if axis == 0 else t[:, None]),
+                     None if w_min is None else jnp.asarray(w_min).astype(acc),
+                     None if w_max is None else jnp.asarray(w_max).astype(acc))
+    return jnp.where(active, moved.astype(weight.dtype), weight)

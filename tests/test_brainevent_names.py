@@ -221,7 +221,8 @@ def test_primitives_by_tags():
     assert set(by({"jitc", "materialize"}).values()) == {evjax.jits_p, evjax.jitn_p, evjax.jitu_p}
     assert set(by({"normal", "mv"}).values()) == {evjax.jitnmv_p, evjax.binary_jitnmv_p}
     assert set(by("dense")) == {"evjax_binary_densemv", "evjax_binary_densemm", "evjax_binary_dense_outer"}
-    assert set(by("plasticity").values()) == {evjax.update_csr_on_binary_pre_p, evjax.update_csr_on_binary_post_p}
+    assert set(by("plasticity").values()) == {evjax.update_csr_on_binary_pre_p, evjax.update_csr_on_binary_post_p,
+                                              evjax.update_dense_on_binary_pre_p, evjax.update_dense_on_binary_post_p}
     assert by({"csr", "jitc"}) == {} and by(set()) == evjax.get_registry()
     for name in evjax.get_all_primitive_names():
         tags = evjax.catalog.primitive_tags(name)

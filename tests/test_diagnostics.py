@@ -17,7 +17,7 @@ def test_print_diagnostics_prints_versions_platforms_backends_cache_and_threads(
     assert f"cpu:{jax.devices('cpu')[0].id}" in out
     assert f"Cache dir:    {evjax.get_cache_dir()}" in out
     assert f"Threads:      {evjax.get_num_threads()}" in out
-    for family in ("csr:", "fixed:", "dense:", "jitc:"):
+    for family in ("csr:", "fixed:", "dense:", "jitc:", "plasticity:"):
         assert f"  {family}" in out
     for name in evjax.get_all_primitive_names():
         assert f"    {name} " in out, name

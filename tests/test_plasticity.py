@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import evjax
 from evjax.testing import OpSpec, check_all, property_test, random_csr
-from tests.helpers import line_update_reference, line_update_resampler
+from tests.helpers import dense_update_reference, line_update_reference, line_update_resampler
 
 BACKENDS = ("numba", "warp", "reference")
 
@@ -259,3 +259,56 @@ def test_fixed_table_errors_are_named():
     with pytest.raises(ValueError, match="the table has 3 rows, but shape says 4"):
         evjax.update_fixed_post_conn_on_binary_pre(np.ones((3, 2), np.float32), np.zeros((3, 2), np.int32),
                                                    np.ones(4, bool), np.ones(2, np.float32), shape=(4, 2))
+
+
+# ---------------------------------------------------------------------------
+# dense weight matrices
+# ---------------------------------------------------------------------------
+def dense_spec(backend, axis, *, nonfinite=False):
+    if axis == 0:
+        def fn(weight, spikes, trace, w_min, w_max):
+            return evjax.update_dense_on_binary_pre(weight, spikes, trace, w_min, w_max, backend=backend)
+
+        def reference(weight, spikes, trace, w_min, w_max):
+            return dense_update_reference(weight, spikes, trace, w_min, w_max, 0)
+    else:
+        def fn(weight, trace, spikes, w_min, w_max):
+            return evjax.update_dense_on_binary_post(weight, trace, spikes, w_min, w_max, backend=backend)
+
+        def reference(weight, trace, spikes, w_min, w_max):
+            return dense_update_reference(weight, spikes, trace, w_min, w_max, 1)
+    trace_at = 2 if axis == 0 else 1
+    return OpSpec(fn, reference, diff_argnums=(0, trace_at, 3, 4), backend=backend, smooth=False, nonfinite=nonfinite,
+                  nonfinite_argnums=(0, trace_at), name=f"update_dense_on_binary_{'pre' if axis == 0 else 'post'}"
+                  f"[{backend}]")
+
+
+@st.composite
+def dense_args(draw, axis):
+    n_pre, n_post = draw(st.integers(0, 6)), draw(st.integers(0, 5))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    weight = rng.uniform(-1, 1, (n_pre, n_post)).astype(np.float32)
+    lines, others = (n_pre, n_post) if axis == 0 else (n_post, n_pre)
+    spikes, trace = rng.random(lines) < 0.5, rng.uniform(-0.6, 0.6, others).astype(np.float32)
+    lo, hi = draw(st.sampled_from([(-0.5, 0.5), (-2.0, 2.0), (0.0, 0.3)]))
+    if axis == 0:
+        return weight, spikes, trace, np.float32(lo), np.float32(hi)
+    return weight, trace, spikes, np.float32(lo), np.float32(hi)
+
+
+test_dense_pre_properties = property_test(lambda be: dense_spec(be, 0), dense_args(0), backends=BACKENDS,
+                                          skip=("check_grads",))
+test_dense_post_properties = property_test(lambda be: dense_spec(be, 1), dense_args(1), backends=BACKENDS,
+                                           skip=("check_grads",))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("axis", [0, 1])
+def test_dense_nonfinite_follow_ieee_and_silent_lines_keep_their_weights(backend, axis):
+    rng = np.random.default_rng(31)
+    weight = rng.uniform(-1, 1, (6, 5)).astype(np.float32)
+    lines, others = (6, 5) if axis == 0 else (5, 6)
+    spikes, trace = rng.random(lines) < 0.5, rng.uniform(-0.5, 0.5, others).astype(np.float32)
+    args = (weight, spikes, trace) if axis == 0 else (weight, trace, spikes)
+    check_all(dense_spec(backend, axis, nonfinite=True), (*args, np.float32(-0.4), np.float32(0.4)),
+              skip=("check_grads", "vmap", "nested_vmap", "jit_grad_vmap"))

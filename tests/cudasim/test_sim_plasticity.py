@@ -62,3 +62,28 @@ def test_post_update():
     args = (weight, c_indices, c_indptr, weight_indices, rng.uniform(-0.5, 0.5, 4).astype(np.float32),
             rng.random(3) < 0.5, (4, 3))
     check_all(spec, args, skip=("check_grads", "nested_vmap"))
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_dense_update(axis):
+    from tests.helpers import dense_update_reference
+
+    rng = np.random.default_rng(3 + axis)
+    weight = rng.uniform(-1, 1, (3, 4)).astype(np.float32)
+    weight[0, 0] = np.nan
+    lines, others = (3, 4) if axis == 0 else (4, 3)
+    spikes, trace = rng.random(lines) < 0.5, rng.uniform(-0.5, 0.5, others).astype(np.float32)
+
+    def fn(w, a, b):
+        if axis == 0:
+            return evjax.update_dense_on_binary_pre(w, a, b, -0.3, 0.3, backend=BACKEND)
+        return evjax.update_dense_on_binary_post(w, a, b, -0.3, 0.3, backend=BACKEND)
+
+    def reference(w, a, b):
+        s, t = (a, b) if axis == 0 else (b, a)
+        return dense_update_reference(w, s, t, -0.3, 0.3, axis)
+
+    spec = OpSpec(fn, reference, diff_argnums=(0, 2 if axis == 0 else 1), backend=BACKEND, smooth=False,
+                  name=f"update_dense[{axis}, numba_cuda]")
+    check_all(spec, (weight, spikes, trace) if axis == 0 else (weight, trace, spikes),
+              skip=("check_grads", "nested_vmap"))

@@ -1,7 +1,8 @@
 """The plasticity family: event-driven weight updates of a connection on spikes (STDP).
 
-* :mod:`.ops`: the ops ``update_csr_on_binary_pre_p`` and
-  ``update_csr_on_binary_post_p``, their reference, rules and registration, and
+* :mod:`.ops`: the ops ``update_csr_on_binary_pre_p``,
+  ``update_csr_on_binary_post_p``, ``update_dense_on_binary_pre_p`` and
+  ``update_dense_on_binary_post_p``, their reference, rules and registration, and
   the functions that bind them on other storage (CSC, fixed-width tables);
 * :mod:`.numba`, :mod:`.warp`, :mod:`.numba_cuda`: the backends, each imported
   by ``BACKEND_LOADERS`` below the first time an op needs it.
@@ -13,6 +14,10 @@ from .ops import (
     update_csr_on_binary_post_p,
     update_csr_on_binary_pre,
     update_csr_on_binary_pre_p,
+    update_dense_on_binary_post,
+    update_dense_on_binary_post_p,
+    update_dense_on_binary_pre,
+    update_dense_on_binary_pre_p,
     update_fixed_post_conn_on_binary_pre,
     update_fixed_pre_conn_on_binary_post,
 )
@@ -20,7 +25,8 @@ from .ops import (
 __all__ = [
     "OPS", "update_csr_on_binary_pre", "update_csr_on_binary_post", "update_csr_on_binary_pre_p",
     "update_csr_on_binary_post_p", "update_csc_on_binary_post", "update_fixed_post_conn_on_binary_pre",
-    "update_fixed_pre_conn_on_binary_post",
+    "update_fixed_pre_conn_on_binary_post", "update_dense_on_binary_pre", "update_dense_on_binary_post",
+    "update_dense_on_binary_pre_p", "update_dense_on_binary_post_p",
 ]
 
 

@@ -1,7 +1,7 @@
 """Numba CPU backend of the plasticity ops in :mod:`evjax.primitives.plasticity.ops`.
 
 Imported by the ops the first time they lower with ``backend="numba"``; it
-registers its generator on them.  One kernel serves both ops: it copies the
+registers its generators on them.  One kernel serves both CSR ops: it copies the
 weights, then for each active line (a row for ``update_csr_on_binary_pre``, a
 column of the CSC view for ``_post``) moves the weight of each entry by the
 trace of its other end and clips it.  ``positions`` is empty for the row view
@@ -10,7 +10,10 @@ view.  Serial: each synapse is written at most once per call (the positions
 are a permutation), so the order of the lines cannot change a bit, and the
 work (the synapses of active lines) is small next to the copy.
 
-Spikes reach the kernel as bytes (``s != 0`` computed by XLA before the call),
+One kernel serves both dense ops (``axis``: rows or columns); for columns it
+lists the active ones once, then each row updates only those.
+
+Spikes reach the kernels as bytes (``s != 0`` computed by XLA before the call),
 so one compiled kernel per weight and index dtype serves bool, integer and
 float spikes.  float16 and bfloat16 are computed in float32, as the reference
 does.
@@ -19,13 +22,24 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 import numba
+import numpy as np
 
 from ..._kernel_compat import COMPILED_CODE_ONLY
 from ...backends import numba_cpu
 from ...dtypes import compute_dtype
 from . import ops
 
-__all__ = ["update_lines", "update_generator"]
+__all__ = ["update_lines", "update_dense", "update_generator", "dense_update_generator"]
+
+
+@numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
+def _clipped(v, lo, hi):
+    """``min(max(v, lo), hi)``, NaN propagated (``jnp.clip``'s rule)."""
+    if lo != lo or v < lo:
+        v = lo
+    if hi != hi or v > hi:
+        v = hi
+    return v
 
 
 @numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
@@ -40,12 +54,36 @@ def update_lines(weight, indices, indptr, positions, trace, spikes, bounds, out)
         if spikes[i]:
             for e in range(indptr[i], indptr[i + 1]):
                 p = e if direct else positions[e]
-                v = out[p] + trace[indices[e]]
-                if lo != lo or v < lo:  # max(v, lo), NaN propagated
-                    v = lo
-                if hi != hi or v > hi:  # min(v, hi), NaN propagated
-                    v = hi
-                out[p] = v
+                out[p] = _clipped(out[p] + trace[indices[e]], lo, hi)
+    return
+
+
+@numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
+def update_dense(weight, spikes, trace, bounds, axis, out):
+    """``out = weight``, then ``out[i, j] = clip(out[i, j] + trace[other])`` on the rows (``axis[0] == 0``:
+    other = j) or columns (other = i) whose spike is set; the active columns are listed once."""
+    n_rows, n_cols = weight.shape
+    for i in range(n_rows):
+        for j in range(n_cols):
+            out[i, j] = weight[i, j]
+    lo, hi = bounds[0], bounds[1]
+    if axis[0] == 0:
+        for i in range(n_rows):
+            if spikes[i]:
+                for j in range(n_cols):
+                    out[i, j] = _clipped(out[i, j] + trace[j], lo, hi)
+        return
+    cols = np.empty(n_cols, np.int64)
+    n = 0
+    for j in range(n_cols):
+        if spikes[j]:
+            cols[n] = j
+            n += 1
+    for i in range(n_rows):
+        t = trace[i]
+        for a in range(n):
+            j = cols[a]
+            out[i, j] = _clipped(out[i, j] + t, lo, hi)
     return
 
 
@@ -67,5 +105,22 @@ def update_generator(outs, ins, indirect: bool, clip_min: bool, clip_max: bool):
     return kernel
 
 
-for _op in ops.OPS:
+def dense_update_generator(outs, ins, axis: int, clip_min: bool, clip_max: bool):
+    """Numba kernel for ``update_dense_on_binary_pre_p`` / ``update_dense_on_binary_post_p``."""
+    out = outs[0]
+    dtype = compute_dtype(out.dtype)
+
+    def kernel(*args):
+        weight, spikes, trace, bounds = ops.dense_lines(args, axis)
+        w, t, b = (x if x.dtype == dtype else x.astype(dtype) for x in (weight, trace, bounds))
+        y = numba_cpu.call(update_dense, (w, spikes != 0, t, b, jnp.full((1,), axis, jnp.int32)), out.shape,
+                           dtype, threads=False, bool_as_bytes=True)
+        return [y.astype(out.dtype)]
+
+    return kernel
+
+
+for _op in ops.CSR_OPS:
     _op.def_numba_kernel(update_generator)
+for _op in ops.DENSE_OPS:
+    _op.def_numba_kernel(dense_update_generator)

@@ -8,7 +8,8 @@ entries by the trace of the other end and clips it, in place in the output,
 which aliases the weights (XLA hands the kernel a copy where the weights are
 still needed).  Each synapse is written by one thread at most (the positions
 are a permutation): no atomics, no order to fix.  float16/bfloat16 compute in
-float32; an empty structure skips the launch.
+float32; an empty structure skips the launch.  The dense ops: one thread per
+weight (``update_dense``), which moves only if its row (pre) or column (post) fired.
 """
 import jax.numpy as jnp
 from numba import cuda
@@ -17,7 +18,7 @@ from ...dtypes import compute_dtype
 from ...numba_cuda_kernel import numba_cuda_kernel
 from . import ops
 
-__all__ = ["update_lines", "update_numba_cuda", "THREADS"]
+__all__ = ["update_lines", "update_dense", "update_numba_cuda", "dense_update_numba_cuda", "THREADS"]
 
 THREADS = 256  # threads per block
 
@@ -36,6 +37,42 @@ def update_lines(weight, indices, indptr, positions, trace, spikes, bounds, out)
             if hi != hi or v > hi:  # min(v, hi), NaN propagated
                 v = hi
             out[p] = v
+
+
+@cuda.jit
+def update_dense(weight, spikes, trace, bounds, by_row, out):
+    t = cuda.grid(1)
+    n_rows, n_cols = out.shape
+    if t < n_rows * n_cols:
+        i, j = t // n_cols, t % n_cols  # neighbouring threads on neighbouring weights of a row
+        line, other = (i, j) if by_row[0] else (j, i)
+        if spikes[line]:
+            lo, hi = bounds[0], bounds[1]
+            v = out[i, j] + trace[other]
+            if lo != lo or v < lo:  # max(v, lo), NaN propagated
+                v = lo
+            if hi != hi or v > hi:  # min(v, hi), NaN propagated
+                v = hi
+            out[i, j] = v
+
+
+def dense_update_numba_cuda(outs, ins, axis: int, clip_min: bool, clip_max: bool):
+    """Numba CUDA generator for ``update_dense_on_binary_pre_p`` / ``_post_p``: ``run(*operands) -> [weights]``."""
+    out = outs[0]
+    dtype = compute_dtype(out.dtype)
+    size = int(out.shape[0]) * int(out.shape[1])
+    if size:
+        call = numba_cuda_kernel(update_dense, out.update(dtype=dtype), grid=-(-size // THREADS), block=THREADS,
+                                 input_output_aliases={0: 0})
+
+    def run(*args):
+        weight, spikes, trace, bounds = ops.dense_lines(args, axis)
+        if not size:
+            return [weight]
+        w, t, b = (x if x.dtype == dtype else x.astype(dtype) for x in (weight, trace, bounds))
+        return [call(w, spikes != 0, t, b, jnp.full((1,), axis == 0)).astype(out.dtype)]
+
+    return run
 
 
 def update_numba_cuda(outs, ins, indirect: bool, clip_min: bool, clip_max: bool):
@@ -59,5 +96,7 @@ def update_numba_cuda(outs, ins, indirect: bool, clip_min: bool, clip_max: bool)
     return run
 
 
-for _op in ops.OPS:
+for _op in ops.CSR_OPS:
     _op.def_numba_cuda_kernel(update_numba_cuda)
+for _op in ops.DENSE_OPS:
+    _op.def_numba_cuda_kernel(dense_update_numba_cuda)

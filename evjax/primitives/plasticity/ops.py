@@ -53,7 +53,8 @@ from ...xla_custom_kernel import XLACustomKernel
 __all__ = [
     "update_csr_on_binary_pre", "update_csr_on_binary_post", "update_csr_on_binary_pre_p",
     "update_csr_on_binary_post_p", "update_csc_on_binary_post", "update_fixed_post_conn_on_binary_pre",
-    "update_fixed_pre_conn_on_binary_post", "OPS",
+    "update_fixed_pre_conn_on_binary_post", "update_dense_on_binary_pre", "update_dense_on_binary_post",
+    "update_dense_on_binary_pre_p", "update_dense_on_binary_post_p", "OPS",
 ]
 
 _FLOATS = (jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64)
@@ -184,8 +185,12 @@ def _coefficients(args, indirect: bool, clip_min: bool, clip_max: bool):
     """Per entry: ``pos``, ``active``, and the derivatives of ``clip(raw) = min(max(raw, lo), hi)`` in
     ``raw``, ``lo`` and ``hi`` (the chain rule through jnp's max and min, ties and NaN included; a
     bound not given is no step)."""
-    bounds = args[-1]
     pos, active, _, raw = _raw_update(args, indirect)
+    return (pos, active, *_clip_slopes(raw, args[-1], clip_min, clip_max))
+
+
+def _clip_slopes(raw, bounds, clip_min: bool, clip_max: bool):
+    """``(d/d raw, d/d lo, d/d hi)`` of ``min(max(raw, lo), hi)`` (a bound not given: no step)."""
     lo, hi = bounds.astype(raw.dtype)[0], bounds.astype(raw.dtype)[1]
     one, zero = jnp.ones_like(raw), jnp.zeros_like(raw)
     above = jnp.maximum(raw, lo) if clip_min else raw
@@ -195,7 +200,7 @@ def _coefficients(args, indirect: bool, clip_min: bool, clip_max: bool):
         through, d_hi = _balanced(above, clipped, hi), _balanced(hi, clipped, above)
     else:
         through, d_hi = one, zero
-    return pos, active, through * d_raw, through * d_lo, d_hi
+    return through * d_raw, through * d_lo, d_hi
 
 
 def _at_positions(values, pos, nnz: int, fill):
@@ -340,7 +345,151 @@ update_csr_on_binary_post_p.def_jvp_rule2(_update_jvp_weight, None, None, None, 
                                           _update_jvp_bounds)
 update_csr_on_binary_post_p.def_batching_rule(_update_batching)
 
-OPS = (update_csr_on_binary_pre_p, update_csr_on_binary_post_p)
+# ===========================================================================
+# update_dense_on_binary_pre, update_dense_on_binary_post: a dense (n_pre, n_post) weight matrix; the
+# lines are its rows (pre) or its columns (post).  Two primitives, one set of rules (param ``axis``).
+# ===========================================================================
+def _check_dense(weight, spikes, trace, spike_name, trace_name, axis: int, who: str):
+    weight = canonical(weight)
+    if weight.ndim != 2 or weight.dtype not in [jnp.dtype(d) for d in _FLOATS]:
+        raise TypeError(f"{who}: weight must be a 2-d float (n_pre, n_post) matrix, got "
+                        f"{weight.dtype}{list(weight.shape)}")
+    spikes = _check_line_vector(spikes, spike_name, weight.shape[axis], who, events=True)
+    trace = _check_line_vector(trace, trace_name, weight.shape[1 - axis], who, events=False)
+    return weight, spikes, trace
+
+
+def update_dense_on_binary_pre(weight, pre_spike, post_trace, w_min=None, w_max=None, *,
+                               backend: str | None = None) -> jax.Array:
+    """A dense weight matrix after presynaptic spikes: ``W[i, :] += post_trace`` on the rows that fired.
+
+    For each ``i`` with ``pre_spike[i] != 0``: ``W[i, j] = clip(W[i, j] +
+    post_trace[j], w_min, w_max)``; the other rows bit for bit. Only active
+    rows are visited.
+
+    Args:
+        weight: ``(n_pre, n_post)`` float matrix.
+        pre_spike: ``(n_pre,)`` bool, or numbers where nonzero is a spike.
+        post_trace: ``(n_post,)`` float trace.
+        w_min, w_max: bounds for updated weights (scalars), or None.
+        backend: as in :func:`update_csr_on_binary_pre`.
+
+    Returns:
+        ``(n_pre, n_post)`` the new weights, in ``weight``'s dtype.
+
+    Raises:
+        TypeError, ValueError: an argument of the wrong kind or shape, named.
+
+    Example:
+        >>> W = evjax.update_dense_on_binary_pre(W, pre_spikes, post_trace, w_min=0.0, w_max=1.0)
+    """
+    weight, spikes, trace = _check_dense(weight, pre_spike, post_trace, "pre_spike", "post_trace", 0,
+                                         "update_dense_on_binary_pre")
+    return update_dense_on_binary_pre_p.bind(
+        weight, spikes, trace, _bounds(w_min, w_max, weight.dtype, "update_dense_on_binary_pre"),
+        outs=[jax.ShapeDtypeStruct(weight.shape, weight.dtype)], axis=0, clip_min=w_min is not None,
+        clip_max=w_max is not None, backend=backend)[0]
+
+
+def update_dense_on_binary_post(weight, pre_trace, post_spike, w_min=None, w_max=None, *,
+                                backend: str | None = None) -> jax.Array:
+    """A dense weight matrix after postsynaptic spikes: ``W[:, j] += pre_trace`` on the columns that fired.
+
+    For each ``j`` with ``post_spike[j] != 0``: ``W[i, j] = clip(W[i, j] +
+    pre_trace[i], w_min, w_max)``; the other columns bit for bit.
+
+    Args:
+        weight: ``(n_pre, n_post)`` float matrix.
+        pre_trace: ``(n_pre,)`` float trace.
+        post_spike: ``(n_post,)`` bool, or numbers where nonzero is a spike.
+        w_min, w_max: bounds for updated weights (scalars), or None.
+        backend: as in :func:`update_csr_on_binary_pre`.
+
+    Returns:
+        ``(n_pre, n_post)`` the new weights, in ``weight``'s dtype.
+
+    Raises:
+        TypeError, ValueError: an argument of the wrong kind or shape, named.
+
+    Example:
+        >>> W = evjax.update_dense_on_binary_post(W, pre_trace, post_spikes, w_min=0.0, w_max=1.0)
+    """
+    weight, spikes, trace = _check_dense(weight, post_spike, pre_trace, "post_spike", "pre_trace", 1,
+                                         "update_dense_on_binary_post")
+    return update_dense_on_binary_post_p.bind(
+        weight, trace, spikes, _bounds(w_min, w_max, weight.dtype, "update_dense_on_binary_post"),
+        outs=[jax.ShapeDtypeStruct(weight.shape, weight.dtype)], axis=1, clip_min=w_min is not None,
+        clip_max=w_max is not None, backend=backend)[0]
+
+
+update_dense_on_binary_pre_p = XLACustomKernel("evjax_update_dense_on_binary_pre")
+update_dense_on_binary_post_p = XLACustomKernel("evjax_update_dense_on_binary_post")
+
+
+def dense_lines(args, axis: int):
+    """``(weight, spikes, trace, bounds)`` of either dense op (pre: ``(W, spikes, trace, bounds)``,
+    post: ``(W, trace, spikes, bounds)``)."""
+    weight, a, b, bounds = args
+    return (weight, a, b, bounds) if axis == 0 else (weight, b, a, bounds)
+
+
+def _dense_raw(args, axis: int):
+    """``(active, raw)``: where the line fired (broadcast over the matrix) and ``W + trace`` there."""
+    weight, spikes, trace, _ = dense_lines(args, axis)
+    acc = compute_dtype(weight.dtype)
+    active = (spikes != 0)[:, None] if axis == 0 else (spikes != 0)[None, :]
+    other = trace.astype(acc)[None, :] if axis == 0 else trace.astype(acc)[:, None]
+    return active, weight.astype(acc) + other
+
+
+def _reference_dense_update(*args, outs, axis: int, clip_min: bool, clip_max: bool):
+    # W'[i, j] = clip(W[i, j] + trace[other]) where line i (pre) or j (post) fired; W elsewhere
+    weight, bounds = args[0], args[-1]
+    active, raw = _dense_raw(args, axis)
+    new = _clip(raw, bounds.astype(raw.dtype), clip_min, clip_max)
+    return [jnp.where(active, new.astype(weight.dtype), weight)]
+
+
+def _dense_jvp_weight(tangent, *args, outs, axis, clip_min, clip_max, backend):
+    # dW' = dW off the active lines, d clip / d raw * dW on them
+    active, raw = _dense_raw(args, axis)
+    d_raw, _, _ = _clip_slopes(raw, args[-1], clip_min, clip_max)
+    return [(tangent.astype(raw.dtype) * jnp.where(active, d_raw, 1)).astype(outs[0].dtype)]
+
+
+def _dense_jvp_trace(tangent, *args, outs, axis, clip_min, clip_max, backend):
+    # dW'[i, j] = d clip / d raw * dtrace[other end] on the active lines; 0 elsewhere
+    active, raw = _dense_raw(args, axis)
+    d_raw, _, _ = _clip_slopes(raw, args[-1], clip_min, clip_max)
+    t = tangent.astype(raw.dtype)
+    moved = d_raw * (t[None, :] if axis == 0 else t[:, None])
+    return [jnp.where(active, moved, 0).astype(outs[0].dtype)]
+
+
+def _dense_jvp_bounds(tangent, *args, outs, axis, clip_min, clip_max, backend):
+    # dW' = d clip / d lo * dw_min + d clip / d hi * dw_max on the active lines
+    active, raw = _dense_raw(args, axis)
+    _, d_lo, d_hi = _clip_slopes(raw, args[-1], clip_min, clip_max)
+    t = tangent.astype(raw.dtype)
+    return [jnp.where(active, d_lo * t[0] + d_hi * t[1], 0).astype(outs[0].dtype)]
+
+
+def _dense_update_batching(args, axes, *, outs, axis, clip_min, clip_max, backend):
+    # any operand batched: one call per batch element (rules.batching.sequential_batch)
+    op = update_dense_on_binary_pre_p if axis == 0 else update_dense_on_binary_post_p
+    return batching_rules.sequential_batch(op.primitive, args, axes, outs=outs, axis=axis, clip_min=clip_min,
+                                           clip_max=clip_max, backend=backend)
+
+
+update_dense_on_binary_pre_p.def_jvp_rule2(_dense_jvp_weight, None, _dense_jvp_trace, _dense_jvp_bounds)
+update_dense_on_binary_post_p.def_jvp_rule2(_dense_jvp_weight, _dense_jvp_trace, None, _dense_jvp_bounds)
+for _op in (update_dense_on_binary_pre_p, update_dense_on_binary_post_p):
+    _op.def_reference(_reference_dense_update)
+    _op.def_batching_rule(_dense_update_batching)
+
+CSR_OPS = (update_csr_on_binary_pre_p, update_csr_on_binary_post_p)
+DENSE_OPS = (update_dense_on_binary_pre_p, update_dense_on_binary_post_p)
+OPS = CSR_OPS + DENSE_OPS
 
 
 # ===========================================================================

@@ -1,14 +1,15 @@
 """Warp backend of the plasticity ops (backend ``"warp"``: CPU, and CUDA GPUs).
 
 Imported (through the family's ``BACKEND_LOADERS``) the first time an op needs
-this backend; it registers its generator at the bottom.  One kernel, one
+this backend; it registers its generators at the bottom.  The CSR ops: one kernel, one
 thread per line (a row, or a column of the CSC view): an active line moves
 the weight of each of its entries by the trace of the other end and clips
 it, in the in-out weight buffer (the call starts it as a copy of the
 weights).  Each synapse is written by one thread at most (the positions are
 a permutation), so no atomics and no order to fix.  Indices are int32 here
 (int64 structures are narrowed; their values fit, as the shape does), and
-float16/bfloat16 compute in float32.
+float16/bfloat16 compute in float32.  The dense ops: one thread per weight,
+which moves only if its row (pre) or column (post) fired.
 """
 # No `from __future__ import annotations`: Warp reads the kernels' annotations as objects.
 
@@ -24,7 +25,7 @@ from ...dtypes import compute_dtype
 from ...warp_kernel import jaxtype_to_warptype, warp_kernel
 from . import ops
 
-__all__ = ["update_kernel", "update_warp"]
+__all__ = ["update_kernel", "dense_update_kernel", "update_warp", "dense_update_warp"]
 
 wp = bridge.import_warp()
 _lock = threading.Lock()
@@ -58,6 +59,57 @@ def update_kernel(compute_dt: str):
     return update
 
 
+@functools.lru_cache(maxsize=None)
+def dense_update_kernel(compute_dt: str):
+    """The Warp kernel of the dense ops: one thread per weight, which moves only if its line fired."""
+    F = jaxtype_to_warptype(compute_dt)  # noqa: N806
+    F1, F2, B1 = wp.array(dtype=F, ndim=1), wp.array(dtype=F, ndim=2), wp.array(dtype=wp.bool, ndim=1)  # noqa: N806
+    module = wp.get_module(f"evjax_plasticity_dense_{compute_dt}")
+
+    @wp.kernel(enable_backward=False, module=module)
+    def update_dense(spikes: B1, trace: F1, bounds: F1, by_row: B1, out: F2):
+        i, j = wp.tid()
+        line = j
+        other = i
+        if by_row[0]:
+            line = i
+            other = j
+        if spikes[line]:
+            lo = bounds[0]
+            hi = bounds[1]
+            v = out[i, j] + trace[other]
+            if lo != lo or v < lo:  # max(v, lo), NaN propagated
+                v = lo
+            if hi != hi or v > hi:  # min(v, hi), NaN propagated
+                v = hi
+            out[i, j] = v
+
+    return update_dense
+
+
+def dense_update_warp(outs, ins, axis: int, clip_min: bool, clip_max: bool):
+    """Warp generator for ``update_dense_on_binary_pre_p`` / ``_post_p``: ``run(*operands) -> [weights]``."""
+    out = outs[0]
+    dtype = compute_dtype(out.dtype)
+    shape = tuple(int(d) for d in out.shape)
+    empty = 0 in shape
+    if not empty:
+        with _lock:
+            kernel = dense_update_kernel(str(np.dtype(dtype)))
+        call = warp_kernel(kernel, [], launch_dims=shape, in_out_argnames=["out"])
+
+    def run(*args):
+        weight, spikes, trace, bounds = ops.dense_lines(args, axis)
+        if empty:
+            return [weight]
+        w, t, b = (x if x.dtype == dtype else x.astype(dtype) for x in (weight, trace, bounds))
+        y = call(spikes != 0, t, b, jnp.full((1,), axis == 0), w)
+        y = y[0] if isinstance(y, (tuple, list)) else y
+        return [y.astype(out.dtype)]
+
+    return run
+
+
 def update_warp(outs, ins, indirect: bool, clip_min: bool, clip_max: bool):
     """Warp generator for ``update_csr_on_binary_pre_p`` / ``_post_p``: ``run(*operands) -> [weights]``."""
     out = outs[0]
@@ -82,5 +134,7 @@ def update_warp(outs, ins, indirect: bool, clip_min: bool, clip_max: bool):
     return run
 
 
-for _op in ops.OPS:
+for _op in ops.CSR_OPS:
     _op.def_warp_kernel(update_warp)
+for _op in ops.DENSE_OPS:
+    _op.def_warp_kernel(dense_update_warp)
