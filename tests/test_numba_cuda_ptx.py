@@ -139,3 +139,20 @@ def test_sddmm_kernels_compile_to_ptx(compute, index):
                types.Array(q_type, ndim, "C"), types.Array(f, 1, "C"), types.Array(f, 1, "C"))
         ptx = _compile(kernel, sig)
         assert "st.global" in ptx, (kind, mode)
+
+
+@pytest.mark.parametrize("compute, index", [("float32", "int32"), ("float64", "int64")])
+def test_plasticity_kernels_compile_to_ptx(compute, index):
+    """The plasticity family's two CUDA kernels, as their generators call them (weights aliased to the output)."""
+    from numba import types
+
+    from evjax.primitives.plasticity.numba_cuda import update_dense, update_lines
+
+    f, i = getattr(types, compute), getattr(types, index)
+    b1 = types.Array(types.boolean, 1, "C")
+    f1, i1 = types.Array(f, 1, "C"), types.Array(i, 1, "C")
+    ptx = _compile(update_lines, [f1, i1, i1, i1, f1, b1, f1, f1])
+    assert "atom." not in ptx  # each synapse is written by one thread: no atomics
+    f2 = types.Array(f, 2, "C")
+    ptx = _compile(update_dense, [f2, b1, f1, f1, b1, f2])
+    assert "atom." not in ptx

@@ -23,6 +23,11 @@ __all__ = ["update_lines", "update_dense", "update_numba_cuda", "dense_update_nu
 THREADS = 256  # threads per block
 
 
+# The clip min(max(v, lo), hi) with NaN propagated (jnp.clip's rule) is written out in both kernels: a
+# device function would need a CUDA driver to compile (its compute capability), and the PTX of these
+# kernels is checked on machines without one (tests/test_numba_cuda_ptx.py).
+
+
 @cuda.jit
 def update_lines(weight, indices, indptr, positions, trace, spikes, bounds, out):
     i = cuda.grid(1)
@@ -32,9 +37,9 @@ def update_lines(weight, indices, indptr, positions, trace, spikes, bounds, out)
         for e in range(indptr[i], indptr[i + 1]):
             p = e if direct else positions[e]
             v = out[p] + trace[indices[e]]
-            if lo != lo or v < lo:  # max(v, lo), NaN propagated
+            if lo != lo or v < lo:
                 v = lo
-            if hi != hi or v > hi:  # min(v, hi), NaN propagated
+            if hi != hi or v > hi:
                 v = hi
             out[p] = v
 
@@ -49,9 +54,9 @@ def update_dense(weight, spikes, trace, bounds, by_row, out):
         if spikes[line]:
             lo, hi = bounds[0], bounds[1]
             v = out[i, j] + trace[other]
-            if lo != lo or v < lo:  # max(v, lo), NaN propagated
+            if lo != lo or v < lo:
                 v = lo
-            if hi != hi or v > hi:  # min(v, hi), NaN propagated
+            if hi != hi or v > hi:
                 v = hi
             out[i, j] = v
 

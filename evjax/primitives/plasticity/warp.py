@@ -25,46 +25,42 @@ from ...dtypes import compute_dtype
 from ...warp_kernel import jaxtype_to_warptype, warp_kernel
 from . import ops
 
-__all__ = ["update_kernel", "dense_update_kernel", "update_warp", "dense_update_warp"]
+__all__ = ["plasticity_kernels", "update_warp", "dense_update_warp"]
 
 wp = bridge.import_warp()
 _lock = threading.Lock()
 
 
 @functools.lru_cache(maxsize=None)
-def update_kernel(compute_dt: str):
-    """The Warp kernel for weights in ``compute_dt`` (``"float32"``/``"float64"``)."""
+def plasticity_kernels(compute_dt: str) -> dict:
+    """The Warp kernels for weights in ``compute_dt`` (``"float32"``/``"float64"``), in one module:
+    ``"lines"`` (the CSR ops: one thread per line) and ``"dense"`` (one thread per weight)."""
     F = jaxtype_to_warptype(compute_dt)  # noqa: N806
-    F1, I1, B1 = wp.array(dtype=F, ndim=1), wp.array(dtype=wp.int32, ndim=1), wp.array(dtype=wp.bool, ndim=1)  # noqa: N806
+    F1, F2 = wp.array(dtype=F, ndim=1), wp.array(dtype=F, ndim=2)  # noqa: N806
+    I1, B1 = wp.array(dtype=wp.int32, ndim=1), wp.array(dtype=wp.bool, ndim=1)  # noqa: N806
     module = wp.get_module(f"evjax_plasticity_{compute_dt}")
 
+    @wp.func(module=module)
+    def clipped(v: F, bounds: F1):  # min(max(v, lo), hi), NaN propagated (jnp.clip's rule)
+        lo = bounds[0]
+        hi = bounds[1]
+        r = v
+        if lo != lo or r < lo:
+            r = lo
+        if hi != hi or r > hi:
+            r = hi
+        return r
+
     @wp.kernel(enable_backward=False, module=module)
-    def update(indices: I1, indptr: I1, positions: I1, trace: F1, spikes: B1, bounds: F1, out: F1):
+    def update_lines(indices: I1, indptr: I1, positions: I1, trace: F1, spikes: B1, bounds: F1, out: F1):
         i = wp.tid()
         if spikes[i]:
-            lo = bounds[0]
-            hi = bounds[1]
             direct = positions.shape[0] == 0
             for e in range(indptr[i], indptr[i + 1]):
                 p = e
                 if not direct:
                     p = positions[e]
-                v = out[p] + trace[indices[e]]
-                if lo != lo or v < lo:  # max(v, lo), NaN propagated
-                    v = lo
-                if hi != hi or v > hi:  # min(v, hi), NaN propagated
-                    v = hi
-                out[p] = v
-
-    return update
-
-
-@functools.lru_cache(maxsize=None)
-def dense_update_kernel(compute_dt: str):
-    """The Warp kernel of the dense ops: one thread per weight, which moves only if its line fired."""
-    F = jaxtype_to_warptype(compute_dt)  # noqa: N806
-    F1, F2, B1 = wp.array(dtype=F, ndim=1), wp.array(dtype=F, ndim=2), wp.array(dtype=wp.bool, ndim=1)  # noqa: N806
-    module = wp.get_module(f"evjax_plasticity_dense_{compute_dt}")
+                out[p] = clipped(out[p] + trace[indices[e]], bounds)
 
     @wp.kernel(enable_backward=False, module=module)
     def update_dense(spikes: B1, trace: F1, bounds: F1, by_row: B1, out: F2):
@@ -75,16 +71,9 @@ def dense_update_kernel(compute_dt: str):
             line = i
             other = j
         if spikes[line]:
-            lo = bounds[0]
-            hi = bounds[1]
-            v = out[i, j] + trace[other]
-            if lo != lo or v < lo:  # max(v, lo), NaN propagated
-                v = lo
-            if hi != hi or v > hi:  # min(v, hi), NaN propagated
-                v = hi
-            out[i, j] = v
+            out[i, j] = clipped(out[i, j] + trace[other], bounds)
 
-    return update_dense
+    return {"lines": update_lines, "dense": update_dense}
 
 
 def dense_update_warp(outs, ins, axis: int, clip_min: bool, clip_max: bool):
@@ -95,7 +84,7 @@ def dense_update_warp(outs, ins, axis: int, clip_min: bool, clip_max: bool):
     empty = 0 in shape
     if not empty:
         with _lock:
-            kernel = dense_update_kernel(str(np.dtype(dtype)))
+            kernel = plasticity_kernels(str(np.dtype(dtype)))["dense"]
         call = warp_kernel(kernel, [], launch_dims=shape, in_out_argnames=["out"])
 
     def run(*args):
@@ -118,7 +107,7 @@ def update_warp(outs, ins, indirect: bool, clip_min: bool, clip_max: bool):
     empty = n_lines == 0 or int(out.shape[0]) == 0
     if not empty:
         with _lock:
-            kernel = update_kernel(str(np.dtype(dtype)))
+            kernel = plasticity_kernels(str(np.dtype(dtype)))["lines"]
         call = warp_kernel(kernel, [], launch_dims=n_lines, in_out_argnames=["out"])
 
     def run(*args):
