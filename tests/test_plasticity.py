@@ -262,6 +262,9 @@ def test_fixed_table_errors_are_named():
     with pytest.raises(ValueError, match="indices must be an integer table of data's shape"):
         evjax.update_fixed_post_conn_on_binary_pre(np.ones((3, 2), np.float32), np.zeros((3, 1), np.int32),
                                                    np.ones(3, bool), np.ones(2, np.float32), shape=(3, 2))
+    with pytest.raises(TypeError, match="update_fixed_post_conn_on_binary_pre: w_min must be a real scalar"):
+        evjax.update_fixed_post_conn_on_binary_pre(np.ones((3, 2), np.float32), np.zeros((3, 2), np.int32),
+                                                   np.ones(3, bool), np.ones(2, np.float32), np.ones(2), shape=(3, 2))
     with pytest.raises(ValueError, match="the table has 3 rows, but shape says 4"):
         evjax.update_fixed_post_conn_on_binary_pre(np.ones((3, 2), np.float32), np.zeros((3, 2), np.int32),
                                                    np.ones(4, bool), np.ones(2, np.float32), shape=(4, 2))

@@ -45,7 +45,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..._validation import canonical, is_concrete
+from ..._validation import canonical, check_shape, is_concrete
 from ...dtypes import compute_dtype
 from ...rules import batching as batching_rules
 from ...xla_custom_kernel import XLACustomKernel
@@ -122,9 +122,16 @@ def _check_structure(indices, indptr, weight, n_lines: int, who: str, view: str)
 
 
 def _shape(shape, who: str) -> tuple[int, int]:
-    from ..._validation import check_shape
-
     return check_shape(shape, who, dims=("n_pre", "n_post"))
+
+
+def _bind_lines(weight, indices, indptr, spikes, trace, w_min, w_max, backend, who: str):
+    """``update_csr_on_binary_pre_p`` on lines kept contiguous (CSR rows, CSC columns, table rows): the
+    one binding of every update whose entries are their own weight positions."""
+    return update_csr_on_binary_pre_p.bind(
+        weight, indices, indptr, trace, spikes, _bounds(w_min, w_max, weight.dtype, who),
+        outs=[jax.ShapeDtypeStruct(weight.shape, weight.dtype)], indirect=False, clip_min=w_min is not None,
+        clip_max=w_max is not None, backend=backend)[0]
 
 
 # ===========================================================================
@@ -248,10 +255,7 @@ def update_csr_on_binary_pre(weight, indices, indptr, pre_spike, post_trace, w_m
     indices, indptr = _check_structure(indices, indptr, weight, n_pre, who, "CSR (row)")
     spikes = _check_line_vector(pre_spike, "pre_spike", n_pre, who, events=True)
     trace = _check_line_vector(post_trace, "post_trace", n_post, who, events=False)
-    operands = (weight, indices, indptr, trace, spikes, _bounds(w_min, w_max, weight.dtype, who))
-    return update_csr_on_binary_pre_p.bind(*operands, outs=[jax.ShapeDtypeStruct(weight.shape, weight.dtype)],
-                                           indirect=False, clip_min=w_min is not None, clip_max=w_max is not None,
-                                           backend=backend)[0]
+    return _bind_lines(weight, indices, indptr, spikes, trace, w_min, w_max, backend, who)
 
 
 def update_csr_on_binary_post(weight, indices, indptr, weight_indices, pre_trace, post_spike, w_min=None,
@@ -496,13 +500,6 @@ OPS = CSR_OPS + DENSE_OPS
 # The same update on other storage: each binds update_csr_on_binary_pre_p on lines that the
 # storage keeps contiguous (CSC columns; the rows of a fixed-width table), so it is event-driven.
 # ===========================================================================
-def _update_lines(weight, indices, indptr, spikes, trace, w_min, w_max, backend):
-    return update_csr_on_binary_pre_p.bind(
-        weight, indices, indptr, trace, spikes, _bounds(w_min, w_max, weight.dtype, "update"),
-        outs=[jax.ShapeDtypeStruct(weight.shape, weight.dtype)], indirect=False, clip_min=w_min is not None,
-        clip_max=w_max is not None, backend=backend)[0]
-
-
 def update_csc_on_binary_post(weight, indices, indptr, pre_trace, post_spike, w_min=None, w_max=None, *, shape,
                               backend: str | None = None) -> jax.Array:
     """Weights stored in CSC order after postsynaptic spikes: ``w += pre_trace`` on the columns that fired.
@@ -537,7 +534,7 @@ def update_csc_on_binary_post(weight, indices, indptr, pre_trace, post_spike, w_
     indices, indptr = _check_structure(indices, indptr, weight, n_post, who, "CSC (column)")
     spikes = _check_line_vector(post_spike, "post_spike", n_post, who, events=True)
     trace = _check_line_vector(pre_trace, "pre_trace", n_pre, who, events=False)
-    return _update_lines(weight, indices, indptr, spikes, trace, w_min, w_max, backend)
+    return _bind_lines(weight, indices, indptr, spikes, trace, w_min, w_max, backend, who)
 
 
 def _table(data, indices, n_rows: int, n_other: int, who: str):
@@ -591,7 +588,7 @@ def update_fixed_post_conn_on_binary_pre(data, indices, pre_spike, post_trace, w
     weight, flat, indptr = _table(data, indices, n_pre, n_post, who)
     spikes = _check_line_vector(pre_spike, "pre_spike", n_pre, who, events=True)
     trace = _check_line_vector(post_trace, "post_trace", n_post, who, events=False)
-    return _update_lines(weight, flat, indptr, spikes, trace, w_min, w_max, backend).reshape(data.shape)
+    return _bind_lines(weight, flat, indptr, spikes, trace, w_min, w_max, backend, who).reshape(data.shape)
 
 
 def update_fixed_pre_conn_on_binary_post(data, indices, pre_trace, post_spike, w_min=None, w_max=None, *, shape,
@@ -629,4 +626,4 @@ def update_fixed_pre_conn_on_binary_post(data, indices, pre_trace, post_spike, w
     weight, flat, indptr = _table(data, indices, n_post, n_pre, who)
     trace = _check_line_vector(pre_trace, "pre_trace", n_pre, who, events=False)
     spikes = _check_line_vector(post_spike, "post_spike", n_post, who, events=True)
-    return _update_lines(weight, flat, indptr, spikes, trace, w_min, w_max, backend).reshape(data.shape)
+    return _bind_lines(weight, flat, indptr, spikes, trace, w_min, w_max, backend, who).reshape(data.shape)
