@@ -41,6 +41,7 @@ from .primitives.fixed import (
 )
 # plasticity: weight updates on spikes
 from .primitives.plasticity import (
+    csr_apply_on_post, csr_apply_on_pre, update_csc_on_binary_pre,
     update_csc_on_binary_post, update_csr_on_binary_post, update_csr_on_binary_post_p, update_csr_on_binary_pre,
     update_csr_on_binary_pre_p, update_dense_on_binary_post, update_dense_on_binary_post_p, update_dense_on_binary_pre,
     update_dense_on_binary_pre_p, update_fixed_post_conn_on_binary_pre, update_fixed_pre_conn_on_binary_post,
@@ -202,6 +203,9 @@ __all__ = [
     "update_csr_on_binary_pre",
     "update_csr_on_binary_post",
     "update_csc_on_binary_post",
+    "update_csc_on_binary_pre",
+    "csr_apply_on_pre",
+    "csr_apply_on_post",
     "update_fixed_post_conn_on_binary_pre",
     "update_fixed_pre_conn_on_binary_post",
     "update_dense_on_binary_pre",

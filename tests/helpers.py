@@ -746,3 +746,36 @@ def dense_update_reference(weight, spikes, trace, w_min, w_max, axis: int):
                      None if w_min is None else jnp.asarray(w_min).astype(acc),
                      None if w_max is None else jnp.asarray(w_max).astype(acc))
     return jnp.where(active, moved.astype(weight.dtype), weight)
+
+
+# ---------------------------------------------------------------------------
+# plasticity on CSC storage and the rule-generic updates (tests/test_plasticity.py)
+# ---------------------------------------------------------------------------
+def csc_pre_update_reference(weight, indices, indptr, spikes, trace, w_min, w_max):
+    """Weights in CSC order after presynaptic spikes: ``w[e] <- clip(w[e] + trace[col(e)])`` where the row
+    ``indices[e]`` spiked; jnp, differentiable, without any row view (float16 via float32)."""
+    weight, trace = jnp.asarray(weight), jnp.asarray(trace)
+    acc = jnp.float32 if weight.dtype in (jnp.float16, jnp.bfloat16) else weight.dtype
+    nnz = weight.shape[0]
+    ptr = jnp.asarray(indptr)
+    cols = jnp.repeat(jnp.arange(ptr.shape[0] - 1), jnp.diff(ptr), total_repeat_length=nnz)
+    active = (jnp.asarray(spikes) != 0)[jnp.asarray(indices)]
+    lo = None if w_min is None else jnp.asarray(w_min).astype(acc)
+    hi = None if w_max is None else jnp.asarray(w_max).astype(acc)
+    moved = jnp.clip(weight.astype(acc) + trace.astype(acc)[cols], lo, hi)
+    return jnp.where(active, moved, weight.astype(acc)).astype(weight.dtype)
+
+
+def apply_rule_reference(rule, edge_state, indices, indptr, spikes, pre_vals, post_vals, params, on_pre: bool):
+    """``rule`` applied (vmapped) on every synapse, selected where its row (pre) or column (post) spiked;
+    plain jnp, the masked formula that brainevent documents."""
+    nnz = jax.tree_util.tree_leaves(edge_state)[0].shape[0]
+    ptr = jnp.asarray(indptr)
+    rows = jnp.repeat(jnp.arange(ptr.shape[0] - 1), jnp.diff(ptr), total_repeat_length=nnz)
+    cols = jnp.asarray(indices)
+    active = (jnp.asarray(spikes) != 0)[rows if on_pre else cols]
+    pre = None if pre_vals is None else jax.tree_util.tree_map(lambda v: jnp.asarray(v)[rows], pre_vals)
+    post = None if post_vals is None else jax.tree_util.tree_map(lambda v: jnp.asarray(v)[cols], post_vals)
+    new = jax.vmap(rule, in_axes=(0, 0, 0, None))(edge_state, pre, post, params)
+    return jax.tree_util.tree_map(
+        lambda n, o: jnp.where(active.reshape(active.shape + (1,) * (o.ndim - 1)), n, o), new, edge_state)

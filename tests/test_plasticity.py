@@ -10,7 +10,13 @@ from hypothesis import strategies as st
 
 import evjax
 from evjax.testing import OpSpec, check_all, property_test, random_csr
-from tests.helpers import dense_update_reference, line_update_reference, line_update_resampler
+from tests.helpers import (
+    apply_rule_reference,
+    csc_pre_update_reference,
+    dense_update_reference,
+    line_update_reference,
+    line_update_resampler,
+)
 
 BACKENDS = ("numba", "warp", "reference")
 
@@ -321,3 +327,216 @@ def test_dense_nonfinite_follow_ieee_and_silent_lines_keep_their_weights(backend
     args = (weight, spikes, trace) if axis == 0 else (weight, trace, spikes)
     check_all(dense_spec(backend, axis, nonfinite=True), (*args, np.float32(-0.4), np.float32(0.4)),
               skip=("check_grads", "vmap", "nested_vmap", "jit_grad_vmap"))
+
+
+# ---------------------------------------------------------------------------
+# update_csc_on_binary_pre: weights in CSC order, presynaptic spikes (through the row view)
+# ---------------------------------------------------------------------------
+def csc_pre_spec(backend):
+    def fn(weight, indices, indptr, spikes, trace, w_min, w_max, shape):
+        return evjax.update_csc_on_binary_pre(weight, indices, indptr, spikes, trace, w_min, w_max, shape=shape,
+                                              backend=backend)
+
+    def reference(weight, indices, indptr, spikes, trace, w_min, w_max, shape):
+        return csc_pre_update_reference(weight, indices, indptr, spikes, trace, w_min, w_max)
+
+    return OpSpec(fn, reference, diff_argnums=(0, 4, 5, 6), static_argnums=(7,), backend=backend, smooth=False,
+                  name=f"update_csc_on_binary_pre[{backend}]",
+                  resample=line_update_resampler(indices=1, indptr=2, positions=None, shape=7, other_axis=0))
+
+
+@st.composite
+def csc_pre_args(draw):
+    n_pre, n_post = draw(SHAPES)
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    indices, indptr, weight, spikes, _, _, post_trace = _example(rng, n_pre, n_post, draw(NNZ_COUNTS))
+    c_indices, c_indptr, weight_indices = csc_view(indices, indptr, (n_pre, n_post))
+    bounds = draw(st.sampled_from([(-0.5, 0.5), (-2.0, 2.0), (0.0, 0.3)]))
+    return (weight[weight_indices], c_indices, c_indptr, spikes, post_trace, np.float32(bounds[0]),
+            np.float32(bounds[1]), (n_pre, n_post))
+
+
+test_csc_pre_properties = property_test(csc_pre_spec, csc_pre_args(), backends=BACKENDS, skip=("check_grads",))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_csc_pre_update_is_the_dense_rule_with_a_traced_structure_too(backend):
+    rng = np.random.default_rng(23)
+    n_pre, n_post = 9, 7
+    m = sp.random(n_pre, n_post, density=0.4, format="csc", random_state=4, dtype=np.float32)
+    m.sort_indices()
+    spikes, trace = rng.random(n_pre) < 0.5, rng.uniform(-0.5, 0.5, n_post).astype(np.float32)
+    want = _dense_rule(m.toarray(), m.toarray() != 0, spikes, trace, 0, -0.2, 0.6)
+    closed = jax.jit(lambda w, s, t: evjax.update_csc_on_binary_pre(w, m.indices, m.indptr, s, t, -0.2, 0.6,
+                                                                     shape=(n_pre, n_post), backend=backend))
+    traced = jax.jit(lambda w, i, p, s, t: evjax.update_csc_on_binary_pre(w, i, p, s, t, -0.2, 0.6,
+                                                                           shape=(n_pre, n_post), backend=backend))
+    for got in (closed(m.data, spikes, trace), traced(m.data, m.indices, m.indptr, spikes, trace)):
+        got = sp.csc_matrix((np.asarray(got), m.indices, m.indptr), shape=m.shape).toarray()
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_csc_pre_errors_are_named():
+    with pytest.raises(ValueError, match="update_csc_on_binary_pre: indptr has 3 entries, expected 5"):
+        evjax.update_csc_on_binary_pre(np.ones(2, np.float32), np.zeros(2, np.int32), np.array([0, 1, 2]),
+                                       np.ones(3, bool), np.ones(4, np.float32), shape=(3, 4))
+    with pytest.raises(ValueError, match="pre_spike must be a vector of 3 entries"):
+        evjax.update_csc_on_binary_pre(np.ones(2, np.float32), np.zeros(2, np.int32), np.array([0, 1, 2, 2, 2]),
+                                       np.ones(4, bool), np.ones(4, np.float32), shape=(3, 4))
+
+
+# ---------------------------------------------------------------------------
+# csr_apply_on_pre / csr_apply_on_post: a user's rule, under every transform
+# ---------------------------------------------------------------------------
+def _soft_rule(edge, pre, post, lr):
+    # a nonlinear rule of every input: the weight moves by lr * tanh(pre) * post, the trace decays
+    return {"w": edge["w"] + lr * jnp.tanh(pre) * post, "elig": 0.9 * edge["elig"] + post * edge["w"]}
+
+
+def apply_spec(on_pre: bool):
+    call = evjax.csr_apply_on_pre if on_pre else evjax.csr_apply_on_post
+
+    def fn(w, elig, indices, indptr, spikes, pre, post, lr, shape):
+        return call(_soft_rule, {"w": w, "elig": elig}, indices, indptr, spikes, pre_vals=pre, post_vals=post,
+                    params=lr, shape=shape)
+
+    def reference(w, elig, indices, indptr, spikes, pre, post, lr, shape):
+        return apply_rule_reference(_soft_rule, {"w": w, "elig": elig}, indices, indptr, spikes, pre, post, lr,
+                                    on_pre)
+
+    name = "csr_apply_on_pre" if on_pre else "csr_apply_on_post"
+    return OpSpec(fn, reference, diff_argnums=(0, 1, 5, 6, 7), static_argnums=(8,), name=name,
+                  resample=line_update_resampler(indices=2, indptr=3, positions=None, shape=8, other_axis=1))
+
+
+@st.composite
+def apply_args(draw, on_pre: bool):
+    n_pre, n_post = draw(SHAPES)
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    indices, indptr, weight, pre_spikes, post_spikes, pre_trace, post_trace = _example(
+        rng, n_pre, n_post, draw(NNZ_COUNTS))
+    elig = rng.uniform(-1, 1, weight.shape[0]).astype(np.float32)
+    spikes = pre_spikes if on_pre else post_spikes
+    return weight, elig, indices, indptr, spikes, pre_trace, post_trace, np.float32(0.3), (n_pre, n_post)
+
+
+test_apply_on_pre_properties = property_test(lambda be: apply_spec(True), apply_args(True), backends=("reference",))
+test_apply_on_post_properties = property_test(lambda be: apply_spec(False), apply_args(False),
+                                              backends=("reference",))
+
+
+@pytest.mark.parametrize("on_pre", [True, False])
+def test_apply_matches_a_dense_numpy_rule(on_pre):
+    rng = np.random.default_rng(41)
+    m = sp.random(8, 6, density=0.5, format="csr", random_state=5, dtype=np.float32)
+    m.sort_indices()
+    pre, post = rng.uniform(-1, 1, 8).astype(np.float32), rng.uniform(-1, 1, 6).astype(np.float32)
+    spikes = rng.random(8 if on_pre else 6) < 0.5
+    call = evjax.csr_apply_on_pre if on_pre else evjax.csr_apply_on_post
+    got = call(lambda w, a, b, p: w * p + a * b, m.data, m.indices, m.indptr, spikes, pre_vals=pre, post_vals=post,
+               params=np.float32(0.5), shape=m.shape)
+    dense = m.toarray()
+    fired = spikes[:, None] if on_pre else spikes[None, :]
+    want = np.where((dense != 0) & fired, dense * 0.5 + pre[:, None] * post[None, :], dense)
+    np.testing.assert_allclose(sp.csr_matrix((np.asarray(got), m.indices, m.indptr), shape=m.shape).toarray(),
+                               want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("on_pre", [True, False])
+def test_apply_a_silent_synapse_gives_no_gradient_whatever_the_rule_makes_of_it(on_pre):
+    # log of a NaN or negative weight on silent synapses: the forward keeps them, and no gradient (of the
+    # weights, the neuron values or the shared parameter) sees them; the active ones follow IEEE
+    m = sp.random(8, 6, density=0.5, format="csr", random_state=6, dtype=np.float32)
+    rng = np.random.default_rng(42)
+    spikes = rng.random(8 if on_pre else 6) < 0.5
+    rows = np.repeat(np.arange(8), np.diff(m.indptr))
+    active = spikes[rows] if on_pre else spikes[m.indices]
+    w = np.where(active, m.data + 0.5, np.where(rng.random(m.nnz) < 0.5, np.nan, -1.0)).astype(np.float32)
+    post = rng.uniform(0.5, 1, 6).astype(np.float32)
+    call = evjax.csr_apply_on_pre if on_pre else evjax.csr_apply_on_post
+
+    def loss(w, post, lr):
+        new = call(lambda e, a, b, p: p * jnp.log(e) * b, w, m.indices, m.indptr, spikes, post_vals=post,
+                   params=lr, shape=m.shape)
+        return jnp.where(active, new, 0.0).sum()
+
+    gw, gpost, glr = jax.grad(loss, argnums=(0, 1, 2))(w, post, np.float32(2.0))
+    assert np.all(np.isfinite(gw)) and np.all(np.isfinite(gpost)) and np.isfinite(glr)
+    assert np.all(np.asarray(gw)[~active] == 0)
+    np.testing.assert_allclose(np.asarray(gw)[active], (2.0 * post[m.indices] / w)[active], rtol=1e-5)
+    np.testing.assert_allclose(glr, np.sum((np.log(w) * post[m.indices])[active]), rtol=1e-5)
+    out = call(lambda e, a, b, p: p * jnp.log(e) * b, w, m.indices, m.indptr, spikes, post_vals=post, params=2.0,
+               shape=m.shape)
+    np.testing.assert_array_equal(np.asarray(out)[~active], w[~active])  # bit for bit, NaN included
+
+
+def test_apply_errors_are_named():
+    idx, ptr = np.array([0, 1], np.int32), np.array([0, 1, 2], np.int32)
+    w, spikes = np.ones(2, np.float32), np.ones(2, bool)
+    with pytest.raises(TypeError, match="rule must return a pytree of edge_state's structure"):
+        evjax.csr_apply_on_pre(lambda e, a, b, p: (e, e), w, idx, ptr, spikes, shape=(2, 2))
+    with pytest.raises(TypeError, match="rule returned leaf 0 as int32"):
+        evjax.csr_apply_on_pre(lambda e, a, b, p: e.astype(jnp.int32), w, idx, ptr, spikes, shape=(2, 2))
+    with pytest.raises(ValueError, match="every leaf of post_vals must have leading dimension 2"):
+        evjax.csr_apply_on_pre(lambda e, a, b, p: e, w, idx, ptr, spikes, post_vals=np.ones(3), shape=(2, 2))
+    with pytest.raises(ValueError, match="post_spike must be a vector of 2 entries"):
+        evjax.csr_apply_on_post(lambda e, a, b, p: e, w, idx, ptr, np.ones(3, bool), shape=(2, 2))
+    with pytest.raises(TypeError, match="rule must be a function"):
+        evjax.csr_apply_on_pre(None, w, idx, ptr, spikes, shape=(2, 2))
+
+
+# ---------------------------------------------------------------------------
+# the sparse classes' update_on_pre / update_on_post / apply_on_* methods
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("jit_matrix", [False, True])
+def test_matrix_methods_are_the_dense_rule(jit_matrix):
+    rng = np.random.default_rng(51)
+    n_pre, n_post = 9, 7
+    dense = sp.random(n_pre, n_post, density=0.4, random_state=7, dtype=np.float32).toarray()
+    mask = dense != 0
+    pre_spikes, post_spikes = rng.random(n_pre) < 0.5, rng.random(n_post) < 0.5
+    pre_trace, post_trace = rng.uniform(-0.5, 0.5, n_pre).astype(np.float32), \
+        rng.uniform(-0.5, 0.5, n_post).astype(np.float32)
+    want_pre = _dense_rule(dense, mask, pre_spikes, post_trace, 0, -0.2, 0.6)
+    want_post = _dense_rule(dense, mask, post_spikes, pre_trace, 1, -0.2, 0.6)
+    run = jax.jit if jit_matrix else (lambda f: f)  # jitted: the matrix is an argument, its structure traced
+    for cls in (evjax.CSR, evjax.CSC):
+        m = cls.fromdense(dense)
+        got_pre = run(lambda m: m.update_on_pre(pre_spikes, post_trace, -0.2, 0.6))(m)
+        got_post = run(lambda m: m.update_on_post(pre_trace, post_spikes, -0.2, 0.6))(m)
+        assert type(got_pre) is cls and type(got_post) is cls
+        np.testing.assert_allclose(np.asarray(got_pre.todense()), want_pre, rtol=1e-6, err_msg=cls.__name__)
+        np.testing.assert_allclose(np.asarray(got_post.todense()), want_post, rtol=1e-6, err_msg=cls.__name__)
+    m = evjax.CSR.fromdense(dense)
+    new = m.apply_on_pre(lambda w, a, b, p: w + p * b, pre_spikes, post_vals=post_trace, params=np.float32(0.5))
+    want = np.where(mask & pre_spikes[:, None], dense + 0.5 * post_trace[None, :], dense)
+    np.testing.assert_allclose(np.asarray(m.with_data(new).todense()), want, rtol=1e-6)
+    new = m.apply_on_post(lambda w, a, b, p: w * p + a, post_spikes, pre_vals=pre_trace, params=np.float32(2.0))
+    want = np.where(mask & post_spikes[None, :], 2.0 * dense + pre_trace[:, None], dense)
+    np.testing.assert_allclose(np.asarray(m.with_data(new).todense()), want, rtol=1e-6)
+
+
+def test_fixed_table_methods_and_homogeneous_errors():
+    rng = np.random.default_rng(52)
+    n_pre, n_post, k = 8, 6, 3
+    out_idx = np.stack([rng.choice(n_post, k, replace=False) for _ in range(n_pre)]).astype(np.int32)
+    in_idx = np.stack([rng.choice(n_pre, k, replace=False) for _ in range(n_post)]).astype(np.int32)
+    fan_out = evjax.FixedPostNumConn((rng.uniform(0, 1, (n_pre, k)).astype(np.float32), out_idx),
+                                     shape=(n_pre, n_post))
+    fan_in = evjax.FixedPreNumConn((rng.uniform(0, 1, (n_post, k)).astype(np.float32), in_idx),
+                                   shape=(n_pre, n_post))
+    pre_spikes, post_spikes = rng.random(n_pre) < 0.5, rng.random(n_post) < 0.5
+    pre_trace, post_trace = rng.uniform(-0.4, 0.4, n_pre).astype(np.float32), \
+        rng.uniform(-0.4, 0.4, n_post).astype(np.float32)
+    got = fan_out.update_on_pre(pre_spikes, post_trace, 0.0, 1.0)
+    np.testing.assert_array_equal(np.asarray(got.data), np.asarray(evjax.update_fixed_post_conn_on_binary_pre(
+        fan_out.data, out_idx, pre_spikes, post_trace, 0.0, 1.0, shape=(n_pre, n_post))))
+    assert not np.array_equal(np.asarray(got.data), np.asarray(fan_out.data))
+    got = fan_in.update_on_post(pre_trace, post_spikes, 0.0, 1.0)
+    np.testing.assert_array_equal(np.asarray(got.data), np.asarray(evjax.update_fixed_pre_conn_on_binary_post(
+        fan_in.data, in_idx, pre_trace, post_spikes, 0.0, 1.0, shape=(n_pre, n_post))))
+    with pytest.raises(ValueError, match="FixedPostNumConn.update_on_pre: this table has one weight shared"):
+        evjax.FixedPostNumConn((0.5, out_idx), shape=(n_pre, n_post)).update_on_pre(pre_spikes, post_trace)
+    with pytest.raises(ValueError, match="CSR.update_on_post: this matrix has one weight shared"):
+        evjax.CSR((np.float32(0.5), np.array([0, 1]), np.array([0, 1, 2])), shape=(2, 2)).update_on_post(
+            np.ones(2, np.float32), np.ones(2, bool))

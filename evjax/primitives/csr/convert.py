@@ -27,6 +27,9 @@ import numpy as np
 from ... import _compat
 from ..._validation import INT32_MAX, check_shape
 from ...dtypes import compute_dtype
+from ..grouping import entry_rows as _entry_rows
+from ..grouping import group_plan as _group_plan
+from ..grouping import transpose_plan as _transpose_plan
 from .ops import row_ids
 
 __all__ = ["csr_slice_rows", "dense_rows", "selected_rows", "is_concrete", "weights_of", "transpose_structure", "axis_sums", "add_diagonal",
@@ -58,37 +61,6 @@ def _gather_data(data, positions):
 # ---------------------------------------------------------------------------
 # transposition: CSR(A) -> CSR(A.T)
 # ---------------------------------------------------------------------------
-def _entry_rows(indptr, nnz: int, xp):
-    """The row ``r_k`` of every stored entry ``k``: ``#{r : indptr[r + 1] <= k}``."""
-    return xp.searchsorted(indptr[1:], xp.arange(nnz, dtype=indptr.dtype), side="right")
-
-
-def _group_plan(keys, n_groups: int, xp):
-    """``(perm, ptr)``: a stable sort of the entries by key and the pointers of the groups.
-
-    ``keys[perm]`` is sorted, entries with equal keys keep their order, and
-    ``ptr[g] = #{k : keys_k < g}`` for ``0 <= g <= n_groups`` (``searchsorted``
-    of the sorted keys), so group ``g`` is ``perm[ptr[g]:ptr[g + 1]]``.
-    """
-    perm = xp.argsort(keys, stable=True)
-    ptr = xp.searchsorted(keys[perm], xp.arange(n_groups + 1, dtype=keys.dtype), side="left")
-    return perm, ptr
-
-
-def _transpose_plan(indices, indptr, n_cols: int, xp):
-    """``(t_indices, t_indptr, perm)``: the CSR structure of ``A.T``, with ``t_data = data[perm]``.
-
-    Entry ``k`` of ``A`` at (row r_k, column c_k) becomes an entry of row c_k
-    of ``A.T`` with column r_k.  A stable sort by column keeps the entries of
-    each column in row order; ``t_indptr[j]`` counts the entries with column
-    ``< j`` (:func:`_group_plan`).  ``xp`` is NumPy or ``jax.numpy`` (both
-    spell these calls the same way).
-    """
-    rows = _entry_rows(indptr, indices.shape[0], xp)
-    perm, t_indptr = _group_plan(indices, n_cols, xp)
-    return rows[perm].astype(indices.dtype), t_indptr.astype(indptr.dtype), perm
-
-
 def transpose_structure(data, indices, indptr, shape) -> tuple:
     """The arrays ``(data, indices, indptr)`` of the CSR matrix ``A.T`` (a real re-sort, not a view).
 

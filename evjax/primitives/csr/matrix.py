@@ -53,6 +53,14 @@ from .convert import (
     weights_of,
 )
 from .ops import binary_csrmm_p, binary_csrmv_p, checked_matmul, csrmm_p, csrmv_p, row_ids, validate_csr
+from ..grouping import transpose_plan
+from ..plasticity.apply import csr_apply_on_post, csr_apply_on_pre
+from ..plasticity.ops import (
+    update_csc_on_binary_post,
+    update_csc_on_binary_pre,
+    update_csr_on_binary_post,
+    update_csr_on_binary_pre,
+)
 
 __all__ = ["CSR", "CSC"]
 
@@ -230,6 +238,14 @@ class _Compressed:
 
     def _weights(self):
         return weights_of(self.data, self.nnz)
+
+    def _plastic_weights(self, who: str):
+        """The per-synapse weights an update moves; a homogeneous matrix has none (a clear error)."""
+        if self.homogeneous:
+            raise ValueError(f"{type(self).__name__}.{who}: this matrix has one weight shared by all synapses, so "
+                             f"there are no per-synapse weights to update; give it per-synapse weights first: "
+                             f"M.with_data(jnp.full(M.nnz, w))")
+        return self.data
 
     # ------------------------------------------------------------ weights only
     def apply(self, fn: Callable):
@@ -492,6 +508,115 @@ class CSR(_Compressed):
         """The same matrix stored column-major: a :class:`CSC` of the same shape (entries re-sorted)."""
         return CSC._make(*transpose_structure(self.data, self.indices, self.indptr, self.shape), self.shape)
 
+    # ------------------------------------------------------------ plasticity
+    def update_on_pre(self, pre_spike, post_trace, w_min=None, w_max=None) -> "CSR":
+        """This matrix after presynaptic spikes: ``W[i, j] = clip(W[i, j] + post_trace[j])`` on the rows that fired.
+
+        :func:`evjax.update_csr_on_binary_pre` on this matrix's arrays: only the
+        synapses of active rows are visited; the structure is kept.
+
+        Args:
+            pre_spike: ``(n_pre,)`` bool, or numbers where nonzero is a spike.
+            post_trace: ``(n_post,)`` float trace.
+            w_min, w_max: bounds for updated weights (scalars), or None.
+
+        Returns:
+            A :class:`CSR` of the same structure with the new weights.
+
+        Raises:
+            ValueError: the matrix is homogeneous (no per-synapse weights), or
+                an argument of the wrong shape (named).
+
+        Example:
+            >>> W = W.update_on_pre(pre_spikes, post_trace, w_min=0.0, w_max=1.0)
+        """
+        data = update_csr_on_binary_pre(self._plastic_weights("update_on_pre"), self.indices, self.indptr,
+                                        pre_spike, post_trace, w_min, w_max, shape=self.shape)
+        return self._make(data, self.indices, self.indptr, self.shape)
+
+    def update_on_post(self, pre_trace, post_spike, w_min=None, w_max=None) -> "CSR":
+        """This matrix after postsynaptic spikes: ``W[i, j] = clip(W[i, j] + pre_trace[i])`` on the columns that fired.
+
+        :func:`evjax.update_csr_on_binary_post` on the column view of this
+        matrix (its CSC structure and the CSR position of each entry): only
+        the synapses of active columns are visited.  The view is one stable
+        sort of the structure: NumPy, at trace time, when the structure is
+        concrete (a jitted step that closes over the matrix); ``jax.numpy`` on
+        every call when it is traced.  A step that runs many times with a
+        traced structure should compute the view once
+        (:func:`evjax.csr_to_csc_index`) and call
+        :func:`evjax.update_csr_on_binary_post` with it.
+
+        Args:
+            pre_trace: ``(n_pre,)`` float trace.
+            post_spike: ``(n_post,)`` bool, or numbers where nonzero is a spike.
+            w_min, w_max: bounds for updated weights (scalars), or None.
+
+        Returns:
+            A :class:`CSR` of the same structure with the new weights.
+
+        Raises:
+            ValueError: as :meth:`update_on_pre`.
+
+        Example:
+            >>> W = W.update_on_post(pre_trace, post_spikes, w_min=0.0, w_max=1.0)
+        """
+        weight = self._plastic_weights("update_on_post")
+        xp = np if is_concrete(self.indices, self.indptr) else jnp
+        csc_indices, csc_indptr, positions = transpose_plan(xp.asarray(self.indices), xp.asarray(self.indptr),
+                                                            self.shape[1], xp)
+        data = update_csr_on_binary_post(weight, csc_indices, csc_indptr, positions, pre_trace, post_spike, w_min,
+                                         w_max, shape=self.shape)
+        return self._make(data, self.indices, self.indptr, self.shape)
+
+    def apply_on_pre(self, rule, pre_spike, *, edge_state=None, pre_vals=None, post_vals=None, params=None):
+        """:func:`evjax.csr_apply_on_pre` on this matrix's structure.
+
+        Args:
+            rule: ``rule(edge, pre, post, params) -> new_edge``, on one synapse.
+            pre_spike: ``(n_pre,)`` bool, or numbers where nonzero is a spike.
+            edge_state: per-synapse pytree in CSR order; None: this matrix's
+                weights (per-synapse).
+            pre_vals, post_vals: per-neuron pytrees, or None.
+            params: passed to the rule as is.
+
+        Returns:
+            The new edge state (a pytree like ``edge_state``; the new weights
+            array when ``edge_state`` is None).
+
+        Raises:
+            TypeError, ValueError: as :func:`evjax.csr_apply_on_pre`.
+
+        Example:
+            >>> new_w = W.apply_on_pre(lambda w, pre, post, lr: w + lr * post, spikes, post_vals=trace, params=0.01)
+        """
+        state = self._plastic_weights("apply_on_pre") if edge_state is None else edge_state
+        return csr_apply_on_pre(rule, state, self.indices, self.indptr, pre_spike, pre_vals=pre_vals,
+                                post_vals=post_vals, params=params, shape=self.shape)
+
+    def apply_on_post(self, rule, post_spike, *, edge_state=None, pre_vals=None, post_vals=None, params=None):
+        """:func:`evjax.csr_apply_on_post` on this matrix's structure.
+
+        Args:
+            rule: ``rule(edge, pre, post, params) -> new_edge``, on one synapse.
+            post_spike: ``(n_post,)`` bool, or numbers where nonzero is a spike.
+            edge_state: per-synapse pytree in CSR order; None: this matrix's weights.
+            pre_vals, post_vals: per-neuron pytrees, or None.
+            params: passed to the rule as is.
+
+        Returns:
+            The new edge state (the new weights array when ``edge_state`` is None).
+
+        Raises:
+            TypeError, ValueError: as :func:`evjax.csr_apply_on_post`.
+
+        Example:
+            >>> new_w = W.apply_on_post(lambda w, pre, post, lr: w + lr * pre, spikes, pre_vals=trace, params=0.01)
+        """
+        state = self._plastic_weights("apply_on_post") if edge_state is None else edge_state
+        return csr_apply_on_post(rule, state, self.indices, self.indptr, post_spike, pre_vals=pre_vals,
+                                 post_vals=post_vals, params=params, shape=self.shape)
+
     def to_scipy(self):
         """A ``scipy.sparse.csr_matrix`` with the same entries (float32 for 16-bit weights)."""
         import scipy.sparse as sp
@@ -582,6 +707,55 @@ class CSC(_Compressed):
         """The same matrix stored row-major: a :class:`CSR` of the same shape (entries re-sorted)."""
         stored = (self.data, self.indices, self.indptr, self._stored_shape)
         return CSR._make(*transpose_structure(*stored), self.shape)
+
+    # ------------------------------------------------------------ plasticity
+    def update_on_pre(self, pre_spike, post_trace, w_min=None, w_max=None) -> "CSC":
+        """This matrix after presynaptic spikes: ``W[i, j] = clip(W[i, j] + post_trace[j])`` on the rows that fired.
+
+        :func:`evjax.update_csc_on_binary_pre` on this matrix's arrays (which
+        takes the row view of the structure; see there for its cost).
+
+        Args:
+            pre_spike: ``(n_pre,)`` bool, or numbers where nonzero is a spike.
+            post_trace: ``(n_post,)`` float trace.
+            w_min, w_max: bounds for updated weights (scalars), or None.
+
+        Returns:
+            A :class:`CSC` of the same structure with the new weights.
+
+        Raises:
+            ValueError: the matrix is homogeneous, or an argument of the wrong shape (named).
+
+        Example:
+            >>> Wc = Wc.update_on_pre(pre_spikes, post_trace, w_min=0.0, w_max=1.0)
+        """
+        data = update_csc_on_binary_pre(self._plastic_weights("update_on_pre"), self.indices, self.indptr,
+                                        pre_spike, post_trace, w_min, w_max, shape=self.shape)
+        return self._make(data, self.indices, self.indptr, self.shape)
+
+    def update_on_post(self, pre_trace, post_spike, w_min=None, w_max=None) -> "CSC":
+        """This matrix after postsynaptic spikes: ``W[i, j] = clip(W[i, j] + pre_trace[i])`` on the columns that fired.
+
+        :func:`evjax.update_csc_on_binary_post` on this matrix's arrays: only
+        the synapses of active columns are visited.
+
+        Args:
+            pre_trace: ``(n_pre,)`` float trace.
+            post_spike: ``(n_post,)`` bool, or numbers where nonzero is a spike.
+            w_min, w_max: bounds for updated weights (scalars), or None.
+
+        Returns:
+            A :class:`CSC` of the same structure with the new weights.
+
+        Raises:
+            ValueError: as :meth:`update_on_pre`.
+
+        Example:
+            >>> Wc = Wc.update_on_post(pre_trace, post_spikes, w_min=0.0, w_max=1.0)
+        """
+        data = update_csc_on_binary_post(self._plastic_weights("update_on_post"), self.indices, self.indptr,
+                                         pre_trace, post_spike, w_min, w_max, shape=self.shape)
+        return self._make(data, self.indices, self.indptr, self.shape)
 
     def to_scipy(self):
         """A ``scipy.sparse.csc_matrix`` with the same entries."""

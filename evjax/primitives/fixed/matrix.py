@@ -25,6 +25,7 @@ import numpy as np
 from ..._validation import check_shape, check_size, host_rng
 from ..._event_values import EventValues, event_operand
 from ..csr.matrix import CSR
+from ..plasticity.ops import update_fixed_post_conn_on_binary_pre, update_fixed_pre_conn_on_binary_post
 from .ops import binary_fcnmm, binary_fcnmv, fcnmm, fcnmv
 from .validation import row_pointers, validate_table
 
@@ -149,6 +150,17 @@ class FixedNumConn:
     def _weights(self):
         return jnp.broadcast_to(self.data, self.indices.shape) if self.homogeneous else self.data
 
+    def _plastic_table(self, who: str):
+        """The per-synapse weights an update moves; a homogeneous table has none (a clear error)."""
+        if self.homogeneous:
+            raise ValueError(f"{type(self).__name__}.{who}: this table has one weight shared by all synapses, so "
+                             f"there are no per-synapse weights to update; give it per-synapse weights first: "
+                             f"W.with_data(jnp.full(W.indices.shape, w))")
+        return self.data
+
+    def _with_table(self, data):
+        return type(self)(data, self.indices, shape=self.shape, backend=self.backend, _from_tree=True)
+
     def _stored_csr(self) -> CSR:
         n, k = self.indices.shape
         return CSR((self._weights().reshape(-1), self.indices.reshape(-1), row_pointers(n, k)),
@@ -240,6 +252,30 @@ class FixedPostNumConn(FixedNumConn):
         """The transpose, a :class:`FixedPreNumConn` sharing the arrays (no copy)."""
         return FixedPreNumConn((self.data, self.indices), shape=self.shape[::-1], backend=self.backend)
 
+    def update_on_pre(self, pre_spike, post_trace, w_min=None, w_max=None) -> "FixedPostNumConn":
+        """This table after presynaptic spikes: ``data[i, c] = clip(data[i, c] + post_trace[indices[i, c]])``.
+
+        :func:`evjax.update_fixed_post_conn_on_binary_pre` on this table: only
+        the rows of neurons that fired are visited.
+
+        Args:
+            pre_spike: ``(n_pre,)`` bool, or numbers where nonzero is a spike.
+            post_trace: ``(n_post,)`` float trace.
+            w_min, w_max: bounds for updated weights (scalars), or None.
+
+        Returns:
+            A :class:`FixedPostNumConn` with the same targets and the new weights.
+
+        Raises:
+            ValueError: the table is homogeneous, or an argument of the wrong shape (named).
+
+        Example:
+            >>> W = W.update_on_pre(pre_spikes, post_trace, w_min=0.0, w_max=1.0)
+        """
+        return self._with_table(update_fixed_post_conn_on_binary_pre(
+            self._plastic_table("update_on_pre"), self.indices, pre_spike, post_trace, w_min, w_max,
+            shape=self.shape, backend=self.backend))
+
     @classmethod
     def random(cls, key, n_pre: int, n_post: int, k: int, *, weight=1.0, replace: bool = False,
                backend: str | None = None) -> "FixedPostNumConn":
@@ -282,6 +318,30 @@ class FixedPreNumConn(FixedNumConn):
     def T(self) -> FixedPostNumConn:
         """The transpose, a :class:`FixedPostNumConn` sharing the arrays (no copy)."""
         return FixedPostNumConn((self.data, self.indices), shape=self.shape[::-1], backend=self.backend)
+
+    def update_on_post(self, pre_trace, post_spike, w_min=None, w_max=None) -> "FixedPreNumConn":
+        """This table after postsynaptic spikes: ``data[j, c] = clip(data[j, c] + pre_trace[indices[j, c]])``.
+
+        :func:`evjax.update_fixed_pre_conn_on_binary_post` on this table: only
+        the rows (postsynaptic neurons) that fired are visited.
+
+        Args:
+            pre_trace: ``(n_pre,)`` float trace.
+            post_spike: ``(n_post,)`` bool, or numbers where nonzero is a spike.
+            w_min, w_max: bounds for updated weights (scalars), or None.
+
+        Returns:
+            A :class:`FixedPreNumConn` with the same sources and the new weights.
+
+        Raises:
+            ValueError: the table is homogeneous, or an argument of the wrong shape (named).
+
+        Example:
+            >>> W = W.update_on_post(pre_trace, post_spikes, w_min=0.0, w_max=1.0)
+        """
+        return self._with_table(update_fixed_pre_conn_on_binary_post(
+            self._plastic_table("update_on_post"), self.indices, pre_trace, post_spike, w_min, w_max,
+            shape=self.shape, backend=self.backend))
 
     @classmethod
     def random(cls, key, n_pre: int, n_post: int, k: int, *, weight=1.0, replace: bool = False,

@@ -4,12 +4,16 @@
   ``update_csr_on_binary_post_p``, ``update_dense_on_binary_pre_p`` and
   ``update_dense_on_binary_post_p``, their reference, rules and registration, and
   the functions that bind them on other storage (CSC, fixed-width tables);
+* :mod:`.apply`: ``csr_apply_on_pre`` / ``csr_apply_on_post``, a user's
+  per-synapse rule applied on spikes (pure JAX);
 * :mod:`.numba`, :mod:`.warp`, :mod:`.numba_cuda`: the backends, each imported
   by ``BACKEND_LOADERS`` below the first time an op needs it.
 """
+from .apply import csr_apply_on_post, csr_apply_on_pre
 from .ops import (
     OPS,
     update_csc_on_binary_post,
+    update_csc_on_binary_pre,
     update_csr_on_binary_post,
     update_csr_on_binary_post_p,
     update_csr_on_binary_pre,
@@ -24,9 +28,9 @@ from .ops import (
 
 __all__ = [
     "OPS", "update_csr_on_binary_pre", "update_csr_on_binary_post", "update_csr_on_binary_pre_p",
-    "update_csr_on_binary_post_p", "update_csc_on_binary_post", "update_fixed_post_conn_on_binary_pre",
+    "update_csr_on_binary_post_p", "update_csc_on_binary_pre", "update_csc_on_binary_post", "update_fixed_post_conn_on_binary_pre",
     "update_fixed_pre_conn_on_binary_post", "update_dense_on_binary_pre", "update_dense_on_binary_post",
-    "update_dense_on_binary_pre_p", "update_dense_on_binary_post_p",
+    "update_dense_on_binary_pre_p", "update_dense_on_binary_post_p", "csr_apply_on_pre", "csr_apply_on_post",
 ]
 
 

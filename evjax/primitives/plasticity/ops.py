@@ -49,10 +49,12 @@ from ..._validation import canonical, check_shape, is_concrete
 from ...dtypes import compute_dtype
 from ...rules import batching as batching_rules
 from ...xla_custom_kernel import XLACustomKernel
+from ..grouping import transpose_plan
 
 __all__ = [
     "update_csr_on_binary_pre", "update_csr_on_binary_post", "update_csr_on_binary_pre_p",
-    "update_csr_on_binary_post_p", "update_csc_on_binary_post", "update_fixed_post_conn_on_binary_pre",
+    "update_csr_on_binary_post_p", "update_csc_on_binary_pre", "update_csc_on_binary_post",
+    "update_fixed_post_conn_on_binary_pre",
     "update_fixed_pre_conn_on_binary_post", "update_dense_on_binary_pre", "update_dense_on_binary_post",
     "update_dense_on_binary_pre_p", "update_dense_on_binary_post_p", "OPS",
 ]
@@ -535,6 +537,59 @@ def update_csc_on_binary_post(weight, indices, indptr, pre_trace, post_spike, w_
     spikes = _check_line_vector(post_spike, "post_spike", n_post, who, events=True)
     trace = _check_line_vector(pre_trace, "pre_trace", n_pre, who, events=False)
     return _bind_lines(weight, indices, indptr, spikes, trace, w_min, w_max, backend, who)
+
+
+def update_csc_on_binary_pre(weight, indices, indptr, pre_spike, post_trace, w_min=None, w_max=None, *, shape,
+                             backend: str | None = None) -> jax.Array:
+    """Weights stored in CSC order after presynaptic spikes: ``w += post_trace`` on the rows that fired.
+
+    For each presynaptic neuron ``i`` with ``pre_spike[i] != 0`` and each
+    stored synapse ``(i, j)``: ``W[i, j] = clip(W[i, j] + post_trace[j],
+    w_min, w_max)``; the rest bit for bit.  A CSC structure keeps columns
+    contiguous, not rows, so this first takes its row view
+    (the CSR structure and the CSC position of each CSR entry, as
+    :func:`evjax.csc_to_csr_index` gives them), then binds ``update_csr_on_binary_post_p`` on it,
+    which visits only the synapses of active rows.  The row view costs one
+    stable sort of the ``nnz`` entries: NumPy, once, when the structure is
+    concrete at trace time (a jitted step that closes over it); ``jax.numpy``
+    on every call when the structure is traced.  A step that runs many times
+    with a traced structure should compute the view once and call
+    :func:`update_csr_on_binary_post` with it.
+
+    Args:
+        weight: ``(nnz,)`` float weights in CSC order.
+        indices: ``(nnz,)`` presynaptic (row) index of each entry.
+        indptr: ``(n_post + 1,)`` column pointers.
+        pre_spike: ``(n_pre,)`` bool, or numbers where nonzero is a spike.
+        post_trace: ``(n_post,)`` float trace of the postsynaptic neurons.
+        w_min, w_max: bounds for updated weights (scalars), or None.
+        shape: ``(n_pre, n_post)``.
+        backend: as in :func:`update_csr_on_binary_pre`.
+
+    Returns:
+        ``(nnz,)`` the new weights, in CSC order and ``weight``'s dtype.
+
+    Raises:
+        TypeError, ValueError: an argument of the wrong kind or shape, named.
+
+    Example:
+        >>> w = evjax.update_csc_on_binary_pre(w, C.indices, C.indptr, pre_spikes, post_trace, shape=C.shape)
+    """
+    who = "update_csc_on_binary_pre"
+    n_pre, n_post = _shape(shape, who)
+    weight = _check_weight(weight, who)
+    indices, indptr = _check_structure(indices, indptr, weight, n_post, who, "CSC (column)")
+    spikes = _check_line_vector(pre_spike, "pre_spike", n_pre, who, events=True)
+    trace = _check_line_vector(post_trace, "post_trace", n_post, who, events=False)
+    # the row view: the CSR structure of the stored CSC one, and the CSC position of each CSR entry
+    xp = np if is_concrete(indices) and is_concrete(indptr) else jnp  # NumPy once, at trace time, if it can
+    row_indices, row_indptr, positions = transpose_plan(xp.asarray(indices), xp.asarray(indptr), n_pre, xp)
+    dtype = indices.dtype
+    operands = (weight, jnp.asarray(row_indices, dtype), jnp.asarray(row_indptr, dtype),
+                jnp.asarray(positions, dtype), trace, spikes, _bounds(w_min, w_max, weight.dtype, who))
+    return update_csr_on_binary_post_p.bind(*operands, outs=[jax.ShapeDtypeStruct(weight.shape, weight.dtype)],
+                                            indirect=True, clip_min=w_min is not None, clip_max=w_max is not None,
+                                            backend=backend)[0]
 
 
 def _table(data, indices, n_rows: int, n_other: int, who: str):
