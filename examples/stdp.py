@@ -66,20 +66,27 @@ def build(n_in: int, n_out: int, p: float, seed: int):
     return W, (csc_indices, csc_indptr, weight_indices), involved, pattern
 
 
-def make_run(W, column_view, involved, pattern, threshold: float, learn: bool):
-    """A jitted ``run(weights, state, key, windows) -> (weights, state, (input raster, output spikes))``:
-    ``len(windows) * WINDOW`` steps; ``windows[k]`` says whether window ``k`` shows the pattern."""
+def make_inputs(rng, windows, involved, pattern):
+    """The input spikes of ``len(windows) * WINDOW`` steps, ``(steps, n_in)`` bool: Poisson noise, with
+    the pattern replayed by the involved inputs in the windows where ``windows[k]`` is set (NumPy: the data
+    the network learns from, drawn once, as a data set would be)."""
+    steps, n_in = len(windows) * WINDOW, involved.shape[0]
+    spikes = rng.random((steps, n_in), dtype=np.float32) < RATE
+    for k in np.flatnonzero(windows):
+        spikes[k * WINDOW:(k + 1) * WINDOW, involved] = pattern[:, involved]
+    return spikes
+
+
+def make_run(W, column_view, threshold: float, learn: bool):
+    """A jitted ``run(weights, state, inputs) -> (weights, state, output spikes)`` over the input spikes
+    ``inputs`` ``(steps, n_in)``: one ``jax.lax.scan`` step per row."""
     indices, indptr, shape = W.indices, W.indptr, W.shape
     csc_indices, csc_indptr, weight_indices = column_view
-    involved, pattern = jnp.asarray(involved), jnp.asarray(pattern)
     decay_m, decay_plus, decay_minus = np.exp(-DT / TAU_M), np.exp(-DT / TAU_PLUS), np.exp(-DT / TAU_MINUS)
     eta = 0.02 * threshold  # the threshold's step per output spike (homeostasis, learning runs only)
 
-    def step(carry, inputs):
+    def step(carry, pre):
         w, v, theta, x_pre, x_post = carry
-        key, shows_pattern, offset = inputs
-        noise = jax.random.uniform(key, (shape[0],)) < RATE
-        pre = jnp.where(shows_pattern & involved, pattern[offset], noise)
         current = evjax.binary_csrmv(w, indices, indptr, pre, shape=shape, transpose=True)  # pre @ W: rows that fired
         v = v * decay_m + current
         post = v >= theta
@@ -92,16 +99,12 @@ def make_run(W, column_view, involved, pattern, threshold: float, learn: bool):
             w = evjax.update_csr_on_binary_pre(w, indices, indptr, pre, -A_MINUS * x_post, 0.0, W_MAX, shape=shape)
             w = evjax.update_csr_on_binary_post(w, csc_indices, csc_indptr, weight_indices, A_PLUS * x_pre, post,
                                                 0.0, W_MAX, shape=shape)
-        return (w, v, theta, x_pre, x_post), (pre, post)
+        return (w, v, theta, x_pre, x_post), post
 
     @jax.jit
-    def run(w, state, key, windows):
-        steps = windows.shape[0] * WINDOW
-        keys = jax.random.split(key, steps)
-        shows = jnp.repeat(windows, WINDOW)
-        offsets = jnp.tile(jnp.arange(WINDOW), windows.shape[0])
-        (w, *state), (pre, post) = jax.lax.scan(step, (w, *state), (keys, shows, offsets))
-        return w, tuple(state), (pre, post)
+    def run(w, state, inputs):
+        (w, *state), post = jax.lax.scan(step, (w, *state), inputs)
+        return w, tuple(state), post
 
     return run
 
@@ -119,7 +122,7 @@ def random_windows(rng, n: int):
     """About a quarter of ``n`` windows show the pattern (a third are drawn, never two in a row)."""
     windows = rng.random(n) < 1 / 3
     windows[1:] &= ~windows[:-1]
-    return jnp.asarray(windows)
+    return windows
 
 
 def main(argv=None):
@@ -135,14 +138,14 @@ def main(argv=None):
     # the threshold: the mean free membrane potential, so that the outputs start firing on the input's fluctuations
     threshold = float(np.mean(np.asarray(W.data)) * n_in * p * RATE / (1 - np.exp(-DT / TAU_M)))
     init = (jnp.zeros(n_out), jnp.full(n_out, threshold), jnp.zeros(n_in), jnp.zeros(n_out))
-    train = make_run(W, view, involved, pattern, threshold, learn=True)
-    test = make_run(W, view, involved, pattern, threshold, learn=False)
-    key = jax.random.PRNGKey(args.seed)
+    train = make_run(W, view, threshold, learn=True)
+    test = make_run(W, view, threshold, learn=False)
     print(f"STDP: {n_in} inputs -> {n_out} outputs, {W.nnz} synapses; "
           f"{chunks * windows_per_chunk * WINDOW / 1000:.0f} s of training in {chunks} chunks")
 
-    test_windows = random_windows(rng, 60)
-    _, _, (pre_before, post_before) = test(W.data, init, jax.random.PRNGKey(10**6), test_windows)
+    test_windows = random_windows(np.random.default_rng(10**6), 60)
+    test_inputs = make_inputs(np.random.default_rng(10**6 + 1), test_windows, involved, pattern)
+    _, _, post_before = test(W.data, init, test_inputs)
     before = selectivity(post_before, test_windows)
     print(f"before: {before[0]:.1f} Hz in the pattern's windows, {before[1]:.1f} Hz in the noise: "
           f"selectivity {before[0] / max(before[1], 1e-9):.2f}")
@@ -151,29 +154,31 @@ def main(argv=None):
     rows = np.repeat(np.arange(n_in), np.diff(np.asarray(W.indptr)))
     on_pattern = involved[rows]
     history = [(0.0, float(np.mean(np.asarray(w)[on_pattern])), float(np.mean(np.asarray(w)[~on_pattern])))]
-    start = time.perf_counter()
+    start, in_steps = time.perf_counter(), 0.0
     for chunk in range(chunks):
-        key, sub = jax.random.split(key)
-        w, state, (_, post) = train(w, state, sub, random_windows(rng, windows_per_chunk))
+        inputs = make_inputs(rng, random_windows(rng, windows_per_chunk), involved, pattern)
+        stepped = time.perf_counter()
+        w, state, post = train(w, state, inputs)
         w_np = np.asarray(w)
+        in_steps += time.perf_counter() - stepped
         seconds = (chunk + 1) * windows_per_chunk * WINDOW / 1000
         history.append((seconds, float(w_np[on_pattern].mean()), float(w_np[~on_pattern].mean())))
         print(f"  {seconds:5.1f} s: output rate {np.asarray(post).mean() * 1000:5.1f} Hz, mean weight "
               f"pattern {history[-1][1]:.3f} / noise {history[-1][2]:.3f}  ({time.perf_counter() - start:.1f} s)")
     elapsed = time.perf_counter() - start
     steps = chunks * windows_per_chunk * WINDOW
-    print(f"training: {elapsed:.1f} s wall for {steps} steps ({elapsed / steps * 1e6:.0f} us per step, "
-          f"first chunk's compile included)")
+    print(f"training: {elapsed:.1f} s wall for {steps} steps, {in_steps / steps * 1e6:.0f} us per step in the "
+          f"network (first chunk's compile included), the rest drawing the inputs")
 
     learned = (init[0], state[1], init[2], init[3])  # the learned weights and thresholds, fresh potentials
-    _, _, (pre_after, post_after) = test(w, learned, jax.random.PRNGKey(10**6), test_windows)
+    _, _, post_after = test(w, learned, test_inputs)
     after = selectivity(post_after, test_windows)
     gain = after[0] / max(after[1], 1e-9)
     print(f"after:  {after[0]:.1f} Hz in the pattern's windows, {after[1]:.1f} Hz in the noise: "
           f"selectivity {gain:.2f}")
     print("selective" if gain > 2.0 else "NOT selective")
-    _figures(args.out, history, np.asarray(w), on_pattern, test_windows, (pre_before, post_before),
-             (pre_after, post_after))
+    _figures(args.out, history, np.asarray(w), on_pattern, test_windows, (test_inputs, post_before),
+             (test_inputs, post_after))
     return before, after
 
 

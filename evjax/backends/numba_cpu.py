@@ -270,7 +270,7 @@ def get_handler(kernel, in_types: Sequence[tuple[np.dtype, int]], out_types, tra
 
 
 def call(kernel, args: Sequence, out_shape: Sequence[int], out_dtype, *, threads: bool = True,
-         bool_as_bytes: bool = False):
+         bool_as_bytes: bool = False, in_place: int | None = None):
     """Call ``kernel(threads, *args, out)`` (or ``kernel(*args, out)``) through its FFI handler.
 
     The one call path of the operator families' Numba CPU kernels: the
@@ -285,6 +285,12 @@ def call(kernel, args: Sequence, out_shape: Sequence[int], out_dtype, *, threads
         bool_as_bytes: the kernel reads a bool buffer as its uint8 bytes (one
             byte per element either way; Numba's bool loads are slower, and a
             kernel then compiles no bool-to-bytes view).
+        in_place: the index of an input of the output's shape and dtype that
+            the output aliases (XLA's ``input_output_aliases``): the kernel
+            finds that input's values already in its output buffer and edits
+            them there.  XLA writes in place where the input is not used
+            afterwards (a weight carried through ``jax.lax.scan``, a donated
+            argument) and copies it first where it is.
 
     Returns:
         The output array.
@@ -292,7 +298,8 @@ def call(kernel, args: Sequence, out_shape: Sequence[int], out_dtype, *, threads
     in_types = [(np.dtype(np.uint8) if bool_as_bytes and a.dtype == np.bool_ else np.dtype(a.dtype), a.ndim)
                 for a in args]
     handler = get_handler(kernel, in_types, [(np.dtype(out_dtype), len(out_shape))], threads=threads)
-    ffi = jax.ffi.ffi_call(handler.target_name, [jax.ShapeDtypeStruct(tuple(out_shape), out_dtype)])
+    ffi = jax.ffi.ffi_call(handler.target_name, [jax.ShapeDtypeStruct(tuple(out_shape), out_dtype)],
+                           input_output_aliases=None if in_place is None else {in_place: 0})
     return ffi(*args)[0]
 
 
