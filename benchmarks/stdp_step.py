@@ -145,7 +145,7 @@ def main(argv=None):
     verdict = "met" if best_dense / base_wall >= GOAL else "NOT met"
     table = markdown_table(["candidate", "wall per step", "wall / evjax CSR", "CPU per step",
                             "CPU / evjax CSR"], rows)
-    text = (f"# STDP training step: sparse against dense weights\n\n{provenance(argv)}\n\n"
+    text = (f"{provenance(argv)}\n# STDP training step: sparse against dense weights\n\n"
             f"examples/stdp.py's network: {n_in} inputs -> {n_out} outputs, p = {p} ({W.nnz} synapses), "
             f"chunks of {steps} steps (one jitted scan over the input spikes), medians of {rounds}.  Not in the "
             f"step: drawing the input spikes (the example's data, NumPy: {draw_time / steps * 1e6:.0f} us per step, "

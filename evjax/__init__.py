@@ -23,6 +23,7 @@ from .numba_cuda_kernel import numba_cuda_callable, numba_cuda_kernel
 from .numba_kernel import numba_kernel
 from .primitives.csr import (
     CSC, CSR, binary_csrmm, binary_csrmm_p, binary_csrmv, binary_csrmv_p, csr_sddmm, csrmm, csrmm_p, csrmv, csrmv_p,
+    cscmm_dt2t, cscmv_dt2t, csrmm_dt2t, csrmv_dt2t,
 )
 from .primitives.csr.convert import (
     coo2csr,
@@ -37,7 +38,7 @@ from .primitives.dense import Dense, binary_densemm, binary_densemm_p, binary_de
 # fixed fan-in / fan-out connectivity
 from .primitives.fixed import (
     FixedNumConn, FixedNumPerPost, FixedNumPerPre, FixedPostNumConn, FixedPreNumConn,
-    binary_fcnmm, binary_fcnmm_p, binary_fcnmv, binary_fcnmv_p, fcn_sddmm, fcnmm, fcnmv,
+    binary_fcnmm, binary_fcnmm_p, binary_fcnmv, binary_fcnmv_p, fcn_sddmm, fcnmm, fcnmv, fcnmm_dt2t, fcnmv_dt2t,
 )
 # plasticity: weight updates on spikes
 from .primitives.plasticity import (
@@ -46,8 +47,15 @@ from .primitives.plasticity import (
     update_csr_on_binary_pre_p, update_dense_on_binary_post, update_dense_on_binary_post_p, update_dense_on_binary_pre,
     update_dense_on_binary_pre_p, update_fixed_post_conn_on_binary_pre, update_fixed_pre_conn_on_binary_post,
 )
+# synaptic delays
+from .primitives.delay import (
+    CSRDelayLayout, csr_delay_deliver, csr_delay_deliver_layout, csr_delay_deliver_layout_p, csr_delay_deliver_p,
+)
 # just-in-time connectivity
 from .primitives.jitc import (
+    jitnmv_dt2t,
+    jitsmv_dt2t,
+    jitumv_dt2t,
     JITCHomoC,
     JITCHomoR,
     JITCMatrix,
@@ -204,6 +212,22 @@ __all__ = [
     "update_csr_on_binary_post",
     "update_csc_on_binary_post",
     "update_csc_on_binary_pre",
+    # synaptic delays
+    "csr_delay_deliver",
+    "csr_delay_deliver_p",
+    "CSRDelayLayout",
+    "csr_delay_deliver_layout",
+    "csr_delay_deliver_layout_p",
+    # per-synapse products
+    "csrmv_dt2t",
+    "cscmv_dt2t",
+    "csrmm_dt2t",
+    "cscmm_dt2t",
+    "fcnmv_dt2t",
+    "fcnmm_dt2t",
+    "jitsmv_dt2t",
+    "jitnmv_dt2t",
+    "jitumv_dt2t",
     "csr_apply_on_pre",
     "csr_apply_on_post",
     "update_fixed_post_conn_on_binary_pre",

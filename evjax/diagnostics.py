@@ -18,7 +18,7 @@ from .cache import get_cache_dir
 
 __all__ = ["print_diagnostics", "FAMILIES", "DISTRIBUTIONS"]
 
-FAMILIES = ("csr", "fixed", "dense", "jitc", "plasticity")
+FAMILIES = ("csr", "fixed", "dense", "jitc", "plasticity", "delay")
 """The operator families whose ops are listed, by their catalog tag."""
 
 DISTRIBUTIONS = (("evjax", "evjax"), ("jax", "jax"), ("jaxlib", "jaxlib"), ("numba", "numba"),

@@ -779,3 +779,169 @@ def apply_rule_reference(rule, edge_state, indices, indptr, spikes, pre_vals, po
     new = jax.vmap(rule, in_axes=(0, 0, 0, None))(edge_state, pre, post, params)
     return jax.tree_util.tree_map(
         lambda n, o: jnp.where(active.reshape(active.shape + (1,) * (o.ndim - 1)), n, o), new, edge_state)
+
+
+# ===========================================================================
+# synaptic delays (evjax.primitives.delay): a dense oracle and a resampler
+# ===========================================================================
+@functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
+def _delay_sum(D, x, weighted):
+    """sum_i where(x[i] != 0, D[:, i, :] x[i], 0): an inactive row adds nothing, NaN weights included."""
+    return jnp.sum(jnp.where((x != 0)[None, :, None], D * x[None, :, None], jnp.zeros((), D.dtype)), axis=1)
+
+
+def _delay_sum_jvp(weighted, primals, tangents):
+    # d/dD: the same select (linear); d/dx (weighted only: binary x = 1[events != 0] has none): the op's
+    # derivative, sum_i D[:, i, :] dx[i] over every row (linear in x; IEEE).  Symbolic zeros: a term whose
+    # input does not vary is absent (not 0 * D, which a NaN weight would turn into NaN)
+    D, x = primals
+    dD, dx = tangents
+    zero = jax.custom_derivatives.SymbolicZero
+    tangent = jnp.zeros(D.shape[:1] + D.shape[2:], D.dtype)
+    if not isinstance(dD, zero):
+        tangent = tangent + _delay_sum(dD, x, weighted)
+    if weighted and not isinstance(dx, zero):
+        tangent = tangent + jnp.einsum("lij,i->lj", D, dx.astype(D.dtype))
+    return _delay_sum(D, x, weighted), tangent
+
+
+_delay_sum.defjvp(_delay_sum_jvp, symbolic_zeros=True)
+
+
+def delay_deliver_reference(ring, events, data, indices, indptr, delays, t, weighted: bool):
+    """The delivery as a dense computation: D[s, i, j] = the summed weights of row i's edges into column j
+    arriving in slot s = (t mod L + clamp(d, 0, L - 1)) mod L; ring' = ring + sum_i f(x)[i] D[:, i, :] over
+    active rows (f = 1, or x when weighted).  jnp, differentiable (float16 via float32)."""
+    ring = jnp.asarray(ring)
+    acc = jnp.float32 if ring.dtype in (jnp.float16, jnp.bfloat16) else ring.dtype
+    n_slots, n_post = ring.shape
+    indptr, indices = jnp.asarray(indptr), jnp.asarray(indices)
+    n_pre, nnz = indptr.shape[0] - 1, indices.shape[0]
+    rows = jnp.repeat(jnp.arange(n_pre), jnp.diff(indptr), total_repeat_length=nnz)
+    d = jnp.broadcast_to(jnp.clip(jnp.asarray(delays).astype(jnp.int64 if jax.config.jax_enable_x64 else jnp.int32),
+                                  0, n_slots - 1), (nnz,))
+    s = (jnp.remainder(jnp.asarray(t), n_slots).astype(d.dtype) + d) % n_slots
+    w = jnp.broadcast_to(jnp.asarray(data).astype(ring.dtype).astype(acc).reshape(-1), (nnz,))
+    D = jnp.zeros((n_slots, n_pre, n_post), acc).at[s, rows, indices].add(w)
+    events = jnp.asarray(events)
+    x = events.astype(acc) if weighted else (events != 0).astype(acc)
+    return (ring.astype(acc) + _delay_sum(D, x, bool(weighted))).astype(ring.dtype)
+
+
+def delay_resampler(*, events: int, indices: int, indptr: int, delays: int, t: int, ring: int):
+    """A ``resample`` for the delay ops' argument tuples: new columns (in ``[0, n_post)``), a new split of
+    the same nnz, new delays in ``[0, L)``, a new step, integer events as 0/1/2; floats and bools by
+    ``redraw``."""
+    ints = {indices, indptr, delays, t}
+
+    def resample(rng, args, argnums):
+        n_slots, n_post = np.shape(args[ring])
+        nnz = np.shape(args[indices])[0]
+        int_events = events in argnums and jnp.issubdtype(np.asarray(args[events]).dtype, jnp.integer)
+        out = list(redraw(rng, args, [i for i in argnums if i not in ints and not (i == events and int_events)]))
+        if int_events:
+            out[events] = rng.integers(0, 3, np.shape(args[events])).astype(np.asarray(args[events]).dtype)
+        if indices in argnums:
+            out[indices] = rng.integers(0, max(n_post, 1), nnz).astype(np.asarray(args[indices]).dtype)
+        if indptr in argnums:
+            n_rows = np.shape(args[indptr])[0] - 1
+            cuts = np.sort(rng.integers(0, nnz + 1, max(n_rows - 1, 0)))
+            out[indptr] = (np.concatenate([[0], cuts, [nnz]]) if n_rows else np.zeros(1)).astype(
+                np.asarray(args[indptr]).dtype)
+        if delays in argnums:
+            out[delays] = rng.integers(0, n_slots, np.shape(args[delays])).astype(np.asarray(args[delays]).dtype)
+        if t in argnums:
+            out[t] = np.asarray(rng.integers(-50, 50), np.asarray(args[t]).dtype)
+        return tuple(out)
+
+    return resample
+
+
+# ===========================================================================
+# per-synapse products (dt2t): dense oracles and their resamplers
+# (csr/csc: args (y, w, indices, indptr, shape, transpose); fixed: (weights, indices, y, shape,
+# transpose); JITC: (params..., y, seed, prob, shape, transpose, corder))
+# ===========================================================================
+def dt2t_entry_rows(indptr, nse: int):
+    """The row of each stored entry, counted densely: ``row_j = #{r : indptr[r + 1] <= j}``."""
+    j = jnp.arange(nse)
+    return jnp.sum(jnp.asarray(indptr)[1:][None, :] <= j[:, None], axis=1)
+
+
+def dt2t_pick(y, index, n: int):
+    """``y[..., index]`` as a dense one-hot selection (``sum_c where(index == c, y[..., c], 0)``): an
+    index outside ``[0, n)`` picks 0; a non-finite ``y[c]`` reaches only the entries that pick ``c``."""
+    onehot = jnp.asarray(index)[:, None] == jnp.arange(n)[None, :]  # (nse, n)
+    y = jnp.asarray(y)
+    return jnp.sum(jnp.where(onehot, y[..., None, :], jnp.zeros((), y.dtype)), axis=-1)
+
+
+def csr_dt2t_reference(csc: bool):
+    """``out[..., j] = w[..., j] * y[..., row_j or indices[j]]`` for CSR (or CSC: its arrays are the CSR
+    arrays of the transpose), on the dense one-hot selection; jnp, differentiable."""
+    def reference(y, w, indices, indptr, shape, transpose):
+        n_rows, n_cols = shape[::-1] if csc else shape
+        by_column = transpose != csc
+        nse = jnp.shape(indices)[0]
+        index = indices if by_column else dt2t_entry_rows(indptr, nse)
+        return jnp.asarray(w) * dt2t_pick(y, index, n_cols if by_column else n_rows)
+
+    return reference
+
+
+def csr_dt2t_resampler(csc: bool):
+    """``resample`` for the dt2t specs: a new valid structure (the CSC one over the reversed shape)."""
+    def resample(rng, args, argnums):
+        shape = args[4][::-1] if csc else args[4]
+        return csr_resampler(indices=2, indptr=3, shape=tuple(shape))(rng, args, argnums)
+
+    return resample
+
+
+def fixed_dt2t_reference(weights, indices, y, shape, transpose):
+    """``out[..., i, l] = weights[..., i, l] * y[..., i or indices[i, l]]`` on the dense one-hot selection."""
+    n_rows, k = jnp.shape(indices)
+    index = jnp.reshape(indices, (-1,)) if transpose else jnp.repeat(jnp.arange(n_rows), k)
+    picked = dt2t_pick(y, index, shape[1] if transpose else shape[0])
+    picked = picked.reshape(jnp.shape(y)[:-1] + (n_rows, k))
+    weights = jnp.asarray(weights)
+    if weights.size == 1:
+        weights = weights.reshape(())
+    return jnp.broadcast_to(weights * picked, picked.shape)
+
+
+@functools.lru_cache(maxsize=None)  # the harness traces the reference once per program
+def jitc_dt2t_synapses(law: str, seed: int, prob: float, shape, corder: bool, dtype=jnp.float32):
+    """``(rows, cols, draws)`` of the JITC matrix ``M`` in CSR order from the pure-JAX generation
+    (``dense_generated`` with unit parameters; NumPy): ``draws`` is z, u or 1 at each synapse."""
+    n_outer, n_inner = generated_shape(shape, False, corder)
+    unit = {"scalar": (1.0,), "normal": (0.0, 1.0), "uniform": (0.0, 1.0)}[law]
+    with jax.ensure_compile_time_eval():
+        w, mask = dense_generated(law, [jnp.asarray(p, dtype) for p in unit], jnp.uint32(seed), prob,
+                                  n_outer, n_inner, dtype)
+    w, mask = np.asarray(w), np.asarray(mask)
+    if not corder:  # generated column by column: G = M.T
+        w, mask = w.T, mask.T
+    rows, cols = np.nonzero(mask)  # row-major: rows, then increasing columns
+    return rows, cols, w[rows, cols]
+
+
+def jitc_dt2t_reference(law: str):
+    """The per-synapse products of the JITC matrix from :func:`jitc_dt2t_synapses`; jnp in the weight
+    parameters and ``y`` (differentiable), the structure concrete (``seed`` is static)."""
+    n = JITC_LAWS[law]
+
+    def reference(*a):
+        params, y, seed, prob, shape, transpose, corder = a[:n], a[n], a[n + 1], a[n + 2], a[n + 3], a[n + 4], \
+            a[n + 5]
+        y = jnp.asarray(y)
+        dtype = jnp.result_type(*params, y)
+        rows, cols, draws = jitc_dt2t_synapses(law, seed, prob, shape, corder,
+                                               jnp.float64 if dtype == jnp.float64 else jnp.float32)
+        p = [jnp.asarray(v, dtype).reshape(()) for v in params]
+        z = jnp.asarray(draws, dtype)
+        weights = p[0] if law == "scalar" else p[0] + p[1] * z if law == "normal" else p[0] + (p[1] - p[0]) * z
+        picked = dt2t_pick(y.astype(dtype), cols if transpose else rows, shape[1] if transpose else shape[0])
+        return jnp.broadcast_to(weights * picked, picked.shape)
+
+    return reference

@@ -201,10 +201,10 @@ def test_except_brainevent_error_catches_evjax_kernel_errors():
 # the catalogue of ops
 # ---------------------------------------------------------------------------
 def test_registry_lists_every_familys_ops():
-    from evjax.primitives import csr, dense, fixed, jitc, plasticity
+    from evjax.primitives import csr, delay, dense, fixed, jitc, plasticity
 
     registry = evjax.get_registry()
-    every = {op.name: op for family in (csr, dense, fixed, jitc, plasticity) for op in family.OPS}
+    every = {op.name: op for family in (csr, dense, fixed, jitc, plasticity, delay) for op in family.OPS}
     assert registry == every
     assert evjax.get_all_primitive_names() == sorted(every) == list(registry)
     assert registry["evjax_binary_csrmv"] is evjax.binary_csrmv_p
@@ -223,11 +223,13 @@ def test_primitives_by_tags():
     assert set(by("dense")) == {"evjax_binary_densemv", "evjax_binary_densemm", "evjax_binary_dense_outer"}
     assert set(by("plasticity").values()) == {evjax.update_csr_on_binary_pre_p, evjax.update_csr_on_binary_post_p,
                                               evjax.update_dense_on_binary_pre_p, evjax.update_dense_on_binary_post_p}
+    assert set(by("delay")) == {"evjax_csr_delay_deliver", "evjax_csr_delay_gather"}
     assert by({"csr", "jitc"}) == {} and by(set()) == evjax.get_registry()
     for name in evjax.get_all_primitive_names():
         tags = evjax.catalog.primitive_tags(name)
-        assert len(tags & {"csr", "dense", "jitc", "plasticity"}) == 1, (name, tags)
-        assert len(tags & {"binary", "float"}) == 1, (name, tags)
+        assert len(tags & {"csr", "dense", "jitc", "plasticity", "delay"}) == 1, (name, tags)
+        if "delay" not in tags:  # the delay ops take binary or weighted events alike (a per-call parameter)
+            assert len(tags & {"binary", "float"}) == 1, (name, tags)
     with pytest.raises(TypeError):
         by({3})
     with pytest.raises(KeyError, match="no op named"):

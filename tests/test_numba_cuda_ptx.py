@@ -156,3 +156,20 @@ def test_plasticity_kernels_compile_to_ptx(compute, index):
     f2 = types.Array(f, 2, "C")
     ptx = _compile(update_dense, [f2, b1, f1, f1, b1, f2])
     assert "atom." not in ptx
+
+
+@pytest.mark.parametrize("compute, index", [("float32", "int32"), ("float64", "int64"), ("float32", "int64")])
+def test_delay_kernels_compile_to_ptx(compute, index):
+    """The delay family's two CUDA kernels, as their generators call them: ``deliver`` adds into the ring
+    with atomics (edges of different rows share targets); ``gather`` writes each row's own outputs."""
+    from numba import types
+
+    from evjax.primitives.delay.numba_cuda import deliver, gather
+
+    f, i = getattr(types, compute), getattr(types, index)
+    f1, f2, i1 = types.Array(f, 1, "C"), types.Array(f, 2, "C"), types.Array(i, 1, "C")
+    ptx = _compile(deliver, [f2, f1, f1, i1, i1, i1, i1, f2])
+    assert "atom.global.add" in ptx or "red.global.add" in ptx
+    i32 = types.Array(types.int32, 1, "C")
+    ptx = _compile(gather, [f1, f2, f1, f1, i1, i1, i1, i1, i32, f1])
+    assert "atom." not in ptx and "st.global" in ptx

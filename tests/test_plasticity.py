@@ -201,6 +201,19 @@ def test_the_docs_page_runs_and_its_stdp_step_is_the_dense_rule():
     want[:, post] = np.where(mask[:, post], np.clip(want[:, post] + 0.01, 0.0, 1.0), 0.0)
     got = evjax.CSR((ns["w"], W.indices, W.indptr), shape=W.shape).todense()
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6, atol=1e-7)
+    # the rule-generic block: soft-bounded potentiation on the rows that fired
+    rows = np.repeat(np.arange(W.shape[0]), np.diff(np.asarray(W.indptr)))
+    fired = pre[rows]
+    data = np.asarray(W.data)
+    np.testing.assert_allclose(np.asarray(ns["state"]["w"]), np.where(fired, data + 0.1 * (1.0 - data), data),
+                               rtol=1e-6)
+    np.testing.assert_array_equal(np.asarray(ns["state"]["elig"]), fired.astype(np.float32))
+    # the delay block: the layout gives the plain op's ring; the scan's inputs are the delivered weights
+    first = evjax.csr_delay_deliver(jnp.zeros((ns["L"], ns["n_post"])), ns["spikes"][0], ns["syn_w"], ns["indices"],
+                                    ns["indptr"], ns["delays"], 0, shape=(ns["n_pre"], ns["n_post"]))
+    np.testing.assert_array_equal(np.asarray(ns["ring2"]), np.asarray(first))
+    # the dt2t block: eps = x_pre at each synapse's column
+    np.testing.assert_array_equal(np.asarray(ns["eps"]), np.asarray(ns["x_pre"])[np.asarray(W.indices)])
 
 
 # ---------------------------------------------------------------------------

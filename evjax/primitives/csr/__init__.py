@@ -1,11 +1,13 @@
 """The CSR operator family: event-driven sparse propagation (``CSR``, ``CSC`` and their ops).
 
+* :mod:`.products`: the per-synapse products ``csrmv_dt2t``, ``cscmv_dt2t``, ``csrmm_dt2t``, ``cscmm_dt2t`` (pure JAX);
 * :mod:`.ops`: the ops, their reference, rules and registration;
 * :mod:`.matrix`: the data types ``CSR`` and ``CSC``;
 * :mod:`.numba`, :mod:`.warp`, :mod:`.numba_cuda`: the backends, each imported
   by ``BACKEND_LOADERS`` below the first time an op needs it.
 """
 from .matrix import CSC, CSR
+from .products import cscmm_dt2t, cscmv_dt2t, csrmm_dt2t, csrmv_dt2t
 from .ops import (
     OPS,
     binary_csrmm,
@@ -23,6 +25,7 @@ from .ops import (
 )
 
 __all__ = [
+    "csrmv_dt2t", "cscmv_dt2t", "csrmm_dt2t", "cscmm_dt2t",
     "CSR", "CSC", "OPS", "csrmv", "csrmm", "binary_csrmv", "binary_csrmm", "csr_sddmm",
     "csrmv_p", "csrmm_p", "binary_csrmv_p", "binary_csrmm_p", "csr_sddmm_p", "validate_csr", "row_ids",
 ]

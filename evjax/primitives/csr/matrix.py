@@ -53,6 +53,7 @@ from .convert import (
     weights_of,
 )
 from .ops import binary_csrmm_p, binary_csrmv_p, checked_matmul, csrmm_p, csrmv_p, row_ids, validate_csr
+from ..delay.ops import CSRDelayLayout, csr_delay_deliver
 from ..grouping import transpose_plan
 from ..plasticity.apply import csr_apply_on_post, csr_apply_on_pre
 from ..plasticity.ops import (
@@ -616,6 +617,52 @@ class CSR(_Compressed):
         state = self._plastic_weights("apply_on_post") if edge_state is None else edge_state
         return csr_apply_on_post(rule, state, self.indices, self.indptr, post_spike, pre_vals=pre_vals,
                                  post_vals=post_vals, params=params, shape=self.shape)
+
+    # ------------------------------------------------------------ delays
+    def delay_deliver(self, ring, events, delays, t, *, weighted=None, backend: str | None = None):
+        """Deliver events through this matrix with per-synapse delays: :func:`evjax.csr_delay_deliver`.
+
+        ``ring_new[(t + delays[e]) % L, indices[e]] += data[e] * f(events)[row(e)]`` for the
+        synapses of the rows whose event is set (``f``: 1, or the event's value when weighted).
+
+        Args:
+            ring: ``(L, n_post)`` float arrival ring.
+            events: ``(n_pre,)`` events (bool, numbers, ``BinaryArray`` or ``WeightedArray``).
+            delays: integer delays in steps, ``(nnz,)`` in this matrix's order, or a scalar.
+            t: the current integer step (may be traced).
+            weighted: as in :func:`evjax.csr_delay_deliver`.
+            backend: as in :func:`evjax.csr_delay_deliver`.
+
+        Returns:
+            The new ring, ``ring``'s shape and dtype.
+
+        Raises:
+            TypeError, ValueError: as :func:`evjax.csr_delay_deliver`.
+
+        Example:
+            >>> ring = W.delay_deliver(ring, spikes, delays, t)
+        """
+        return csr_delay_deliver(ring, events, self.data, self.indices, self.indptr, delays, t, shape=self.shape,
+                                 weighted=weighted, backend=backend)
+
+    def delay_layout(self, delays, n_slots: int) -> CSRDelayLayout:
+        """This matrix's synapses grouped by delay: :meth:`evjax.CSRDelayLayout.build`.
+
+        Args:
+            delays: concrete integer delays, ``(nnz,)`` in this matrix's order, or a scalar.
+            n_slots: the ring length ``L``.
+
+        Returns:
+            A :class:`evjax.CSRDelayLayout` holding this matrix's weights in layout order.
+
+        Raises:
+            ValueError: as :meth:`evjax.CSRDelayLayout.build`.
+
+        Example:
+            >>> layout = W.delay_layout(delays, n_slots=32)
+            >>> ring = evjax.csr_delay_deliver_layout(ring, spikes, layout, t)
+        """
+        return CSRDelayLayout.build(self.data, self.indices, self.indptr, delays, n_slots=n_slots, shape=self.shape)
 
     def to_scipy(self):
         """A ``scipy.sparse.csr_matrix`` with the same entries (float32 for 16-bit weights)."""

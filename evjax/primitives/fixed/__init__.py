@@ -5,6 +5,7 @@ A layer over the CSR family: a table of shape ``(n_rows, k)`` is the CSR matrix 
 build that structure in the traced computation and bind CSR's ops on it.  The family has no
 primitive, rule or backend module of its own.
 
+* :mod:`.products`: the per-synapse products ``fcnmv_dt2t``, ``fcnmm_dt2t`` (pure JAX);
 * :mod:`.ops`: the functions (``fcnmv``, ``fcnmm``, ``binary_fcnmv``, ``binary_fcnmm``,
   ``fcn_sddmm``); ``fcnmv_p``, ... ``fcn_sddmm_p`` and ``OPS`` name the CSR ops they bind;
 * :mod:`.matrix`: the data types ``FixedPostNumConn`` and ``FixedPreNumConn`` (also named
@@ -12,6 +13,7 @@ primitive, rule or backend module of its own.
 * :mod:`.validation`: the table's checks and its row pointers.
 """
 from .matrix import FixedNumConn, FixedNumPerPost, FixedNumPerPre, FixedPostNumConn, FixedPreNumConn
+from .products import fcnmm_dt2t, fcnmv_dt2t
 from .ops import (
     OPS,
     binary_fcnmm,
@@ -29,6 +31,7 @@ from .ops import (
 )
 
 __all__ = [
+    "fcnmv_dt2t", "fcnmm_dt2t",
     "FixedNumConn", "FixedPostNumConn", "FixedPreNumConn", "FixedNumPerPre", "FixedNumPerPost", "OPS",
     "fcnmv", "fcnmm", "binary_fcnmv", "binary_fcnmm", "fcn_sddmm",
     "fcnmv_p", "fcnmm_p", "binary_fcnmv_p", "binary_fcnmm_p", "fcn_sddmm_p", "validate_table",

@@ -1,5 +1,6 @@
 """Just-in-time connectivity (JITC): random matrices regenerated in every kernel, never stored.
 
+* :mod:`.products`: the per-synapse products ``jitsmv_dt2t``, ``jitnmv_dt2t``, ``jitumv_dt2t`` (pure JAX, concrete seed);
 * :mod:`.generation`: the generation scheme (counter-based streams, geometric skipping), in JAX;
 * :mod:`.ops`: the ops, their reference, rules and registration;
 * :mod:`.functions`: the public functions (``jitsmv``, ``binary_jitsmv``, ``jits``, ...);
@@ -27,12 +28,14 @@ from .functions import (
 from .matrix import (
     JITCHomoC, JITCHomoR, JITCMatrix, JITCNormalC, JITCScalarMatrix, JITCNormalR, JITCScalarC, JITCScalarR, JITCUniformC, JITCUniformR,
 )
+from .products import jitnmv_dt2t, jitsmv_dt2t, jitumv_dt2t
 from .ops import (
     DENSE_OPS, MATMUL_OPS, OPS, binary_jitnmm_p, binary_jitnmv_p, binary_jitsmm_p, binary_jitsmv_p, binary_jitumm_p,
     binary_jitumv_p, jitn_p, jitnmm_p, jitnmv_p, jits_p, jitsmm_p, jitsmv_p, jitu_p, jitumm_p, jitumv_p,
 )
 
 __all__ = [
+    "jitsmv_dt2t", "jitnmv_dt2t", "jitumv_dt2t",
     "jitsmv", "jitsmm", "jitnmv", "jitnmm", "jitumv", "jitumm",
     "binary_jitsmv", "binary_jitsmm", "binary_jitnmv", "binary_jitnmm", "binary_jitumv", "binary_jitumm",
     "jits", "jitn", "jitu", "JITCMatrix", "JITCScalarMatrix", "JITCScalarR", "JITCScalarC", "JITCHomoR", "JITCHomoC", "JITCNormalR",

@@ -1,4 +1,5 @@
-"""examples/stdp.py --small: STDP makes the outputs selective to the hidden pattern."""
+"""examples/stdp.py and examples/delays.py in their --small modes: STDP makes the outputs selective to the
+hidden pattern; delays make each detector fire for its own spike sequence only."""
 from __future__ import annotations
 
 import importlib.util
@@ -31,3 +32,17 @@ def test_stdp_small_learns_the_pattern(tmp_path, capsys):
         return
     assert (tmp_path / "stdp_weights.png").stat().st_size > 0
     assert (tmp_path / "stdp_raster.png").stat().st_size > 0
+
+
+def test_delays_small_detects_the_preferred_sequences_only(tmp_path, capsys):
+    delays = _load("delays")
+    preferred, control = delays.main(["--small", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert preferred >= 0.9, out  # its own order: all 20 spikes arrive together
+    assert control <= 0.1, out  # the same spikes shuffled among the inputs: they arrive spread out
+    assert "other detectors firing: 0.0" in out.split("preferred order:")[1].splitlines()[0]
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return
+    assert (tmp_path / "delays.png").stat().st_size > 0

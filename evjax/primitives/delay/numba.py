@@ -1,0 +1,140 @@
+"""Numba CPU backend of the delay ops in :mod:`evjax.primitives.delay.ops`.
+
+Imported by the ops the first time they lower with ``backend="numba"``; it
+registers its generators on them.  Serial loops over the rows, visiting the
+synapses of active rows only:
+
+* ``deliver`` adds in place into the output, which aliases the ring
+  (``input_output_aliases``: XLA hands the kernel a copy only where the ring
+  is still needed, e.g. a jitted call without donation; a ring carried by
+  ``lax.scan`` is updated in place).  Serial, so rows that share targets
+  add in row order, then edge order: a deterministic result, and a layout
+  (edges sorted by delay within a row) gives the same bits.
+* ``gather`` zero-fills its output, then reads ``g`` at each visited edge's
+  slot (the cotangents).
+
+Events reach the kernels as values in the compute dtype (``1``/``0`` or ``x``),
+delays as ``(1,)`` or ``(nnz,)`` int32/int64, ``t`` as ``t mod L`` (a ``(1,)``
+array); each delay is clamped to ``[0, L - 1]``; a column outside ``[0,
+n_post)`` is skipped.  float16/bfloat16 are computed in float32.
+"""
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numba
+
+from ..._kernel_compat import COMPILED_CODE_ONLY
+from ...backends import numba_cpu
+from ...dtypes import compute_dtype
+from . import ops
+
+__all__ = ["deliver", "gather", "deliver_generator", "gather_generator"]
+
+
+@numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
+def deliver(ring, events, data, indices, indptr, delays, t_mod, out):
+    """``out`` (aliasing ``ring``) ``[s_e, j_e] += w_e * events[i]`` for each edge of each row with
+    ``events[i] != 0``; ``s_e = t_mod + clamp(d_e, 0, L - 1)`` wrapped once."""
+    n_slots, n_post = out.shape
+    last = n_slots - 1
+    tm = t_mod[0]
+    homo_w = data.shape[0] == 1
+    homo_d = delays.shape[0] == 1
+    for i in range(events.shape[0]):
+        f = events[i]
+        if f != 0:
+            for e in range(indptr[i], indptr[i + 1]):
+                j = indices[e]
+                if j < 0 or j >= n_post:
+                    continue
+                d = delays[0] if homo_d else delays[e]
+                if d < 0:
+                    d = 0
+                elif d > last:
+                    d = last
+                s = tm + d
+                if s >= n_slots:
+                    s -= n_slots
+                w = data[0] if homo_w else data[e]
+                out[s, j] += w * f
+    return
+
+
+@numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
+def gather(g, events, data, indices, indptr, delays, t_mod, flags, out):
+    """``out = 0``, then for each visited row ``i`` (``flags[1]``: only rows with ``events[i] != 0``, their
+    terms scaled by ``events[i]``) and edge ``e``: ``term = w_e * g[s_e, j_e]``, stored at ``out[e]``
+    (``flags[0]``) or summed into ``out[i]``."""
+    per_edge, by_event = flags[0] != 0, flags[1] != 0
+    for k in range(out.shape[0]):
+        out[k] = 0
+    n_slots, n_post = g.shape
+    last = n_slots - 1
+    tm = t_mod[0]
+    homo_w = data.shape[0] == 1
+    homo_d = delays.shape[0] == 1
+    for i in range(indptr.shape[0] - 1):
+        f = events[i]
+        if by_event and f == 0:
+            continue
+        for e in range(indptr[i], indptr[i + 1]):
+            j = indices[e]
+            if j < 0 or j >= n_post:
+                continue
+            d = delays[0] if homo_d else delays[e]
+            if d < 0:
+                d = 0
+            elif d > last:
+                d = last
+            s = tm + d
+            if s >= n_slots:
+                s -= n_slots
+            w = data[0] if homo_w else data[e]
+            term = w * g[s, j]
+            if by_event:
+                term = f * term
+            if per_edge:
+                out[e] = term
+            else:
+                out[i] += term
+    return
+
+
+def deliver_generator(outs, ins, shape, weighted: bool):
+    """Numba kernel for ``csr_delay_deliver_p``."""
+    out = outs[0]
+    dtype = compute_dtype(out.dtype)
+    empty = 0 in out.shape
+
+    def kernel(ring, events, data, indices, indptr, delays, t):
+        if empty:
+            return [ring]
+        n_slots = ring.shape[0]
+        r = ring if ring.dtype == dtype else ring.astype(dtype)
+        args = (r, ops.event_values(events, weighted, dtype), data.astype(dtype), indices, indptr, delays,
+                ops.t_mod(t, n_slots, delays.dtype))
+        y = numba_cpu.call(deliver, args, out.shape, dtype, threads=False, in_place=0)  # out aliases the ring
+        return [y.astype(out.dtype)]
+
+    return kernel
+
+
+def gather_generator(outs, ins, shape, weighted: bool, per_edge: bool, by_event: bool):
+    """Numba kernel for ``csr_delay_gather_p``."""
+    out = outs[0]
+    dtype = compute_dtype(out.dtype)
+    empty = 0 in out.shape or 0 in ins[0].shape
+
+    def kernel(g, events, data, indices, indptr, delays, t):
+        if empty:
+            return [jnp.zeros(out.shape, out.dtype)]
+        args = (g.astype(dtype), ops.event_values(events, weighted, dtype), data.astype(dtype), indices, indptr,
+                delays, ops.t_mod(t, g.shape[0], delays.dtype), jnp.array([per_edge, by_event], jnp.int32))
+        y = numba_cpu.call(gather, args, out.shape, dtype, threads=False)
+        return [y.astype(out.dtype)]
+
+    return kernel
+
+
+ops.csr_delay_deliver_p.def_numba_kernel(deliver_generator)
+ops.csr_delay_gather_p.def_numba_kernel(gather_generator)

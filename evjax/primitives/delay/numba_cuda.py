@@ -1,0 +1,134 @@
+"""Numba CUDA backend of the delay ops (backend ``"numba_cuda"``, GPU).
+
+Imported (through the family's ``BACKEND_LOADERS``) the first time an op needs
+this backend; it registers its generators at the bottom.  Module-level
+kernels (Numba specialises them per signature), one thread per row:
+
+* ``deliver``: an active row adds ``w_e * f`` at each of its edges' slots
+  with ``cuda.atomic.add``, in place in the output, which aliases the ring
+  (XLA hands the kernel a copy where the ring is still needed); rows that
+  share a target add in an unspecified order.
+* ``gather``: each visited row writes its own edges (or its own sum) into
+  the output, which aliases a zero-filled buffer: no atomics.
+
+Each delay is clamped to ``[0, L - 1]``; a column outside ``[0, n_post)`` is
+skipped; float16/bfloat16 compute in float32; an empty problem skips the launch.
+"""
+import jax.numpy as jnp
+from numba import cuda
+
+from ...dtypes import compute_dtype
+from ...numba_cuda_kernel import numba_cuda_kernel
+from . import ops
+
+__all__ = ["deliver", "gather", "deliver_numba_cuda", "gather_numba_cuda", "THREADS"]
+
+THREADS = 256  # threads per block
+
+
+# The slot (t mod L + clamp(d, 0, L - 1), wrapped once) is written out in both kernels: a device
+# function would need a CUDA driver to compile (its compute capability), and the PTX of these kernels
+# is checked on machines without one (tests/test_numba_cuda_ptx.py).
+
+
+@cuda.jit
+def deliver(ring, events, data, indices, indptr, delays, t_mod, out):
+    i = cuda.grid(1)
+    if i < events.shape[0]:
+        f = events[i]
+        if f != 0:
+            n_slots, n_post = out.shape
+            tm = t_mod[0]
+            for e in range(indptr[i], indptr[i + 1]):
+                j = indices[e]
+                if j >= 0 and j < n_post:
+                    d = delays[0] if delays.shape[0] == 1 else delays[e]
+                    if d < 0:
+                        d = 0
+                    if d > n_slots - 1:
+                        d = n_slots - 1
+                    s = tm + d
+                    if s >= n_slots:
+                        s -= n_slots
+                    w = data[0] if data.shape[0] == 1 else data[e]
+                    cuda.atomic.add(out, (s, j), w * f)
+
+
+@cuda.jit
+def gather(zeros, g, events, data, indices, indptr, delays, t_mod, flags, out):
+    i = cuda.grid(1)
+    if i < events.shape[0]:
+        f = events[i]
+        by_event = flags[1] != 0
+        if (not by_event) or f != 0:
+            n_slots, n_post = g.shape
+            tm = t_mod[0]
+            total = out[i] if flags[0] == 0 else out[0]  # 0 (typed) where summing
+            total = total - total
+            for e in range(indptr[i], indptr[i + 1]):
+                j = indices[e]
+                if j >= 0 and j < n_post:
+                    d = delays[0] if delays.shape[0] == 1 else delays[e]
+                    if d < 0:
+                        d = 0
+                    if d > n_slots - 1:
+                        d = n_slots - 1
+                    s = tm + d
+                    if s >= n_slots:
+                        s -= n_slots
+                    w = data[0] if data.shape[0] == 1 else data[e]
+                    term = w * g[s, j]
+                    if by_event:
+                        term = f * term
+                    if flags[0] != 0:
+                        out[e] = term
+                    else:
+                        total += term
+            if flags[0] == 0:
+                out[i] = total
+
+
+def deliver_numba_cuda(outs, ins, shape, weighted: bool):
+    """Numba CUDA generator for ``csr_delay_deliver_p``: ``run(*operands) -> [ring]``."""
+    out = outs[0]
+    dtype = compute_dtype(out.dtype)
+    n_rows = int(shape[0])
+    empty = 0 in out.shape
+    if not empty:
+        call = numba_cuda_kernel(deliver, out.update(dtype=dtype), grid=max(-(-n_rows // THREADS), 1),
+                                 block=THREADS, input_output_aliases={0: 0})
+
+    def run(ring, events, data, indices, indptr, delays, t):
+        if empty:
+            return [ring]
+        r = ring if ring.dtype == dtype else ring.astype(dtype)
+        y = call(r, ops.event_values(events, weighted, dtype), data.astype(dtype), indices, indptr, delays,
+                 ops.t_mod(t, ring.shape[0], delays.dtype))
+        return [y.astype(out.dtype)]
+
+    return run
+
+
+def gather_numba_cuda(outs, ins, shape, weighted: bool, per_edge: bool, by_event: bool):
+    """Numba CUDA generator for ``csr_delay_gather_p``: ``run(*operands) -> [cotangent]``."""
+    out = outs[0]
+    dtype = compute_dtype(out.dtype)
+    n_rows = int(shape[0])
+    empty = 0 in out.shape or 0 in ins[0].shape
+    if not empty:
+        call = numba_cuda_kernel(gather, out.update(dtype=dtype), grid=max(-(-n_rows // THREADS), 1),
+                                 block=THREADS, input_output_aliases={0: 0})
+
+    def run(g, events, data, indices, indptr, delays, t):
+        if empty:
+            return [jnp.zeros(out.shape, out.dtype)]
+        y = call(jnp.zeros(out.shape, dtype), g.astype(dtype), ops.event_values(events, weighted, dtype),
+                 data.astype(dtype), indices, indptr, delays, ops.t_mod(t, g.shape[0], delays.dtype),
+                 jnp.array([per_edge, by_event], jnp.int32))
+        return [y.astype(out.dtype)]
+
+    return run
+
+
+ops.csr_delay_deliver_p.def_numba_cuda_kernel(deliver_numba_cuda)
+ops.csr_delay_gather_p.def_numba_cuda_kernel(gather_numba_cuda)
