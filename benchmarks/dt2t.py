@@ -14,7 +14,7 @@ Candidates, timed round-robin in one process (medians of wall time, and of
 the process's CPU time per call, which counts every thread; ratio = wall time
 / evjax's):
 
-* evjax (pure JAX, jitted; its only implementation);
+* evjax (jitted; the CSR/CSC forms bind ``csr_sddmm`` on the platform's default backend, ``numba`` on CPU);
 * brainevent 0.3.0's functions of the same names, jitted, with their CPU
   default backend (when brainevent imports: it needs Python 3.12 or later);
 * the limit: a serial Numba loop from NumPy over the rows (``out[j] = w[j] *

@@ -203,6 +203,21 @@ def host_rng(key, who: str, name: str = "key") -> np.random.Generator:
 # ---------------------------------------------------------------------------
 # index casts
 # ---------------------------------------------------------------------------
+def check_index_vector(x, name: str, length: int | None, who: str):
+    """``x`` as a 1-d integer array of ``length`` entries (any length when None), or a named error.
+
+    Raises:
+        TypeError: not a 1-d integer array.
+        ValueError: the wrong length.
+    """
+    x = canonical(x)
+    if x.ndim != 1 or not jnp.issubdtype(x.dtype, jnp.integer):
+        raise TypeError(f"{who}: {name} must be a 1-d integer array, got {x.dtype}{list(x.shape)}")
+    if length is not None and x.shape[0] != length:
+        raise ValueError(f"{who}: {name} has {x.shape[0]} entries, expected {length}")
+    return x
+
+
 def check_fits(x, dtype, name: str, who: str) -> None:
     """Raise unless every value of the (concrete) integer array ``x`` is representable in ``dtype``.
 

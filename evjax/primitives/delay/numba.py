@@ -31,12 +31,23 @@ from . import ops
 __all__ = ["deliver", "gather", "deliver_generator", "gather_generator"]
 
 
+@numba.njit(cache=True, nogil=True, inline="always", **COMPILED_CODE_ONLY)
+def _slot(t_mod, d, n_slots):
+    """The ring slot of a delay ``d`` at step ``t_mod`` (``t mod L``): ``d`` clamped to ``[0, L - 1]``,
+    then ``t_mod + d`` wrapped once."""
+    if d < 0:
+        d = 0
+    elif d > n_slots - 1:
+        d = n_slots - 1
+    s = t_mod + d
+    return s - n_slots if s >= n_slots else s
+
+
 @numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
 def deliver(ring, events, data, indices, indptr, delays, t_mod, out):
     """``out`` (aliasing ``ring``) ``[s_e, j_e] += w_e * events[i]`` for each edge of each row with
     ``events[i] != 0``; ``s_e = t_mod + clamp(d_e, 0, L - 1)`` wrapped once."""
     n_slots, n_post = out.shape
-    last = n_slots - 1
     tm = t_mod[0]
     homo_w = data.shape[0] == 1
     homo_d = delays.shape[0] == 1
@@ -47,14 +58,7 @@ def deliver(ring, events, data, indices, indptr, delays, t_mod, out):
                 j = indices[e]
                 if j < 0 or j >= n_post:
                     continue
-                d = delays[0] if homo_d else delays[e]
-                if d < 0:
-                    d = 0
-                elif d > last:
-                    d = last
-                s = tm + d
-                if s >= n_slots:
-                    s -= n_slots
+                s = _slot(tm, delays[0] if homo_d else delays[e], n_slots)
                 w = data[0] if homo_w else data[e]
                 out[s, j] += w * f
     return
@@ -69,7 +73,6 @@ def gather(g, events, data, indices, indptr, delays, t_mod, flags, out):
     for k in range(out.shape[0]):
         out[k] = 0
     n_slots, n_post = g.shape
-    last = n_slots - 1
     tm = t_mod[0]
     homo_w = data.shape[0] == 1
     homo_d = delays.shape[0] == 1
@@ -81,14 +84,7 @@ def gather(g, events, data, indices, indptr, delays, t_mod, flags, out):
             j = indices[e]
             if j < 0 or j >= n_post:
                 continue
-            d = delays[0] if homo_d else delays[e]
-            if d < 0:
-                d = 0
-            elif d > last:
-                d = last
-            s = tm + d
-            if s >= n_slots:
-                s -= n_slots
+            s = _slot(tm, delays[0] if homo_d else delays[e], n_slots)
             w = data[0] if homo_w else data[e]
             term = w * g[s, j]
             if by_event:

@@ -45,7 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..._event_values import event_operand
-from ..._validation import canonical, check_shape, is_concrete
+from ..._validation import canonical, check_index_vector, check_shape, is_concrete
 from ...dtypes import compute_dtype
 from ...rules import ad as ad_rules
 from ...rules import batching as batching_rules
@@ -102,19 +102,10 @@ def _check_events(events, n_pre: int, who: str):
     return events
 
 
-def _check_index(x, name: str, length: int | None, who: str):
-    x = canonical(x)
-    if x.ndim != 1 or not jnp.issubdtype(x.dtype, jnp.integer):
-        raise TypeError(f"{who}: {name} must be a 1-d integer array, got {x.dtype}{list(x.shape)}")
-    if length is not None and x.shape[0] != length:
-        raise ValueError(f"{who}: {name} has {x.shape[0]} entries, expected {length}")
-    return x
-
-
 def _check_structure(indices, indptr, n_pre: int, who: str):
     """``indices``, ``indptr`` of ``n_pre`` rows, in one index dtype; a concrete indptr is checked."""
-    indices = _check_index(indices, "indices", None, who)
-    indptr = _check_index(indptr, "indptr", n_pre + 1, who)
+    indices = check_index_vector(indices, "indices", None, who)
+    indptr = check_index_vector(indptr, "indptr", n_pre + 1, who)
     nnz = indices.shape[0]
     if is_concrete(indptr):
         ptr = np.asarray(indptr)

@@ -26,8 +26,8 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
-from ..._validation import canonical, check_shape
-from .ops import _check_index, _check_line_vector, _line_of_entries
+from ..._validation import canonical, check_index_vector, check_shape
+from .ops import _check_line_vector, _line_of_entries
 
 __all__ = ["csr_apply_on_pre", "csr_apply_on_post"]
 
@@ -83,8 +83,8 @@ def _apply(rule, edge_state, indices, indptr, spikes, pre_vals, post_vals, param
         raise ValueError(f"{who}: edge_state has no arrays; pass the per-synapse state, e.g. the weights (nnz,)")
     nnz = canonical(leaves[0]).shape[0] if canonical(leaves[0]).ndim else -1
     edge_state = _leading(edge_state, nnz, "edge_state", who)
-    indices = _check_index(indices, "indices", nnz, who)
-    indptr = _check_index(indptr, "indptr", n_pre + 1, who)
+    indices = check_index_vector(indices, "indices", nnz, who)
+    indptr = check_index_vector(indptr, "indptr", n_pre + 1, who)
     spike_name = "pre_spike" if on_pre else "post_spike"
     spikes = _check_line_vector(spikes, spike_name, n_pre if on_pre else n_post, who, events=True)
     rows = _line_of_entries(indptr.astype(jnp.result_type(indptr.dtype, indices.dtype)), nnz)

@@ -45,7 +45,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..._validation import canonical, check_shape, is_concrete
+from ..._validation import canonical, check_index_vector, check_shape, is_concrete
 from ...dtypes import compute_dtype
 from ...rules import batching as batching_rules
 from ...xla_custom_kernel import XLACustomKernel
@@ -72,15 +72,6 @@ def _check_weight(weight, who: str):
                         f"{weight.dtype}{list(weight.shape)}; a homogeneous weight has no per-synapse "
                         f"values to update: broadcast it first, e.g. jnp.full(nnz, w)")
     return weight
-
-
-def _check_index(x, name: str, length: int | None, who: str):
-    x = canonical(x)
-    if x.ndim != 1 or not jnp.issubdtype(x.dtype, jnp.integer):
-        raise TypeError(f"{who}: {name} must be a 1-d integer array, got {x.dtype}{list(x.shape)}")
-    if length is not None and x.shape[0] != length:
-        raise ValueError(f"{who}: {name} has {x.shape[0]} entries, expected {length}")
-    return x
 
 
 def _check_line_vector(x, name: str, length: int, who: str, *, events: bool):
@@ -112,8 +103,8 @@ def _bounds(w_min, w_max, dtype, who: str):
 def _check_structure(indices, indptr, weight, n_lines: int, who: str, view: str):
     """``indices``, ``indptr`` of ``n_lines`` lines over ``weight``'s nnz synapses, in one index dtype."""
     nnz = weight.shape[0]
-    indices = _check_index(indices, "indices", nnz, who)
-    indptr = _check_index(indptr, "indptr", n_lines + 1, who)
+    indices = check_index_vector(indices, "indices", nnz, who)
+    indptr = check_index_vector(indptr, "indptr", n_lines + 1, who)
     if is_concrete(indptr):
         ptr = np.asarray(indptr)
         if ptr[0] != 0 or ptr[-1] != nnz or np.any(np.diff(ptr) < 0):
@@ -298,7 +289,7 @@ def update_csr_on_binary_post(weight, indices, indptr, weight_indices, pre_trace
     n_pre, n_post = _shape(shape, who)
     weight = _check_weight(weight, who)
     indices, indptr = _check_structure(indices, indptr, weight, n_post, who, "CSC (column)")
-    positions = _check_index(weight_indices, "weight_indices", weight.shape[0], who).astype(indices.dtype)
+    positions = check_index_vector(weight_indices, "weight_indices", weight.shape[0], who).astype(indices.dtype)
     trace = _check_line_vector(pre_trace, "pre_trace", n_pre, who, events=False)
     spikes = _check_line_vector(post_spike, "post_spike", n_post, who, events=True)
     operands = (weight, indices, indptr, positions, trace, spikes, _bounds(w_min, w_max, weight.dtype, who))
