@@ -553,3 +553,27 @@ def test_fixed_table_methods_and_homogeneous_errors():
     with pytest.raises(ValueError, match="CSR.update_on_post: this matrix has one weight shared"):
         evjax.CSR((np.float32(0.5), np.array([0, 1]), np.array([0, 1, 2])), shape=(2, 2)).update_on_post(
             np.ones(2, np.float32), np.ones(2, bool))
+
+
+def test_build_weight_indices_caches_the_other_view_through_jit():
+    rng = np.random.default_rng(53)
+    dense = sp.random(9, 7, density=0.4, random_state=8, dtype=np.float32).toarray()
+    mask = dense != 0
+    pre_spikes, post_spikes = rng.random(9) < 0.5, rng.random(7) < 0.5
+    pre_trace, post_trace = rng.uniform(-0.5, 0.5, 9).astype(np.float32), rng.uniform(-0.5, 0.5, 7).astype(np.float32)
+    for cls, method, args, want in (
+            (evjax.CSR, "update_on_post", (pre_trace, post_spikes), _dense_rule(dense, mask, post_spikes, pre_trace,
+                                                                               1, -0.2, 0.6)),
+            (evjax.CSC, "update_on_pre", (pre_spikes, post_trace), _dense_rule(dense, mask, pre_spikes, post_trace,
+                                                                              0, -0.2, 0.6))):
+        m = cls.fromdense(dense).build_weight_indices()
+        assert m.other_view is not None and len(jax.tree_util.tree_leaves(m)) == 6
+        step = jax.jit(lambda m: getattr(m, method)(*args, -0.2, 0.6))
+        # the traced step sorts nothing: no sort in its program, as the view comes in as data
+        assert "sort" not in str(jax.make_jaxpr(step)(m)), cls.__name__
+        assert "sort" in str(jax.make_jaxpr(step)(cls.fromdense(dense))), cls.__name__
+        got = step(m)
+        assert got.other_view is not None  # kept by the update, for the next step
+        np.testing.assert_allclose(np.asarray(got.todense()), want, rtol=1e-6, err_msg=cls.__name__)
+        # the transposed view shares the arrays, and so the cached view
+        assert m.T.other_view is m.other_view

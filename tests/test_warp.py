@@ -427,6 +427,7 @@ def _family_calls(rng):
     spikes_mm = jnp.asarray(rng.random((n_pre, k)) < 0.1)
     v = jnp.asarray(rng.standard_normal(n_post), jnp.float32)
     dense = jnp.asarray(w)
+    u = jnp.asarray(rng.standard_normal(n_pre), jnp.float32)
     return {
         "binary_csrmv": lambda be: evjax.binary_csrmv(data, indices, indptr, spikes, shape=shape, transpose=True,
                                                       backend=be),
@@ -442,6 +443,14 @@ def _family_calls(rng):
         "binary_jitsmv": lambda be: evjax.binary_jitsmv(0.5, 0.1, spikes, 7, shape=shape, transpose=True,
                                                         backend=be),
         "jitnmv": lambda be: evjax.jitnmv(0.0, 1.0, 0.1, v, 7, shape=shape, backend=be),
+        "update_csr_on_binary_pre": lambda be: evjax.update_csr_on_binary_pre(
+            data, indices, indptr, spikes, v * 0.1, -1.0, 1.0, shape=shape, backend=be),
+        "csr_delay_deliver": lambda be: evjax.csr_delay_deliver(
+            jnp.zeros((8, n_post)), spikes, data, indices, indptr, (indices % 7) + 1, 5, shape=shape, backend=be),
+        "csr_delay_deliver grad": lambda be: jax.grad(lambda d: (evjax.csr_delay_deliver(
+            jnp.zeros((8, n_post)), spikes, d, indices, indptr, (indices % 7) + 1, 5, shape=shape,
+            backend=be) ** 2).sum())(data),
+        "csrmv_dt2t": lambda be: evjax.csrmv_dt2t(u, data, indices, indptr, shape=shape, backend=be),
     }
 
 

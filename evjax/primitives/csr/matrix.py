@@ -58,9 +58,9 @@ from ..grouping import transpose_plan
 from ..plasticity.apply import csr_apply_on_post, csr_apply_on_pre
 from ..plasticity.ops import (
     update_csc_on_binary_post,
-    update_csc_on_binary_pre,
     update_csr_on_binary_post,
     update_csr_on_binary_pre,
+    update_on_row_view,
 )
 
 __all__ = ["CSR", "CSC"]
@@ -117,11 +117,14 @@ def _register_pytree(cls):
     As a "dataclass" node JAX flattens it in C++, without calling Python: about
     1.5 microseconds less per jitted call that takes the matrix (measured on a
     2-core VM).  Unflattening calls ``cls(data=..., indices=..., indptr=...,
-    shape=..., _from_tree=True)``, which skips validation (the children may be
-    tracers or placeholders).
+    other_view=..., shape=..., _from_tree=True)``, which skips validation (the
+    children may be tracers or placeholders).  ``other_view`` is None (no
+    leaves) or the cached transposed structure of
+    :meth:`_Compressed.build_weight_indices`, so a matrix carries it through
+    ``jit`` as data.
     """
     jax.tree_util.register_dataclass(
-        cls, data_fields=["data", "indices", "indptr"], meta_fields=["shape", "_from_tree"]
+        cls, data_fields=["data", "indices", "indptr", "other_view"], meta_fields=["shape", "_from_tree"]
     )
     return cls
 
@@ -173,11 +176,13 @@ class _Compressed:
     indices: jax.Array
     indptr: jax.Array
     shape: tuple
+    other_view: tuple | None = None  # (t_indices, t_indptr, perm) of the stored arrays' transpose, if cached
 
     def __init__(self, data, indices=None, indptr=None, *args, shape=None, indptr_dtype="auto",
-                 _from_tree: bool = False, **unknown):
+                 _from_tree: bool = False, other_view=None, **unknown):
         if _from_tree:  # rebuilt by JAX from its own leaves: no validation
             self._set(data, indices, indptr, shape)
+            self.other_view = other_view
             return
         parts = _constructor_parts(type(self).__name__, data, indices, indptr, args, shape, unknown)
         self._set(*self._validated(*parts, indptr_dtype))
@@ -200,9 +205,46 @@ class _Compressed:
         return cls((data, indices, indptr), shape=m.shape, indptr_dtype=indptr_dtype)
 
     @classmethod
-    def _make(cls, data, indices, indptr, shape):
+    def _make(cls, data, indices, indptr, shape, other_view=None):
         """An instance from trusted parts, without validation."""
-        return cls(data, indices, indptr, shape=shape, _from_tree=True)
+        return cls(data, indices, indptr, shape=shape, _from_tree=True, other_view=other_view)
+
+    def _reweighted(self, data):
+        """This structure (and its cached view, if any) with the trusted weights ``data``."""
+        return self._make(data, self.indices, self.indptr, self.shape, self.other_view)
+
+    def build_weight_indices(self):
+        """A copy that carries the other view of its structure, computed once (brainevent's name).
+
+        The view is the transposed structure of the stored arrays and the
+        position of each of its entries in ``data`` (as
+        :func:`evjax.csr_to_csc_index` gives them): a :class:`CSR`'s columns,
+        a :class:`CSC`'s rows.  The plasticity updates that need it
+        (``CSR.update_on_post``, ``CSC.update_on_pre``) then skip its stable
+        sort, also when the matrix is a traced argument of a jitted step: the
+        view is a pytree child, carried as data, and kept by ``with_data`` and
+        the updates.  It is computed with NumPy when the structure is
+        concrete, with ``jax.numpy`` when it is traced.
+
+        Returns:
+            A matrix of the same class sharing ``data``, ``indices`` and
+            ``indptr``, with the view cached.
+
+        Example:
+            >>> W = evjax.CSR.fromdense(dense).build_weight_indices()
+            >>> W = jax.jit(lambda W, s, x: W.update_on_post(x, s, 0.0, 1.0))(W, post_spikes, pre_trace)
+        """
+        return self._make(self.data, self.indices, self.indptr, self.shape, self._other_view())
+
+    def _other_view(self) -> tuple:
+        """``(t_indices, t_indptr, perm)``: the cached view, or computed now (NumPy on a concrete structure)."""
+        if self.other_view is not None:
+            return self.other_view
+        xp = np if is_concrete(self.indices, self.indptr) else jnp
+        t_indices, t_indptr, perm = transpose_plan(xp.asarray(self.indices), xp.asarray(self.indptr),
+                                                   self._stored_shape[1], xp)
+        return (jnp.asarray(t_indices), jnp.asarray(t_indptr, self.indptr.dtype),
+                jnp.asarray(perm, self.indptr.dtype))
 
     @property
     def nnz(self) -> int:
@@ -235,7 +277,7 @@ class _Compressed:
         data = data.reshape(1) if data.ndim == 0 else data
         if data.ndim != 1 or data.shape[0] not in (1, self.nnz):
             raise ValueError(f"{who}: data must have shape (1,) or (nnz,) = ({self.nnz},), got {data.shape}")
-        return self._make(data, self.indices, self.indptr, self.shape)
+        return self._reweighted(data)
 
     def _weights(self):
         return weights_of(self.data, self.nnz)
@@ -495,7 +537,7 @@ class CSR(_Compressed):
     @property
     def T(self) -> "CSC":
         """The transpose, as a view (no copy): a :class:`CSC` sharing the arrays."""
-        return CSC._make(self.data, self.indices, self.indptr, self.shape[::-1])
+        return CSC._make(self.data, self.indices, self.indptr, self.shape[::-1], self.other_view)
 
     def todense(self) -> jax.Array:
         """The dense matrix (duplicates summed)."""
@@ -533,20 +575,18 @@ class CSR(_Compressed):
         """
         data = update_csr_on_binary_pre(self._plastic_weights("update_on_pre"), self.indices, self.indptr,
                                         pre_spike, post_trace, w_min, w_max, shape=self.shape)
-        return self._make(data, self.indices, self.indptr, self.shape)
+        return self._reweighted(data)
 
     def update_on_post(self, pre_trace, post_spike, w_min=None, w_max=None) -> "CSR":
         """This matrix after postsynaptic spikes: ``W[i, j] = clip(W[i, j] + pre_trace[i])`` on the columns that fired.
 
         :func:`evjax.update_csr_on_binary_post` on the column view of this
         matrix (its CSC structure and the CSR position of each entry): only
-        the synapses of active columns are visited.  The view is one stable
-        sort of the structure: NumPy, at trace time, when the structure is
-        concrete (a jitted step that closes over the matrix); ``jax.numpy`` on
-        every call when it is traced.  A step that runs many times with a
-        traced structure should compute the view once
-        (:func:`evjax.csr_to_csc_index`) and call
-        :func:`evjax.update_csr_on_binary_post` with it.
+        the synapses of active columns are visited.  The view is cached by
+        :meth:`build_weight_indices` (computed once, carried as data);
+        without it, one stable sort of the structure per call: NumPy at trace
+        time when the structure is concrete (a jitted step that closes over
+        the matrix), ``jax.numpy`` when it is traced.
 
         Args:
             pre_trace: ``(n_pre,)`` float trace.
@@ -563,12 +603,10 @@ class CSR(_Compressed):
             >>> W = W.update_on_post(pre_trace, post_spikes, w_min=0.0, w_max=1.0)
         """
         weight = self._plastic_weights("update_on_post")
-        xp = np if is_concrete(self.indices, self.indptr) else jnp
-        csc_indices, csc_indptr, positions = transpose_plan(xp.asarray(self.indices), xp.asarray(self.indptr),
-                                                            self.shape[1], xp)
+        csc_indices, csc_indptr, positions = self._other_view()
         data = update_csr_on_binary_post(weight, csc_indices, csc_indptr, positions, pre_trace, post_spike, w_min,
                                          w_max, shape=self.shape)
-        return self._make(data, self.indices, self.indptr, self.shape)
+        return self._reweighted(data)
 
     def apply_on_pre(self, rule, pre_spike, *, edge_state=None, pre_vals=None, post_vals=None, params=None):
         """:func:`evjax.csr_apply_on_pre` on this matrix's structure.
@@ -740,7 +778,7 @@ class CSC(_Compressed):
     @property
     def T(self) -> CSR:
         """The transpose, a :class:`CSR` sharing the arrays."""
-        return CSR._make(self.data, self.indices, self.indptr, self.shape[::-1])
+        return CSR._make(self.data, self.indices, self.indptr, self.shape[::-1], self.other_view)
 
     def todense(self) -> jax.Array:
         """The dense matrix (duplicates summed)."""
@@ -759,8 +797,10 @@ class CSC(_Compressed):
     def update_on_pre(self, pre_spike, post_trace, w_min=None, w_max=None) -> "CSC":
         """This matrix after presynaptic spikes: ``W[i, j] = clip(W[i, j] + post_trace[j])`` on the rows that fired.
 
-        :func:`evjax.update_csc_on_binary_pre` on this matrix's arrays (which
-        takes the row view of the structure; see there for its cost).
+        :func:`evjax.update_csc_on_binary_pre` on this matrix's arrays: the
+        synapses of active rows only, through the row view of the structure,
+        cached by :meth:`build_weight_indices` or computed per call (see
+        :meth:`CSR.update_on_post`).
 
         Args:
             pre_spike: ``(n_pre,)`` bool, or numbers where nonzero is a spike.
@@ -776,9 +816,11 @@ class CSC(_Compressed):
         Example:
             >>> Wc = Wc.update_on_pre(pre_spikes, post_trace, w_min=0.0, w_max=1.0)
         """
-        data = update_csc_on_binary_pre(self._plastic_weights("update_on_pre"), self.indices, self.indptr,
-                                        pre_spike, post_trace, w_min, w_max, shape=self.shape)
-        return self._make(data, self.indices, self.indptr, self.shape)
+        row_indices, row_indptr, positions = self._other_view()
+        data = update_on_row_view(self._plastic_weights("update_on_pre"), row_indices, row_indptr, positions,
+                                  pre_spike, post_trace, w_min, w_max, shape=self.shape, backend=None,
+                                  who="CSC.update_on_pre")
+        return self._reweighted(data)
 
     def update_on_post(self, pre_trace, post_spike, w_min=None, w_max=None) -> "CSC":
         """This matrix after postsynaptic spikes: ``W[i, j] = clip(W[i, j] + pre_trace[i])`` on the columns that fired.
@@ -802,7 +844,7 @@ class CSC(_Compressed):
         """
         data = update_csc_on_binary_post(self._plastic_weights("update_on_post"), self.indices, self.indptr,
                                          pre_trace, post_spike, w_min, w_max, shape=self.shape)
-        return self._make(data, self.indices, self.indptr, self.shape)
+        return self._reweighted(data)
 
     def to_scipy(self):
         """A ``scipy.sparse.csc_matrix`` with the same entries."""

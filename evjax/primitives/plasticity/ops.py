@@ -570,14 +570,25 @@ def update_csc_on_binary_pre(weight, indices, indptr, pre_spike, post_trace, w_m
     n_pre, n_post = _shape(shape, who)
     weight = _check_weight(weight, who)
     indices, indptr = _check_structure(indices, indptr, weight, n_post, who, "CSC (column)")
-    spikes = _check_line_vector(pre_spike, "pre_spike", n_pre, who, events=True)
-    trace = _check_line_vector(post_trace, "post_trace", n_post, who, events=False)
     # the row view: the CSR structure of the stored CSC one, and the CSC position of each CSR entry
     xp = np if is_concrete(indices) and is_concrete(indptr) else jnp  # NumPy once, at trace time, if it can
     row_indices, row_indptr, positions = transpose_plan(xp.asarray(indices), xp.asarray(indptr), n_pre, xp)
     dtype = indices.dtype
-    operands = (weight, jnp.asarray(row_indices, dtype), jnp.asarray(row_indptr, dtype),
-                jnp.asarray(positions, dtype), trace, spikes, _bounds(w_min, w_max, weight.dtype, who))
+    return update_on_row_view(weight, jnp.asarray(row_indices, dtype), jnp.asarray(row_indptr, dtype),
+                              jnp.asarray(positions, dtype), pre_spike, post_trace, w_min, w_max, shape=(n_pre, n_post),
+                              backend=backend, who=who)
+
+
+def update_on_row_view(weight, row_indices, row_indptr, positions, pre_spike, post_trace, w_min, w_max, *, shape,
+                       backend, who: str) -> jax.Array:
+    """Weights stored in another order (CSC) after presynaptic spikes, given the row view of their structure
+    (``row_indices, row_indptr``: CSR; ``positions``: the weight position of each CSR entry): binds
+    ``update_csr_on_binary_post_p`` on it (the synapses of active rows only).  ``CSC.update_on_pre`` calls
+    it with the view it caches."""
+    n_pre, n_post = shape
+    spikes = _check_line_vector(pre_spike, "pre_spike", n_pre, who, events=True)
+    trace = _check_line_vector(post_trace, "post_trace", n_post, who, events=False)
+    operands = (weight, row_indices, row_indptr, positions, trace, spikes, _bounds(w_min, w_max, weight.dtype, who))
     return update_csr_on_binary_post_p.bind(*operands, outs=[jax.ShapeDtypeStruct(weight.shape, weight.dtype)],
                                             indirect=True, clip_min=w_min is not None, clip_max=w_max is not None,
                                             backend=backend)[0]
