@@ -424,3 +424,27 @@ def test_csr_methods_deliver_as_the_functions():
     for e in np.flatnonzero(events[rows]):
         expected[(5 + delays[e]) % 4, W.indices[e]] += W.data[e]
     np.testing.assert_allclose(np.asarray(want), expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize("backend", ["numba", "warp", "reference"])
+def test_a_shared_weight_gradient_ignores_nan_cotangents_no_active_synapse_reaches(backend):
+    # d data = sum over the active rows' synapses of g[slot, column]: a NaN cotangent on a ring cell that
+    # no active synapse writes must not reach it (docs/semantics.md: weight gradients select)
+    rng = np.random.default_rng(62)
+    n_pre, n_post, L = 6, 5, 4
+    dense = (rng.random((n_pre, n_post)) < 0.5).astype(np.float32)
+    W = evjax.CSR.fromdense(dense)
+    delays = rng.integers(0, L, W.nnz).astype(np.int32)
+    events = rng.random(n_pre) < 0.5
+    reached = np.zeros((L, n_post), bool)
+    rows = np.repeat(np.arange(n_pre), np.diff(np.asarray(W.indptr)))
+    for e in np.flatnonzero(events[rows]):
+        reached[(2 + delays[e]) % L, W.indices[e]] = True
+    g = np.where(reached, rng.uniform(0.5, 1.5, (L, n_post)), np.nan).astype(np.float32)
+
+    got = jax.grad(lambda w: jnp.vdot(jnp.asarray(g), evjax.csr_delay_deliver(
+        jnp.zeros((L, n_post)), events, w, W.indices, W.indptr, delays, 2, shape=W.shape, backend=backend)))(
+        jnp.float32(0.7))
+    want = sum(g[(2 + delays[e]) % L, W.indices[e]] for e in np.flatnonzero(events[rows]))
+    assert np.isfinite(got), got
+    np.testing.assert_allclose(got, want, rtol=1e-5)
