@@ -4,19 +4,30 @@ The forward of a spike is the step ``H(x) = 1 if x >= 0 else 0``, whose true
 derivative is zero almost everywhere.  Gradient-based training replaces
 ``H'(x)`` by a smooth bump ``g(x)`` whose sharpness is set by ``alpha``:
 
-========================  ==============================================  =======
-name                      ``g(x)``                                        alpha
-========================  ==============================================  =======
-``"sigmoid"``             ``alpha * s * (1 - s)``, ``s = sigmoid(alpha x)``  4.0
-``"fast_sigmoid"``        ``1 / (1 + alpha |x|)**2`` (SuperSpike)          10.0
-``"arctan"``              ``(alpha / 2) / (1 + (pi/2 * alpha * x)**2)``     2.0
-``"triangle"``            ``alpha * max(0, 1 - alpha |x|)``                 1.0
-========================  ==============================================  =======
+==========================  ================================================  =======
+name                        ``g(x)``                                          alpha
+==========================  ================================================  =======
+``"sigmoid"``               ``alpha * s * (1 - s)``, ``s = sigmoid(alpha x)``  4.0
+``"fast_sigmoid"``          ``1 / (1 + alpha |x|)**2`` (SuperSpike)            10.0
+``"arctan"``                ``(alpha / 2) / (1 + (pi/2 * alpha * x)**2)``       2.0
+``"triangle"``              ``alpha * max(0, 1 - alpha |x|)``                   1.0
+``"box"``                   ``alpha / 2`` where ``alpha |x| < 1``, else 0      1.0
+``"clipped_fast_sigmoid"``  ``1 / (1 + alpha |x|)**2`` where ``|x| < width``   10.0
+==========================  ================================================  =======
 
-``sigmoid``, ``arctan`` and ``triangle`` integrate to 1 (they are derivatives
-of a smoothed step); ``fast_sigmoid`` peaks at 1, as in SuperSpike (Zenke and
-Ganguli, 2018).  Larger ``alpha`` means a narrower, taller bump (for
-``triangle``, ``1 / alpha`` is the half-width).
+``sigmoid``, ``arctan``, ``triangle`` and ``box`` integrate to 1 (they are
+derivatives of a smoothed step); ``fast_sigmoid`` peaks at 1, as in SuperSpike
+(Zenke and Ganguli, 2018).  Larger ``alpha`` means a narrower, taller bump.
+
+``triangle``, ``box`` and ``clipped_fast_sigmoid`` have compact support: their
+derivative is exactly 0 for ``|x| >= width``, so a neuron far from threshold
+passes no gradient at all (the sparsity a sparse backward pass can skip).
+``width`` is the half-width of the band: ``1 / alpha`` for ``triangle`` and
+``box`` (a ``width`` given sets ``alpha = 1 / width``), and its own parameter
+for ``clipped_fast_sigmoid`` (default ``3 / alpha``, where the bump has fallen
+to 1/16 of its peak).  The trade-off: a narrower band gives more exact zeros
+(less backward work) but fewer neurons that learn at each step; the smooth
+surrogates give every neuron some gradient.
 """
 from __future__ import annotations
 
@@ -26,11 +37,14 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-__all__ = ["SURROGATES", "DEFAULT_ALPHA", "Surrogate", "resolve_surrogate", "surrogate_grad", "smooth_step"]
+__all__ = ["SURROGATES", "DEFAULT_ALPHA", "COMPACT", "Surrogate", "resolve_surrogate", "surrogate_grad",
+           "smooth_step"]
 
-SURROGATES = ("sigmoid", "fast_sigmoid", "arctan", "triangle")
-DEFAULT_ALPHA = {"sigmoid": 4.0, "fast_sigmoid": 10.0, "arctan": 2.0, "triangle": 1.0}
-_ALIASES = {"superspike": "fast_sigmoid", "fastsigmoid": "fast_sigmoid", "atan": "arctan"}
+SURROGATES = ("sigmoid", "fast_sigmoid", "arctan", "triangle", "box", "clipped_fast_sigmoid")
+DEFAULT_ALPHA = {"sigmoid": 4.0, "fast_sigmoid": 10.0, "arctan": 2.0, "triangle": 1.0, "box": 1.0,
+                 "clipped_fast_sigmoid": 10.0}
+COMPACT = ("triangle", "box", "clipped_fast_sigmoid")  # exact zeros outside |x| < width
+_ALIASES = {"superspike": "fast_sigmoid", "fastsigmoid": "fast_sigmoid", "atan": "arctan", "rectangle": "box"}
 
 
 class Surrogate(NamedTuple):
@@ -41,14 +55,18 @@ class Surrogate(NamedTuple):
     Attributes:
         name: one of :data:`SURROGATES`.
         alpha: the sharpness (``None``: the surrogate's default).
+        width: the half-width of a compact surrogate's band (``None``: its
+            default; see the module docstring); only for :data:`COMPACT` ones.
 
     Example:
         >>> s = evjax.Surrogate("arctan", alpha=2.0)
         >>> spikes = evjax.spike(v - 1.0, surrogate=s)
+        >>> band = evjax.Surrogate("clipped_fast_sigmoid", alpha=10.0, width=0.3)
     """
 
     name: str = "fast_sigmoid"
     alpha: float | None = None
+    width: float | None = None
 
 
 def resolve_surrogate(surrogate: str | Surrogate = "fast_sigmoid", alpha: float | None = None) -> Surrogate:
@@ -67,8 +85,9 @@ def resolve_surrogate(surrogate: str | Surrogate = "fast_sigmoid", alpha: float 
         ValueError: unknown name, or ``alpha`` not a finite positive number.
         TypeError: ``surrogate`` is neither a string nor a :class:`Surrogate`.
     """
+    width = None
     if isinstance(surrogate, Surrogate):
-        name, alpha = surrogate.name, surrogate.alpha if alpha is None else alpha
+        name, alpha, width = surrogate.name, surrogate.alpha if alpha is None else alpha, surrogate.width
     elif isinstance(surrogate, str):
         name = surrogate
     else:
@@ -80,14 +99,26 @@ def resolve_surrogate(surrogate: str | Surrogate = "fast_sigmoid", alpha: float 
     key = _ALIASES.get(key, key)
     if key not in SURROGATES:
         raise ValueError(f"unknown surrogate {name!r}; choose one of {SURROGATES} (or 'superspike', 'atan')")
-    alpha = DEFAULT_ALPHA[key] if alpha is None else alpha
+    if width is not None:
+        if key not in COMPACT:
+            raise ValueError(f"surrogate {key!r} has no band: width is for the compact surrogates {COMPACT}")
+        width = _positive(width, "width")
+        if key in ("triangle", "box"):
+            alpha, width = 1.0 / width, None  # their band is |x| < 1 / alpha
+    alpha = _positive(DEFAULT_ALPHA[key] if alpha is None else alpha, "alpha")
+    if key == "clipped_fast_sigmoid":
+        width = 3.0 / alpha if width is None else width
+    return Surrogate(key, alpha, width)
+
+
+def _positive(value, name: str) -> float:
     try:
-        alpha = float(alpha)
+        value = float(value)
     except (TypeError, ValueError):
-        raise TypeError(f"surrogate alpha must be a Python number, got {type(alpha).__name__}") from None
-    if not (math.isfinite(alpha) and alpha > 0):
-        raise ValueError(f"surrogate alpha must be a finite positive number, got {alpha}")
-    return Surrogate(key, alpha)
+        raise TypeError(f"surrogate {name} must be a Python number, got {type(value).__name__}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"surrogate {name} must be a finite positive number, got {value}")
+    return value
 
 
 def surrogate_grad(x: jax.Array, surrogate: str | Surrogate = "fast_sigmoid", alpha: float | None = None) -> jax.Array:
@@ -104,7 +135,7 @@ def surrogate_grad(x: jax.Array, surrogate: str | Surrogate = "fast_sigmoid", al
     Example:
         >>> evjax.surrogate_grad(jnp.array([0.0, 1.0]), "fast_sigmoid")   # its peak is at x = 0
     """
-    name, a = resolve_surrogate(surrogate, alpha)
+    name, a, width = resolve_surrogate(surrogate, alpha)
     x = jnp.asarray(x)
     if name == "sigmoid":
         s = jax.nn.sigmoid(a * x)
@@ -113,8 +144,12 @@ def surrogate_grad(x: jax.Array, surrogate: str | Surrogate = "fast_sigmoid", al
         g = 1.0 / jnp.square(1.0 + a * jnp.abs(x))
     elif name == "arctan":
         g = (a / 2.0) / (1.0 + jnp.square((math.pi / 2.0) * a * x))
-    else:  # triangle
+    elif name == "triangle":
         g = a * jnp.maximum(0.0, 1.0 - a * jnp.abs(x))
+    elif name == "box":
+        g = jnp.where(a * jnp.abs(x) < 1.0, a / 2.0, 0.0)
+    else:  # clipped_fast_sigmoid
+        g = jnp.where(jnp.abs(x) < width, 1.0 / jnp.square(1.0 + a * jnp.abs(x)), 0.0)
     return g.astype(x.dtype)
 
 

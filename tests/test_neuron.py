@@ -141,6 +141,10 @@ def _surrogate_closed_form(name, x, a):
         return 1.0 / (1.0 + a * np.abs(x)) ** 2
     if name == "arctan":
         return a / 2.0 / (1.0 + (math.pi / 2.0 * a * x) ** 2)
+    if name == "box":
+        return np.where(a * np.abs(x) < 1.0, a / 2.0, 0.0)
+    if name == "clipped_fast_sigmoid":  # default width 3 / alpha
+        return np.where(np.abs(x) < 3.0 / a, 1.0 / (1.0 + a * np.abs(x)) ** 2, 0.0)
     return np.maximum(0.0, a - a * a * np.abs(x))
 
 
@@ -158,7 +162,7 @@ def test_spike_jvp_is_surrogate(name, alpha, backend):
     np.testing.assert_allclose(grad, 2.0 * expected, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("name", ["sigmoid", "arctan", "triangle"])
+@pytest.mark.parametrize("name", ["sigmoid", "arctan", "triangle", "box"])
 def test_normalised_surrogates_integrate_to_one(name):
     x = np.linspace(-200.0, 200.0, 400_001)
     area = np.trapezoid(np.asarray(evjax.surrogate_grad(jnp.asarray(x), name)), x)
@@ -412,3 +416,23 @@ def test_global_backend_choice_does_not_apply():
 
 def test_package_exports_only_the_ops():
     assert set(neuron.__all__) == {"spike", "lif_step", "exp_trace", "detect_spikes"}
+
+
+@pytest.mark.parametrize("name", evjax.surrogate.COMPACT)
+def test_compact_surrogates_give_exact_zeros_outside_their_band(name):
+    width = 0.25
+    choice = evjax.Surrogate(name, alpha=None if name != "clipped_fast_sigmoid" else 8.0, width=width)
+    x = jnp.linspace(-1.0, 1.0, 201, dtype=jnp.float32)
+    g = np.asarray(jax.grad(lambda x: evjax.spike(x, choice).sum())(x))
+    outside = np.abs(np.asarray(x)) >= width
+    assert np.all(g[outside] == 0.0) and np.all(g[~outside] > 0.0), g
+    # box and triangle: the width is 1 / alpha
+    if name != "clipped_fast_sigmoid":
+        assert evjax.surrogate.resolve_surrogate(choice).alpha == pytest.approx(1.0 / width)
+
+
+def test_surrogate_width_errors_are_named():
+    with pytest.raises(ValueError, match="'arctan' has no band: width is for the compact surrogates"):
+        evjax.surrogate.resolve_surrogate(evjax.Surrogate("arctan", width=0.5))
+    with pytest.raises(ValueError, match="surrogate width must be a finite positive number"):
+        evjax.surrogate.resolve_surrogate(evjax.Surrogate("box", width=-1.0))

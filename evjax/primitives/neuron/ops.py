@@ -118,7 +118,8 @@ def spike(x: jax.Array, surrogate: str | Surrogate = "fast_sigmoid", alpha: floa
     Args:
         x: distance to threshold, any shape (integer inputs become float32).
         surrogate: ``"sigmoid"``, ``"fast_sigmoid"`` (SuperSpike), ``"arctan"``,
-            ``"triangle"`` or an :class:`evjax.Surrogate`.
+            ``"triangle"``, ``"box"``, ``"clipped_fast_sigmoid"`` (the last three:
+            exact zeros outside a band) or an :class:`evjax.Surrogate`.
         alpha: the surrogate's sharpness (``None``: its default).
         backend: ``None`` or ``"reference"`` (the same: the op is pure JAX);
             kept for compatibility.
