@@ -89,28 +89,34 @@ def test_fresh_jit_per_call_keeps_at_most_50_kb():
         # depends on the whole process's allocations, and a weak dict that
         # grows its table once reads as kept memory although every entry is
         # freed (a CI run failed on one 36 KiB allocation in weakref.py).
+        # Two windows of 300 calls: a leak grows in both, while a weak dict that grows its table
+        # once (a CI run, under load, saw one 72 KiB table in weakref.py) shows in one window only.
         for i in range(100):
             _fresh_jit_call(x)
             if i % 10 == 9:
                 gc.collect()
         gc.collect()
-        before_snapshot = tracemalloc.take_snapshot()
-        before = tracemalloc.get_traced_memory()[0]
-        refs: list = []
-        for i in range(300):
-            _fresh_jit_call(x, refs)
-            if i % 10 == 9:
-                gc.collect()
-        alive = _alive(refs)
-        del refs  # the test's own weakrefs are not what the calls kept
-        gc.collect()
-        kept = tracemalloc.get_traced_memory()[0] - before
-        top = tracemalloc.take_snapshot().compare_to(before_snapshot, "lineno")[:8] if kept > 50_000 else []
+        windows, alive = [], 0
+        for _ in range(2):
+            before_snapshot = tracemalloc.take_snapshot()
+            before = tracemalloc.get_traced_memory()[0]
+            refs: list = []
+            for i in range(300):
+                _fresh_jit_call(x, refs)
+                if i % 10 == 9:
+                    gc.collect()
+            alive += _alive(refs)
+            del refs  # the test's own weakrefs are not what the calls kept
+            gc.collect()
+            kept = tracemalloc.get_traced_memory()[0] - before
+            top = tracemalloc.take_snapshot().compare_to(before_snapshot, "lineno")[:8] if kept > 50_000 else []
+            windows.append((kept, top))
+        kept, top = min(windows, key=lambda w: w[0])
     finally:
         if started:
             tracemalloc.stop()
-    print(f"300 fresh jax.jit(numba_kernel(...)) calls kept {kept} bytes")
-    assert alive == 0, f"{alive} of 300 numba_kernel wrappers are still alive"
+    print(f"300 fresh jax.jit(numba_kernel(...)) calls kept {[w[0] for w in windows]} bytes (two windows)")
+    assert alive == 0, f"{alive} of 600 numba_kernel wrappers are still alive"
     assert kept <= 50_000, f"300 fresh jax.jit(numba_kernel(...)) calls kept {kept} bytes:\n" + "\n".join(
         str(s) for s in top
     )
