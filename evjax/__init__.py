@@ -18,12 +18,14 @@ from .errors import (
     KernelFallbackExhaustedError, KernelNotAvailableError, KernelRegistrationError, KernelToolchainError, MathError,
     UnsupportedOperationError,
 )
-from .events import BinaryArray, EventArray, EventRepresentation, WeightedArray
+from .events import (
+    BinaryArray, BitPackedBinary, CompactBinary, EventArray, EventRepresentation, WeightedArray, bitpack,
+)
 from .numba_cuda_kernel import numba_cuda_callable, numba_cuda_kernel
 from .numba_kernel import numba_kernel
 from .primitives.csr import (
-    CSC, CSR, binary_csrmm, binary_csrmm_p, binary_csrmv, binary_csrmv_p, csr_sddmm, csrmm, csrmm_p, csrmv, csrmv_p,
-    cscmm_dt2t, cscmv_dt2t, csrmm_dt2t, csrmv_dt2t,
+    CSC, CSR, binary_csrmm, binary_csrmm_indexed, binary_csrmm_p, binary_csrmv, binary_csrmv_active,
+    binary_csrmv_active_p, binary_csrmv_indexed, binary_csrmv_p, csr_sddmm, csrmm, csrmm_p, csrmv, csrmv_p, cscmm_dt2t, cscmv_dt2t, csrmm_dt2t, csrmv_dt2t,
 )
 from .primitives.csr.convert import (
     coo2csr,
@@ -131,10 +133,16 @@ __all__ = [
     "BinaryArray",
     "EventArray",
     "WeightedArray",
+    "BitPackedBinary",
+    "CompactBinary",
+    "bitpack",
     "csrmv",
     "csrmm",
     "binary_csrmv",
     "binary_csrmm",
+    "binary_csrmv_active",
+    "binary_csrmv_indexed",
+    "binary_csrmm_indexed",
     "csr_sddmm",
     # dense event operators
     "Dense",
@@ -184,6 +192,7 @@ __all__ = [
     "csrmm_p",
     "binary_csrmv_p",
     "binary_csrmm_p",
+    "binary_csrmv_active_p",
     "binary_densemv_p",
     "binary_densemm_p",
     "binary_fcnmv_p",

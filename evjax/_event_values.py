@@ -52,6 +52,11 @@ class EventValues:
         obj.value = children[0]
         return obj
 
+    def active_rows(self):
+        """``(active_ids, n_active)``: the list of the active entries of a vector of events, where
+        the type carries one (:class:`evjax.CompactBinary`), else None: the ops scan ``value``."""
+        return None
+
     @property
     def shape(self) -> tuple:
         return tuple(self.value.shape)

@@ -218,6 +218,34 @@ def check_index_vector(x, name: str, length: int | None, who: str):
     return x
 
 
+def check_active_list(active_ids, n_active, n_rows: int, who: str):
+    """A list of active rows, ``(active_ids, n_active)``, checked and as int32 (int64 past int32).
+
+    ``active_ids`` holds ``n_rows`` integers: the first ``n_active[0]`` are the
+    active rows, strictly ascending in ``[0, n_rows)`` (values checked when
+    concrete), the rest is padding; ``n_active`` is a ``(1,)`` (or scalar) count.
+
+    Raises:
+        TypeError: not integer arrays.
+        ValueError: the wrong shapes, or (concrete) a count or row out of range, or rows not ascending.
+    """
+    active_ids = check_index_vector(active_ids, "active_ids", n_rows, who)
+    n_active = canonical(n_active)
+    if not jnp.issubdtype(n_active.dtype, jnp.integer) or n_active.size != 1 or n_active.ndim > 1:
+        raise TypeError(f"{who}: n_active must be an integer count of shape (1,), got "
+                        f"{n_active.dtype}{list(n_active.shape)}")
+    dtype = jnp.int32 if n_rows <= INT32_MAX else jnp.int64
+    if is_concrete(active_ids, n_active):
+        count = int(np.asarray(n_active).reshape(()))
+        if not 0 <= count <= n_rows:
+            raise ValueError(f"{who}: n_active = {count} is outside [0, {n_rows}]")
+        rows = np.asarray(active_ids[:count]).astype(np.int64)
+        if rows.size and (rows[0] < 0 or rows[-1] >= n_rows or np.any(np.diff(rows) <= 0)):
+            raise ValueError(f"{who}: active_ids[:n_active] must be distinct rows in [0, {n_rows}) in ascending "
+                             f"order; build the list with evjax.CompactBinary.from_array(spikes)")
+    return active_ids.astype(dtype), n_active.reshape(1).astype(dtype)
+
+
 def check_fits(x, dtype, name: str, who: str) -> None:
     """Raise unless every value of the (concrete) integer array ``x`` is representable in ``dtype``.
 

@@ -20,13 +20,17 @@ the base class) is in the low layer :mod:`evjax._event_values`.
 """
 from __future__ import annotations
 
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ._event_values import EventValues, as_bool_events, event_operand
+from ._validation import check_active_list
 from .primitives.dense.ops import dense_event_matmul
 
-__all__ = ["EventRepresentation", "BinaryArray", "EventArray", "WeightedArray", "as_bool_events", "event_operand"]
+__all__ = ["EventRepresentation", "BinaryArray", "EventArray", "WeightedArray", "BitPackedBinary", "CompactBinary",
+           "bitpack", "as_bool_events", "event_operand"]
 
 # brainevent's name for the base of the event array types
 EventRepresentation = EventValues
@@ -56,6 +60,10 @@ class BinaryArray(EventValues):
 
     def __repr__(self) -> str:
         return f"BinaryArray({self.value!r})"
+
+    def bitpack(self) -> "BitPackedBinary":
+        """The same spikes with their bits packed along every axis (:class:`BitPackedBinary`)."""
+        return BitPackedBinary(self.value)
 
     def _dense(self, dtype):
         # 0/1 forward, straight-through gradient for float values
@@ -114,3 +122,231 @@ class WeightedArray(BinaryArray):
     def _dense(self, dtype):
         # graded values; zero entries select zero (a NaN weight there stays out)
         return self.value.astype(dtype)
+
+
+# ---------------------------------------------------------------------------
+# compact forms: packed bits, and the list of the active entries
+# ---------------------------------------------------------------------------
+_BIT_WIDTH = 32
+
+
+def bitpack(arr, axis: int) -> jax.Array:
+    """Pack events into ``uint32`` words along ``axis``, 32 entries per word.
+
+    Bit ``b`` of word ``w`` is entry ``32 w + b`` along ``axis`` (least significant bit first); an
+    entry is set when it is active: ``True``, or nonzero (negative values and NaN are active).
+    The last word is padded with zeros.
+
+    Args:
+        arr: events of any shape and of bool, integer or floating dtype.
+        axis: the axis to pack (negative counts from the end).
+
+    Returns:
+        ``uint32`` array of ``arr``'s shape with ``ceil(arr.shape[axis] / 32)`` along ``axis``.
+
+    Raises:
+        ValueError: ``axis`` out of range, or a 0-d ``arr``.
+
+    Example:
+        >>> evjax.bitpack(jnp.array([False, True, False, True]), axis=0)   # 0b1010
+        Array([10], dtype=uint32)
+    """
+    arr = jnp.asarray(arr)
+    if arr.ndim == 0:
+        raise ValueError("bitpack: arr must have at least one axis, got a 0-d array")
+    if not -arr.ndim <= axis < arr.ndim:
+        raise ValueError(f"bitpack: axis {axis} is out of range for an array of shape {arr.shape}")
+    active = jnp.moveaxis(as_bool_events(arr), axis, -1)
+    n = active.shape[-1]
+    words = -(-n // _BIT_WIDTH)
+    pad = words * _BIT_WIDTH - n
+    if pad:
+        active = jnp.concatenate([active, jnp.zeros(active.shape[:-1] + (pad,), jnp.bool_)], axis=-1)
+    bits = active.reshape(active.shape[:-1] + (words, _BIT_WIDTH)).astype(jnp.uint32)
+    packed = jnp.sum(bits << jnp.arange(_BIT_WIDTH, dtype=jnp.uint32), axis=-1, dtype=jnp.uint32)
+    return jnp.moveaxis(packed, -1, axis)
+
+
+@jax.tree_util.register_pytree_node_class
+class BitPackedBinary(BinaryArray):
+    """Spikes together with their bits packed along every axis (``uint32`` words, see :func:`bitpack`).
+
+    It is a :class:`BinaryArray`: ``@`` and the gradients use ``value``, so
+    every operator accepts it and gives the same result as for the plain
+    spikes.  The packed words (32x smaller than bool) are for storing and
+    moving spike trains; evjax's kernels read ``value``.
+
+    Args:
+        arr: the spikes (bool, or a number where nonzero means a spike).
+
+    Attributes:
+        packed: one packed array per axis, ``packed[a] = bitpack(value, a)``.
+
+    Example:
+        >>> spikes = evjax.BinaryArray(jnp.array([True, False, True])).bitpack()
+        >>> current = spikes @ W
+    """
+
+    def __init__(self, arr):
+        super().__init__(arr.value if isinstance(arr, EventValues) else arr)
+        self.packed = tuple(bitpack(self.value, a) for a in range(self.value.ndim))
+
+    def tree_flatten(self):
+        return (self.value, self.packed), None
+
+    @classmethod
+    def tree_unflatten(cls, aux, children):
+        obj = object.__new__(cls)
+        obj.value, obj.packed = children[0], tuple(children[1])
+        return obj
+
+    def __repr__(self) -> str:
+        return f"BitPackedBinary({self.value!r})"
+
+    @property
+    def original_shape(self) -> tuple:
+        """The shape of the spikes (``value``)."""
+        return self.shape
+
+    def with_value(self, value) -> "BitPackedBinary":
+        """New packed spikes from ``value``."""
+        return BitPackedBinary(value)
+
+    def transpose(self, *axes) -> "BitPackedBinary":
+        """The spikes transposed (``axes`` as in ``jnp.transpose``; none reverses them), packed again."""
+        return BitPackedBinary(jnp.transpose(self.value, axes or None))
+
+    @property
+    def T(self) -> "BitPackedBinary":
+        return self.transpose()
+
+
+@jax.tree_util.register_pytree_node_class
+class CompactBinary(BinaryArray):
+    """Spikes together with the list of their active entries, so that an op visits those alone.
+
+    ``CompactBinary.from_array(spikes) @ W`` (``W`` an :class:`evjax.CSR`,
+    or ``W @ ...`` for an :class:`evjax.CSC`) reads the active rows from the
+    list instead of scanning all ``n`` spikes (:func:`evjax.binary_csrmv_active`):
+    the same result, bit for bit.  Make the list once and use it for several
+    matrices (layers, or the weight gradient's rows).  Every other use (other
+    matrix types, the gather orientation, a batch of spikes ``(n, batch)``,
+    ``vmap``, gradients in the spikes) reads ``value`` as a :class:`BinaryArray`
+    does.
+
+    Args:
+        packed: ``uint32`` words: :func:`bitpack` of ``value`` along axis 0
+            (vector) or 1 (a batch ``(n, batch_size)``).
+        active_ids: ``(n,)`` integers: the active entries in ascending order
+            (a batch: the rows active in any column), then zeros; ``None`` for
+            no list (:meth:`from_array_light`).
+        n_active: ``(1,)`` integer, the number of listed entries.
+        value: the spikes, ``(n,)`` or ``(n, batch_size)``.
+        n_orig: ``n``.
+        batch_size: ``None`` for a vector, else the columns of ``value``.
+        bit_width: 32 (the only width).
+
+    Example:
+        >>> cb = evjax.CompactBinary.from_array(spikes)     # spikes: (n_pre,) bool
+        >>> current = cb @ W                                # W: evjax.CSR (n_pre, n_post)
+    """
+
+    def __init__(self, packed, active_ids, n_active, value, n_orig, batch_size=None, bit_width=32):
+        super().__init__(value)
+        if bit_width != _BIT_WIDTH:
+            raise ValueError(f"CompactBinary: bit_width must be {_BIT_WIDTH}, got {bit_width!r}")
+        if self.value.ndim not in (1, 2) or self.value.shape[0] != n_orig:
+            raise ValueError(f"CompactBinary: value must be (n_orig,) or (n_orig, batch_size) with n_orig = "
+                             f"{n_orig}, got shape {self.value.shape}")
+        if (batch_size is None) != (self.value.ndim == 1) or (batch_size is not None
+                                                              and self.value.shape[1] != batch_size):
+            raise ValueError(f"CompactBinary: batch_size = {batch_size!r} does not match value's shape "
+                             f"{self.value.shape} (None for a vector)")
+        self.packed = jnp.asarray(packed)
+        if active_ids is not None:
+            active_ids, n_active = check_active_list(active_ids, n_active, n_orig, "CompactBinary")
+        self.active_ids, self.n_active = active_ids, n_active
+        self.n_orig, self.batch_size, self.bit_width = int(n_orig), batch_size, int(bit_width)
+
+    def tree_flatten(self):
+        return (self.packed, self.active_ids, self.n_active, self.value), (self.n_orig, self.batch_size,
+                                                                           self.bit_width)
+
+    @classmethod
+    def tree_unflatten(cls, aux, children):
+        obj = object.__new__(cls)
+        obj.packed, obj.active_ids, obj.n_active, obj.value = children
+        obj.n_orig, obj.batch_size, obj.bit_width = aux
+        return obj
+
+    def __repr__(self) -> str:
+        return f"CompactBinary(n_orig={self.n_orig}, batch_size={self.batch_size}, value={self.value!r})"
+
+    def active_rows(self):
+        """``(active_ids, n_active)`` for a vector with a list (what the CSR scatter reads), else None."""
+        if self.batch_size is not None or self.active_ids is None:
+            return None
+        return self.active_ids, self.n_active
+
+    @classmethod
+    def from_array(cls, x, bit_width: int = 32) -> "CompactBinary":
+        """Pack and list the spikes ``x``: ``(n,)``, or ``(n, batch_size)`` (rows active in any column).
+
+        Raises:
+            ValueError: ``x`` not 1-d or 2-d, or ``bit_width`` not 32.
+        """
+        x = _spike_array(x, "from_array")
+        active = as_bool_events(x) if x.ndim == 1 else jnp.any(as_bool_events(x), axis=1)
+        n = x.shape[0]
+        index = jnp.int32 if n <= np.iinfo(np.int32).max else jnp.int64
+        ids = jnp.nonzero(active, size=n, fill_value=0)[0].astype(index)
+        count = jnp.sum(active, dtype=index).reshape(1)
+        return cls._made(bitpack(x, x.ndim - 1), ids, count, x, bit_width)
+
+    @classmethod
+    def from_array_light(cls, x, bit_width: int = 32) -> "CompactBinary":
+        """As :meth:`from_array` for a batch; a vector gets no list (``active_ids`` None): its ops
+        scan ``value``, which saves the listing where it does not pay (e.g. under ``vmap``)."""
+        x = _spike_array(x, "from_array_light")
+        if x.ndim == 2:
+            return cls.from_array(x, bit_width)
+        return cls._made(bitpack(x, 0), None, None, x, bit_width)
+
+    @classmethod
+    def from_packed(cls, packed, active_ids, n_active, value, n_orig, batch_size=None,
+                    bit_width=32) -> "CompactBinary":
+        """From packed words and a list made elsewhere; a concrete list is checked (ascending rows in
+        range), and must list the active entries of ``value``."""
+        return cls(packed, active_ids, n_active, value, n_orig, batch_size, bit_width)
+
+    @classmethod
+    def compact_only_vector(cls, x) -> "CompactBinary":
+        """A vector with its list and no packed words (``packed`` is an empty ``uint32`` array)."""
+        x = _spike_array(x, "compact_only_vector")
+        if x.ndim != 1:
+            raise ValueError(f"CompactBinary.compact_only_vector: x must be 1-d, got shape {x.shape}")
+        full = cls.from_array(x)
+        full.packed = jnp.zeros((0,), jnp.uint32)
+        return full
+
+    compacy_only_vector = compact_only_vector  # brainevent 0.3.0's spelling
+
+    @classmethod
+    def _made(cls, packed, ids, count, x, bit_width):
+        if bit_width != _BIT_WIDTH:
+            raise ValueError(f"CompactBinary: bit_width must be {_BIT_WIDTH}, got {bit_width!r}")
+        obj = object.__new__(cls)
+        obj.packed, obj.active_ids, obj.n_active, obj.value = packed, ids, count, x
+        obj.n_orig, obj.batch_size, obj.bit_width = x.shape[0], (x.shape[1] if x.ndim == 2 else None), bit_width
+        return obj
+
+    def to_dense(self) -> jax.Array:
+        """The spikes (``value``)."""
+        return self.value
+
+
+def _spike_array(x, who: str):
+    x = x.value if isinstance(x, EventValues) else jnp.asarray(x)
+    if x.ndim not in (1, 2):
+        raise ValueError(f"CompactBinary.{who}: x must be (n,) or (n, batch_size), got shape {x.shape}")
+    return x

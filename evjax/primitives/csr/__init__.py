@@ -2,10 +2,12 @@
 
 * :mod:`.products`: the per-synapse products ``csrmv_dt2t``, ``cscmv_dt2t``, ``csrmm_dt2t``, ``cscmm_dt2t`` (pure JAX);
 * :mod:`.ops`: the ops, their reference, rules and registration;
+* :mod:`.indexed`: ``binary_csrmv_indexed`` / ``binary_csrmm_indexed`` (weights in another order);
 * :mod:`.matrix`: the data types ``CSR`` and ``CSC``;
 * :mod:`.numba`, :mod:`.warp`, :mod:`.numba_cuda`: the backends, each imported
   by ``BACKEND_LOADERS`` below the first time an op needs it.
 """
+from .indexed import binary_csrmm_indexed, binary_csrmv_indexed
 from .matrix import CSC, CSR
 from .products import cscmm_dt2t, cscmv_dt2t, csrmm_dt2t, csrmv_dt2t
 from .ops import (
@@ -13,6 +15,8 @@ from .ops import (
     binary_csrmm,
     binary_csrmm_p,
     binary_csrmv,
+    binary_csrmv_active,
+    binary_csrmv_active_p,
     binary_csrmv_p,
     csr_sddmm,
     csr_sddmm_p,
@@ -26,8 +30,10 @@ from .ops import (
 
 __all__ = [
     "csrmv_dt2t", "cscmv_dt2t", "csrmm_dt2t", "cscmm_dt2t",
-    "CSR", "CSC", "OPS", "csrmv", "csrmm", "binary_csrmv", "binary_csrmm", "csr_sddmm",
-    "csrmv_p", "csrmm_p", "binary_csrmv_p", "binary_csrmm_p", "csr_sddmm_p", "validate_csr", "row_ids",
+    "CSR", "CSC", "OPS", "csrmv", "csrmm", "binary_csrmv", "binary_csrmm", "binary_csrmv_active", "csr_sddmm",
+    "binary_csrmv_indexed", "binary_csrmm_indexed",
+    "csrmv_p", "csrmm_p", "binary_csrmv_p", "binary_csrmm_p", "binary_csrmv_active_p", "csr_sddmm_p",
+    "validate_csr", "row_ids",
 ]
 
 # ---------------------------------------------------------------------------

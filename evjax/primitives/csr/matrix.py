@@ -52,7 +52,8 @@ from .convert import (
     transpose_structure,
     weights_of,
 )
-from .ops import binary_csrmm_p, binary_csrmv_p, checked_matmul, csrmm_p, csrmv_p, row_ids, validate_csr
+from .ops import (binary_csrmm_p, binary_csrmv_active, binary_csrmv_p, checked_matmul, csrmm_p, csrmv_p, row_ids,
+                  validate_csr)
 from ..delay.ops import CSRDelayLayout, csr_delay_deliver
 from ..grouping import transpose_plan
 from ..plasticity.apply import csr_apply_on_post, csr_apply_on_pre
@@ -90,6 +91,7 @@ def _matmul(sparse, x, *, sparse_on_left: bool):
     vmap whose in_axes leave a batched ``indices`` unbatched, must not reach a
     kernel); its values were checked when the matrix was made.
     """
+    operand = x
     x, event, weighted = _split_operand(x)
     m, n = sparse.shape
     contracted = n if sparse_on_left else m
@@ -100,6 +102,10 @@ def _matmul(sparse, x, *, sparse_on_left: bool):
         left, right = (sparse.shape, x.shape) if sparse_on_left else (x.shape, sparse.shape)
         raise ValueError(f"matmul: shapes {left} and {right} are not aligned ({x_dim} != {contracted})")
     transpose = isinstance(sparse, CSC) != (not sparse_on_left)  # of the stored CSR
+    listed = operand.active_rows() if isinstance(operand, EventValues) and transpose and not weighted else None
+    if listed is not None:  # events that carry the list of their active rows: the scatter reads the list
+        return binary_csrmv_active(sparse.data, sparse.indices, sparse.indptr, *listed, x,
+                                   shape=sparse._stored_shape)
     flip = not sparse_on_left and x.ndim == 2  # x @ S = (S.T @ x.T).T
     op, who = _MATMUL[(x.ndim, event)]
     y = checked_matmul(op, sparse.data, sparse.indices, sparse.indptr, x.T if flip else x,

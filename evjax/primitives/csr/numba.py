@@ -79,6 +79,10 @@ from .numba_rows import (  # the row loops the drivers run, and the parallel thr
     _count_visited,
     _any,
     _gather_rows,
+    _listed_count,
+    _listed_work,
+    _scatter_listed,
+    _scatter_listed_part,
     _scatter_part,
     _scatter_rows,
     _scatter_samples,
@@ -86,6 +90,7 @@ from .numba_rows import (  # the row loops the drivers run, and the parallel thr
     _sddmm_serial,
     _selects,
     _split_active_work,
+    _split_listed_work,
     _vector_scatter_parts,
     _width,
     _zero,
@@ -96,6 +101,7 @@ __all__ = [
     "csrmm_generator",
     "binary_csrmv_generator",
     "binary_csrmm_generator",
+    "binary_csrmv_active_generator",
     "sddmm_generator",
 ]
 
@@ -172,6 +178,52 @@ def _scatter_parts_parallel(data, indices, indptr, x, out, private, bounds, sele
     ends, t0 = start_region(parts)
     for t in prange(parts):
         _scatter_part(data, indices, indptr, x, out, private, bounds, np.int64(t), selects)
+        part_done(ends, t)
+    region_done(ends, t0)
+    ends, t0 = start_region(parts)
+    for t in prange(parts):
+        add_parts(out, private, np.int64((n * t) // parts), np.int64((n * (t + 1)) // parts))
+        part_done(ends, t)
+    region_done(ends, t0)
+
+
+@numba.njit(cache=True, nogil=True)
+def _scatter_active(threads, data, indices, indptr, ids, count, out):
+    """``out = A.T @ e`` for events ``e`` given as the list of their active rows ``ids[:count]``:
+    :func:`_scatter_vector` with the list in place of the scan over ``e``, the same estimate, the
+    same parts (of the same rows) and the same sums, so the same bits."""
+    n_rows = indptr.shape[0] - 1
+    n = out.shape[0]
+    nnz = indices.shape[0]
+    m = _listed_count(ids, count)
+    _zero(out, I0, np.int64(n))
+    expected = m * (nnz // max(n_rows, 1)) if pool_chunks() > 1 else 0
+    parts = _vector_scatter_parts(2 * expected, n)
+    work = 0
+    if parts > 1:
+        work = _listed_work(indptr, ids, m)
+        parts = _vector_scatter_parts(work, n)
+    if parts == 1:
+        _scatter_listed(data, indices, indptr, ids, I0, m, out)
+        return
+    bounds = _split_listed_work(indptr, ids, m, work, parts)
+    private = np.zeros((parts - 1, n), out.dtype)
+    if threads < 2:
+        for t in range(parts):
+            _scatter_listed_part(data, indices, indptr, ids, out, private, bounds, np.int64(t))
+        add_parts(out, private, I0, np.int64(n))
+        return
+    _scatter_listed_parallel(data, indices, indptr, ids, out, private, bounds)
+
+
+@numba.njit(parallel=_PARALLEL, cache=True, nogil=True)
+def _scatter_listed_parallel(data, indices, indptr, ids, out, private, bounds):
+    """The parts of a split listed scatter on the pool, then their sum (as :func:`_scatter_parts_parallel`)."""
+    parts = bounds.shape[0] - 1
+    n = out.shape[0]
+    ends, t0 = start_region(parts)
+    for t in prange(parts):
+        _scatter_listed_part(data, indices, indptr, ids, out, private, bounds, np.int64(t))
         part_done(ends, t)
     region_done(ends, t0)
     ends, t0 = start_region(parts)
@@ -274,6 +326,12 @@ def gather_mm(threads, data, indices, indptr, x, out):
 def scatter_mv(threads, data, indices, indptr, x, out):
     """``out[j] = sum_i x[i] * sum_{k in row i, indices[k] = j} data[k]``, silent events skipped."""
     _scatter_vector(threads, data, indices, indptr, x, out, _selects(x))
+
+
+@numba.njit(cache=True, nogil=True)
+def scatter_active_mv(threads, data, indices, indptr, ids, count, out):
+    """``out[j] = sum_{a < count} sum_{k in row ids[a], indices[k] = j} data[k]``: the listed rows only."""
+    _scatter_active(threads, data, indices, indptr, ids, count, out)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -397,6 +455,20 @@ def binary_csrmm_generator(outs, ins, shape, transpose: bool, weighted: bool):
     return _matmul_generator(outs, transpose, event=True, batched=True, weighted=weighted)
 
 
+def binary_csrmv_active_generator(outs, ins, shape):
+    """Numba kernel for ``binary_csrmv_active_p``: the scatter over the listed active rows (the
+    spikes operand is not read)."""
+    out = outs[0]
+    dtype = compute_dtype(out.dtype)
+
+    def kernel(data, indices, indptr, active_ids, n_active, v):
+        y = numba_cpu.call(scatter_active_mv, (_as_compute(data, dtype), indices, indptr, active_ids, n_active),
+                           out.shape, dtype)
+        return [y.astype(out.dtype)]
+
+    return kernel
+
+
 def sddmm_generator(outs, ins, shape, weighted):
     """Numba kernel for ``csr_sddmm_p``: ``g[k] = <r[row k], q[indices[k]]>`` (vectors or
     row-major matrices; the kernel of each mode in :data:`SDDMM_KERNELS`)."""
@@ -413,5 +485,6 @@ def sddmm_generator(outs, ins, shape, weighted):
 
 for _op, _generator in ((ops.csrmv_p, csrmv_generator), (ops.csrmm_p, csrmm_generator),
                         (ops.binary_csrmv_p, binary_csrmv_generator), (ops.binary_csrmm_p, binary_csrmm_generator),
+                        (ops.binary_csrmv_active_p, binary_csrmv_active_generator),
                         (ops.csr_sddmm_p, sddmm_generator)):
     _op.def_numba_kernel(_generator)

@@ -71,6 +71,8 @@ __all__ = [
     "binary_csrmv_numba_cuda",
     "binary_csrmm_numba_cuda",
     "csr_sddmm_numba_cuda",
+    "binary_csrmv_active_numba_cuda",
+    "LISTED_KERNEL",
 ]
 
 THREADS = 256  # threads per block of every kernel
@@ -204,6 +206,30 @@ def _mv_scatter(flavour: str):
                             cuda.atomic.add(out, col, (data[0] if homo else data[p]) * x)
 
     return _named(mv_scatter, _NAMES[flavour] % "mv_scatter")
+
+
+def _mv_scatter_listed():
+    # events given as the list of their active rows: one warp per list slot, as mv_scatter_events
+    def mv_scatter_listed(data, indices, indptr, ids, count, zeros, out):
+        t = cuda.threadIdx.x
+        lane = t % 32
+        a = cuda.blockIdx.x * WARPS_PER_BLOCK + t // 32
+        if a < ids.shape[0] and a < count[0]:
+            row = ids[a]
+            if row >= 0 and row < indptr.shape[0] - 1:
+                nnz = indices.shape[0]
+                homo = data.shape[0] != nnz
+                start = indptr[row] if indptr[row] > 0 else 0
+                end = indptr[row + 1] if indptr[row + 1] < nnz else nnz
+                for p in range(start + lane, end, 32):
+                    col = indices[p]
+                    if col >= 0 and col < out.shape[0]:
+                        if homo:
+                            cuda.atomic.add(out, col, data[0])
+                        else:
+                            cuda.atomic.add(out, col, data[p])
+
+    return _named(mv_scatter_listed, "mv_scatter_listed")
 
 
 def _mm_scatter(flavour: str):
@@ -422,6 +448,26 @@ binary_csrmv_numba_cuda = _matmul_generator("mv", event=True)
 binary_csrmm_numba_cuda = _matmul_generator("mm", event=True)
 
 
+def binary_csrmv_active_numba_cuda(outs, ins, shape):
+    """Numba CUDA kernel generator for ``binary_csrmv_active_p``: one warp per slot of the list of
+    active rows (the spikes operand is not read).
+
+    Returns:
+        ``run(data, indices, indptr, active_ids, n_active, v) -> [out]``.
+    """
+    out = outs[0]
+    dtype = compute_dtype(out.dtype)
+    out_shape = tuple(int(d) for d in out.shape)
+    call = numba_cuda_kernel(LISTED_KERNEL, jax.ShapeDtypeStruct(out_shape, dtype), input_output_aliases={5: 0},
+                             **_warp_per_row(int(ins[3].shape[0])))
+
+    def run(data, indices, indptr, active_ids, n_active, v):
+        y = call(_cast(data, dtype), indices, indptr, active_ids, n_active, jnp.zeros(out_shape, dtype))
+        return [_cast(y, out.dtype)]
+
+    return run
+
+
 def csr_sddmm_numba_cuda(outs, ins, shape, weighted):
     """Numba CUDA kernel generator for ``csr_sddmm_p``: ``g[k] = <r[row k], q[indices[k]]>``.
 
@@ -462,5 +508,6 @@ def csr_sddmm_numba_cuda(outs, ins, shape, weighted):
 for _op, _generator in ((ops.csrmv_p, csrmv_numba_cuda), (ops.csrmm_p, csrmm_numba_cuda),
                         (ops.binary_csrmv_p, binary_csrmv_numba_cuda),
                         (ops.binary_csrmm_p, binary_csrmm_numba_cuda),
+                        (ops.binary_csrmv_active_p, binary_csrmv_active_numba_cuda),
                         (ops.csr_sddmm_p, csr_sddmm_numba_cuda)):
     _op.def_numba_cuda_kernel(_generator)

@@ -329,14 +329,9 @@ def _scatter_rows(data, indices, indptr, x, target, lo, hi, selects):
     Selecting operands (events, weighted events): rows with ``x[i] == 0`` are
     skipped, eight aligned rows tested at once where all are zero, so the cost
     follows the synapses of the active rows.  Values: every row, ``x[i] == 0``
-    included (IEEE).  Eight synapses per step, their columns checked together:
-    the independent read-modify-writes overlap; a block with a column out of
-    range goes one by one.
+    included (IEEE).  Each visited row is :func:`_scatter_row`.
     """
     numba.literally(selects)  # a constant of each compiled loop: LLVM drops the unused rule
-    n = np.uint64(target.shape[0])
-    nnz = indices.shape[0]
-    homogeneous = data.shape[0] != nnz
     i = lo
     while i < hi:
         if selects and i % 8 == 0 and i + 8 <= hi and _eight_zero(x, i):
@@ -346,45 +341,69 @@ def _scatter_rows(data, indices, indptr, x, target, lo, hi, selects):
         if selects and s == 0:
             i += 1
             continue
-        a, b = _span(indptr, i, nnz)
-        w = data[0] * s if homogeneous else s  # (per-synapse data may be empty: no data[0] then)
-        k = a
-        while k + U8 <= b:
-            j0 = np.uint64(np.int64(indices[k]))
-            j1 = np.uint64(np.int64(indices[k + U1]))
-            j2 = np.uint64(np.int64(indices[k + U2]))
-            j3 = np.uint64(np.int64(indices[k + U3]))
-            j4 = np.uint64(np.int64(indices[k + U4]))
-            j5 = np.uint64(np.int64(indices[k + U5]))
-            j6 = np.uint64(np.int64(indices[k + U6]))
-            j7 = np.uint64(np.int64(indices[k + U7]))
-            if not ((j0 < n) & (j1 < n) & (j2 < n) & (j3 < n) & (j4 < n) & (j5 < n) & (j6 < n) & (j7 < n)):
-                break  # one by one from here
-            if homogeneous:
-                target[j0] += w
-                target[j1] += w
-                target[j2] += w
-                target[j3] += w
-                target[j4] += w
-                target[j5] += w
-                target[j6] += w
-                target[j7] += w
-            else:
-                target[j0] += data[k] * s
-                target[j1] += data[k + U1] * s
-                target[j2] += data[k + U2] * s
-                target[j3] += data[k + U3] * s
-                target[j4] += data[k + U4] * s
-                target[j5] += data[k + U5] * s
-                target[j6] += data[k + U6] * s
-                target[j7] += data[k + U7] * s
-            k += U8
-        while k < b:
-            j = np.uint64(np.int64(indices[k]))
-            if j < n:
-                target[j] += w if homogeneous else data[k] * s
-            k += U1
+        _scatter_row(data, indices, indptr, i, s, target)
         i += 1
+
+
+@numba.njit(cache=True, nogil=True)
+def _scatter_listed(data, indices, indptr, ids, lo, hi, target):
+    """``target[indices[k]] += data[k]`` for the synapses of the listed rows ``ids[lo:hi]`` (events
+    given as the list of their active rows, ascending): the rows :func:`_scatter_rows` visits for
+    the same events, in the same order, so the same bits; a row outside the matrix adds nothing."""
+    n_rows = np.int64(indptr.shape[0] - 1)
+    one = data.dtype.type(1)
+    for a in range(lo, hi):
+        i = np.int64(ids[a])
+        if 0 <= i < n_rows:
+            _scatter_row(data, indices, indptr, i, one, target)
+
+
+@numba.njit(cache=True, nogil=True)
+def _scatter_row(data, indices, indptr, i, s, target):
+    """``target[indices[k]] += data[k] * s`` for the synapses ``k`` of row ``i`` (``data[0] * s`` when
+    homogeneous).  Eight synapses per step, their columns checked together: the independent
+    read-modify-writes overlap; a block with a column out of range goes one by one."""
+    n = np.uint64(target.shape[0])
+    nnz = indices.shape[0]
+    homogeneous = data.shape[0] != nnz
+    a, b = _span(indptr, i, nnz)
+    w = data[0] * s if homogeneous else s  # (per-synapse data may be empty: no data[0] then)
+    k = a
+    while k + U8 <= b:
+        j0 = np.uint64(np.int64(indices[k]))
+        j1 = np.uint64(np.int64(indices[k + U1]))
+        j2 = np.uint64(np.int64(indices[k + U2]))
+        j3 = np.uint64(np.int64(indices[k + U3]))
+        j4 = np.uint64(np.int64(indices[k + U4]))
+        j5 = np.uint64(np.int64(indices[k + U5]))
+        j6 = np.uint64(np.int64(indices[k + U6]))
+        j7 = np.uint64(np.int64(indices[k + U7]))
+        if not ((j0 < n) & (j1 < n) & (j2 < n) & (j3 < n) & (j4 < n) & (j5 < n) & (j6 < n) & (j7 < n)):
+            break  # one by one from here
+        if homogeneous:
+            target[j0] += w
+            target[j1] += w
+            target[j2] += w
+            target[j3] += w
+            target[j4] += w
+            target[j5] += w
+            target[j6] += w
+            target[j7] += w
+        else:
+            target[j0] += data[k] * s
+            target[j1] += data[k + U1] * s
+            target[j2] += data[k + U2] * s
+            target[j3] += data[k + U3] * s
+            target[j4] += data[k + U4] * s
+            target[j5] += data[k + U5] * s
+            target[j6] += data[k + U6] * s
+            target[j7] += data[k + U7] * s
+        k += U8
+    while k < b:
+        j = np.uint64(np.int64(indices[k]))
+        if j < n:
+            target[j] += w if homogeneous else data[k] * s
+        k += U1
 
 
 @numba.njit(cache=True, nogil=True)
@@ -443,6 +462,52 @@ def _split_active_work(indptr, x, work, parts, selects):
     bounds[parts] = n_rows
     return bounds
 
+
+
+@numba.njit(cache=True, nogil=True)
+def _listed_count(ids, count):
+    """How many rows a list holds: ``count[0]`` clamped to ``[0, len(ids)]``."""
+    return min(max(np.int64(count[0]), np.int64(0)), np.int64(ids.shape[0]))
+
+
+@numba.njit(cache=True, nogil=True)
+def _listed_work(indptr, ids, m):
+    """Synapses of the listed rows ``ids[:m]`` (unclamped, as :func:`_active_work`: only splits work)."""
+    n_rows = np.int64(indptr.shape[0] - 1)
+    work = 0
+    for a in range(m):
+        i = np.int64(ids[a])
+        if 0 <= i < n_rows:
+            work += np.int64(indptr[i + 1]) - np.int64(indptr[i])
+    return work
+
+
+@numba.njit(cache=True, nogil=True)
+def _split_listed_work(indptr, ids, m, work, parts):
+    """Positions in ``ids[:m]`` of ``parts`` ranges of equal work: the same rows in each part as
+    :func:`_split_active_work` puts there for the same events (so the parts sum the same bits)."""
+    n_rows = np.int64(indptr.shape[0] - 1)
+    bounds = np.empty(parts + 1, np.int64)
+    bounds[0] = 0
+    done = 0
+    pos = 0
+    for t in range(1, parts):
+        target = (work * t) // parts
+        while pos < m and done < target:
+            i = np.int64(ids[pos])
+            if 0 <= i < n_rows:
+                done += np.int64(indptr[i + 1]) - np.int64(indptr[i])
+            pos += 1
+        bounds[t] = pos
+    bounds[parts] = m
+    return bounds
+
+
+@numba.njit(cache=True, nogil=True)
+def _scatter_listed_part(data, indices, indptr, ids, out, private, bounds, part):
+    """Part ``part`` of a split listed scatter, as :func:`_scatter_part`."""
+    target = out if part == 0 else private[part - 1]
+    _scatter_listed(data, indices, indptr, ids, bounds[part], bounds[part + 1], target)
 
 # ---------------------------------------------------------------------------
 # the weight gradient (SDDMM): g[k] = <r[row k], q[indices[k]]>

@@ -46,11 +46,11 @@ from ..._event_values import as_bool_events
 from ...rules import ad as ad_rules
 from ...rules import batching as batching_rules
 from ...xla_custom_kernel import XLACustomKernel
-from .validation import check_operand, validate_csr
+from .validation import check_active_list, check_operand, validate_csr
 
 __all__ = [
-    "csrmv", "csrmm", "binary_csrmv", "binary_csrmm", "csr_sddmm",
-    "csrmv_p", "csrmm_p", "binary_csrmv_p", "binary_csrmm_p", "csr_sddmm_p",
+    "csrmv", "csrmm", "binary_csrmv", "binary_csrmm", "binary_csrmv_active", "csr_sddmm",
+    "csrmv_p", "csrmm_p", "binary_csrmv_p", "binary_csrmm_p", "binary_csrmv_active_p", "csr_sddmm_p",
     "validate_csr", "row_ids", "OPS",
 ]
 
@@ -628,6 +628,100 @@ binary_csrmm_p.def_batching_rule(_binary_csrmm_batching)
 
 
 # ===========================================================================
+# binary_csrmv_active: y = A.T e, e given by the ascending list of its active rows (CompactBinary)
+# ===========================================================================
+def binary_csrmv_active(data, indices, indptr, active_ids, n_active, v, *, shape,
+                        backend: str | None = None) -> jax.Array:
+    """``spikes @ A`` with the spikes also given as the list of their active rows.
+
+    The scatter (``transpose=True``) of :func:`binary_csrmv` that reads the
+    active rows from ``active_ids[:n_active]`` instead of scanning the ``n_rows``
+    entries of ``v``: what :class:`evjax.CompactBinary` ``@`` a CSR (or a CSC
+    ``@`` it) runs.  The result has the same bits as ``binary_csrmv(..., v,
+    transpose=True)`` on every backend: the same rows, added in the same order.
+
+    Args:
+        data: as in :func:`csrmv`.
+        indices: as in :func:`csrmv`.
+        indptr: as in :func:`csrmv`.
+        active_ids: ``(n_rows,)`` integers: the active rows of ``v`` in ascending
+            order, then any padding.
+        n_active: ``(1,)`` integer: how many entries of ``active_ids`` are rows.
+        v: the spikes themselves, ``(n_rows,)`` (bool, or float with nonzero =
+            spike): the reference backend, the gradients (straight-through in
+            ``v``, event-driven in ``data``) and ``vmap`` read them.  They must
+            agree with the list, as :meth:`evjax.CompactBinary.from_array`
+            makes them.
+        shape: ``(n_rows, n_cols)`` of ``A``.
+        backend: as in :func:`csrmv`.
+
+    Returns:
+        ``(n_cols,)`` in the weight dtype.
+
+    Example:
+        >>> cb = evjax.CompactBinary.from_array(spikes)
+        >>> y = evjax.binary_csrmv_active(W.data, W.indices, W.indptr, cb.active_ids, cb.n_active,
+        ...                               cb.value, shape=W.shape)
+    """
+    who = "binary_csrmv_active"
+    data, indices, indptr, shape = validate_csr(data, indices, indptr, shape, who=who)
+    v, dtype = check_operand(v, data, shape, True, 1, True, who)
+    active_ids, n_active = check_active_list(active_ids, n_active, shape[0], who)
+    outs = [jax.ShapeDtypeStruct((shape[1],), dtype)]
+    return binary_csrmv_active_p.bind(data, indices, indptr, active_ids, n_active, v, outs=outs,
+                                      shape=tuple(shape), backend=backend)[0]
+
+
+binary_csrmv_active_p = XLACustomKernel("evjax_binary_csrmv_active")
+
+
+def _binary_csrmv_active_reference(data, indices, indptr, active_ids, n_active, v, *, outs, shape):
+    # the dense events are the reference: y_j = sum_{k: j_k = j, v[i_k] != 0} w_k
+    return _reference_matmul(data, indices, indptr, v, outs=outs, shape=shape, transpose=True, event=True)
+
+
+def _binary_csrmv_active_jvp_data(tangent, data, indices, indptr, active_ids, n_active, v, *, outs, **params):
+    # linear in w: dy = A(dw).T e, over the same listed rows
+    return binary_csrmv_active_p.primitive.bind(tangent, indices, indptr, active_ids, n_active, v, outs=outs,
+                                                **params)
+
+
+def _binary_csrmv_active_jvp_events(tangent, data, indices, indptr, active_ids, n_active, v, *, outs, shape,
+                                    backend):
+    # straight-through in the spikes, as binary_csrmv: dy = A.T dv
+    return _jvp_straight_through(csrmv_p, tangent, data, indices, indptr, outs=outs, shape=shape, transpose=True,
+                                 backend=backend)
+
+
+def _binary_csrmv_active_transpose(cts, data, indices, indptr, active_ids, n_active, v, *, outs, shape, backend):
+    # y = A.T e: w_bar_k = e[i_k] y_bar[j_k], the event-driven SDDMM of binary_csrmv on the spikes v
+    # (only the rows of active events computed); the list and v have no cotangent
+    def weights():
+        return _weight_cotangent(binary_csrmv_p, data, indices, indptr, as_bool_events(v), cts[0], shape=shape,
+                                 transpose=True, backend=backend, event=True, weighted=False)
+
+    return ad_rules.linear_cotangents((data, indices, indptr, active_ids, n_active, v), {0: weights},
+                                      name="evjax_binary_csrmv_active")
+
+
+def _binary_csrmv_active_batching(args, axes, *, outs, shape, backend):
+    # a batch of spike vectors is binary_csrmv's batch (one binary_csrmm over the spikes, or the block
+    # structure for batched structures): the lists, one per element, are not needed there
+    data, indices, indptr, _, _, v = args
+    d_ax, i_ax, p_ax, _, _, v_ax = axes
+    return _batch_matmul(binary_csrmv_p, binary_csrmm_p, 1, True, (data, indices, indptr, v),
+                         (d_ax, i_ax, p_ax, v_ax), outs=outs, shape=shape, transpose=True, backend=backend,
+                         weighted=False)
+
+
+binary_csrmv_active_p.def_reference(_binary_csrmv_active_reference)
+binary_csrmv_active_p.def_jvp_rule2(_binary_csrmv_active_jvp_data, None, None, None, None,
+                                    _binary_csrmv_active_jvp_events)
+binary_csrmv_active_p.def_transpose_rule(_binary_csrmv_active_transpose)
+binary_csrmv_active_p.def_batching_rule(_binary_csrmv_active_batching)
+
+
+# ===========================================================================
 # csr_sddmm: g[k] = <r[i_k], q[j_k]>  (the weight gradient; r, q vectors or matrices)
 # ===========================================================================
 def csr_sddmm(indices, indptr, r, q, *, shape, dtype=None, backend: str | None = None,
@@ -806,4 +900,4 @@ csr_sddmm_p.def_jvp_rule2(None, None, _csr_sddmm_jvp_r, _csr_sddmm_jvp_q)
 csr_sddmm_p.def_transpose_rule(_csr_sddmm_transpose)
 csr_sddmm_p.def_batching_rule(_csr_sddmm_batching)
 
-OPS = (csrmv_p, csrmm_p, binary_csrmv_p, binary_csrmm_p, csr_sddmm_p)
+OPS = (csrmv_p, csrmm_p, binary_csrmv_p, binary_csrmm_p, binary_csrmv_active_p, csr_sddmm_p)

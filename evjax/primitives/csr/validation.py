@@ -30,10 +30,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from ... import _compat
-from ..._validation import (  # noqa: F401 (INT32_MAX, check_operand, checked_index_cast: re-exported)
+from ..._validation import (  # noqa: F401 (INT32_MAX, check_active_list, check_operand, checked_index_cast: re-exported)
     ENABLE_X64 as _ENABLE_X64,
     INT32_MAX,
     canonical,
+    check_active_list,
     check_fits as _check_fits,
     check_operand,
     check_shape,
@@ -41,7 +42,7 @@ from ..._validation import (  # noqa: F401 (INT32_MAX, check_operand, checked_in
     is_concrete as _is_concrete,
 )
 
-__all__ = ["INT32_MAX", "check_shape", "index_dtypes", "checked_index_cast", "validate_csr", "check_operand"]
+__all__ = ["INT32_MAX", "check_active_list", "check_shape", "index_dtypes", "checked_index_cast", "validate_csr", "check_operand"]
 
 _INT32, _INT64 = np.dtype(np.int32), np.dtype(np.int64)
 

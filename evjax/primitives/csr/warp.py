@@ -61,7 +61,8 @@ from ...warp_kernel import jaxtype_to_warptype, warp_kernel
 from . import ops
 
 __all__ = [
-    "csrmv_warp", "csrmm_warp", "binary_csrmv_warp", "binary_csrmm_warp", "csr_sddmm_warp",
+    "csrmv_warp", "csrmm_warp", "binary_csrmv_warp", "binary_csrmm_warp", "binary_csrmv_active_warp",
+    "csr_sddmm_warp", "listed_kernel",
     "csr_kernels", "weighted_kernels", "sddmm_kernels", "KERNELS", "SDDMM_KERNELS", "FLAVOURS",
 ]
 
@@ -245,6 +246,25 @@ def _mm_scatter(t, f):
     return mm_scatter
 
 
+# listed scatter: y = W.T @ e, e given by the list of its active rows (one thread per list slot)
+def _mv_scatter_listed(t):
+    span, weight = t.span, t.weight
+
+    @wp.kernel(name="mv_scatter_listed", **t.opts)
+    def mv_scatter_listed(data: t.F1, indices: t.I1, indptr: t.P1, ids: t.L1, count: t.L1, out: t.F1):
+        a = wp.tid()
+        if a < int(count[0]):
+            i = int(ids[a])
+            if i >= 0 and i < indptr.shape[0] - 1:  # a row outside the matrix adds nothing
+                lo, hi = span(indptr, i, indices.shape[0])
+                for j in range(lo, hi):
+                    col = int(indices[j])
+                    if col >= 0 and col < out.shape[0]:
+                        wp.atomic_add(out, col, weight(data, j))  # selected, not multiplied
+
+    return mv_scatter_listed
+
+
 # ---------------------------------------------------------------------------
 # SDDMM: g[k] = <r[row k], q[indices[k]]> (one thread per row; silent rows skipped)
 # ---------------------------------------------------------------------------
@@ -411,6 +431,15 @@ def sddmm_kernels(compute_dt: str, index_dt: str, indptr_dt: str, mode: str = "v
     return {rank: factory(t) for rank, factory in SDDMM_KERNELS.items()}
 
 
+@functools.lru_cache(maxsize=None)
+def listed_kernel(compute_dt: str, index_dt: str, indptr_dt: str, list_dt: str):
+    """The listed scatter of ``binary_csrmv_active_p`` for one dtype signature (``list_dt``: the
+    list's integer dtype), in its own Warp module."""
+    t = _types(f"evjax_csr_listed_{list_dt}", compute_dt, index_dt, indptr_dt)
+    t.L1 = wp.array(dtype=jaxtype_to_warptype(list_dt), ndim=1)
+    return _mv_scatter_listed(t)
+
+
 def _signature(dtype, index_in, indptr_in) -> tuple:
     return str(np.dtype(dtype)), str(np.dtype(index_in.dtype)), str(np.dtype(indptr_in.dtype))
 
@@ -481,6 +510,28 @@ def binary_csrmm_warp(outs, ins, shape, transpose, weighted=False):
     return _matmul_generator(outs, ins, shape, transpose, "mm", event=True, weighted=weighted)
 
 
+def binary_csrmv_active_warp(outs, ins, shape):
+    """Warp kernel generator for ``binary_csrmv_active_p``: one thread per slot of the list of active
+    rows, atomics into zeros (the spikes operand is not read).
+
+    Returns:
+        ``run(data, indices, indptr, active_ids, n_active, v) -> [out]``.
+    """
+    out = outs[0]
+    _, index_in, indptr_in, ids_in, _, _ = ins
+    dtype = compute_dtype(out.dtype)
+    with _lock:
+        kernel = listed_kernel(*_signature(dtype, index_in, indptr_in), str(np.dtype(ids_in.dtype)))
+    out_shape = tuple(int(d) for d in out.shape)
+    call = warp_kernel(kernel, [], launch_dims=(int(ids_in.shape[0]),), in_out_argnames=("out",))
+
+    def run(data, indices, indptr, active_ids, n_active, v):
+        (y,) = call(_as(data, dtype), indices, indptr, active_ids, n_active, jnp.zeros(out_shape, dtype))
+        return [_as(y, out.dtype)]
+
+    return run
+
+
 def csr_sddmm_warp(outs, ins, shape, weighted):
     """Warp kernel generator for ``csr_sddmm_p``: ``g[k] = <r[row k], q[indices[k]]>``.
 
@@ -515,5 +566,6 @@ def csr_sddmm_warp(outs, ins, shape, weighted):
 
 for _op, _generator in ((ops.csrmv_p, csrmv_warp), (ops.csrmm_p, csrmm_warp),
                         (ops.binary_csrmv_p, binary_csrmv_warp), (ops.binary_csrmm_p, binary_csrmm_warp),
+                        (ops.binary_csrmv_active_p, binary_csrmv_active_warp),
                         (ops.csr_sddmm_p, csr_sddmm_warp)):
     _op.def_warp_kernel(_generator)
