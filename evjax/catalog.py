@@ -9,7 +9,8 @@ primitive of its own (its functions are JAX code with custom rules).
 Each op is keyed by its primitive's name (``op.name``, as jaxprs show it,
 e.g. ``"evjax_binary_csrmv"``) and carries these tags:
 
-* its family: ``"csr"``, ``"dense"``, ``"jitc"``, ``"plasticity"``, ``"delay"``; the ops the fixed
+* its family: ``"csr"``, ``"dense"``, ``"jitc"``, ``"plasticity"``, ``"delay"``, ``"compact"`` (the
+  listing of active entries, ``"binary"``); the ops the fixed
   family binds (CSR's own) also carry ``"fixed"``;
 * its kind: ``"binary"`` (event operand) or ``"float"`` (the delay ops take either, per call); ``"mv"`` (vector),
   ``"mm"`` (matrix), ``"sddmm"``, ``"outer"`` or ``"materialize"`` (JITC's
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from .primitives import csr, delay, dense, fixed, jitc, plasticity
+from .primitives import compact, csr, delay, dense, fixed, jitc, plasticity
 from .xla_custom_kernel import XLACustomKernel
 
 __all__ = ["get_registry", "get_primitives_by_tags", "get_all_primitive_names", "primitive_tags"]
@@ -56,6 +57,8 @@ def _tagged() -> dict[str, tuple[XLACustomKernel, frozenset[str]]]:
         add(op, "plasticity", "binary", "update")
     for op in delay.OPS:
         add(op, "delay")
+    for op in compact.OPS:
+        add(op, "compact", "binary")
     for (law, _rank, _event), op in jitc.MATMUL_OPS.items():
         add(op, "jitc", law, *_kind(op))
     for law, op in jitc.DENSE_OPS.items():

@@ -18,7 +18,7 @@ from .cache import get_cache_dir
 
 __all__ = ["print_diagnostics", "FAMILIES", "DISTRIBUTIONS"]
 
-FAMILIES = ("csr", "fixed", "dense", "jitc", "plasticity", "delay")
+FAMILIES = ("csr", "fixed", "dense", "jitc", "plasticity", "delay", "compact")
 """The operator families whose ops are listed, by their catalog tag."""
 
 DISTRIBUTIONS = (("evjax", "evjax"), ("jax", "jax"), ("jaxlib", "jaxlib"), ("numba", "numba"),

@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from ._event_values import EventValues, as_bool_events, event_operand
 from ._validation import check_active_list
+from .primitives.compact.ops import active_list
 from .primitives.dense.ops import dense_event_matmul
 
 __all__ = ["EventRepresentation", "BinaryArray", "EventArray", "WeightedArray", "BitPackedBinary", "CompactBinary",
@@ -297,10 +297,7 @@ class CompactBinary(BinaryArray):
         """
         x = _spike_array(x, "from_array")
         active = as_bool_events(x) if x.ndim == 1 else jnp.any(as_bool_events(x), axis=1)
-        n = x.shape[0]
-        index = jnp.int32 if n <= np.iinfo(np.int32).max else jnp.int64
-        ids = jnp.nonzero(active, size=n, fill_value=0)[0].astype(index)
-        count = jnp.sum(active, dtype=index).reshape(1)
+        ids, count = active_list(active)  # one pass (Numba on CPU), not XLA's prefix sum and scatter
         return cls._made(bitpack(x, x.ndim - 1), ids, count, x, bit_width)
 
     @classmethod

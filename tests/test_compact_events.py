@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import evjax
+from evjax.primitives.compact import active_list
 from evjax.primitives.csr import numba as csr_numba
 from evjax.testing import OpSpec, check_all, csr_resampler, property_test
 from tests.helpers import csr_args, dense_matrix, structural_matmul
@@ -54,6 +55,45 @@ def test_bitpack_bit_order_and_errors():
         evjax.bitpack(x, 1)
     with pytest.raises(ValueError, match="at least one axis"):
         evjax.bitpack(jnp.float32(1), 0)
+
+
+# ---------------------------------------------------------------------------
+# active_list: every backend, against NumPy's flatnonzero, under jit and vmap
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", BACKENDS)
+@settings(max_examples=25, deadline=None)
+@given(shape=st.sampled_from([(0,), (1,), (7,), (64,), (130,), (3, 0), (0, 5), (4, 33)]),
+       rate=st.sampled_from([0.0, 0.05, 0.5, 1.0]), seed=st.integers(0, 2**32 - 1),
+       dtype=st.sampled_from([np.bool_, np.float32, np.int8]))
+def test_active_list_matches_numpy(backend, shape, rate, seed, dtype):
+    rng = np.random.default_rng(seed)
+    x = ((rng.random(shape) < rate) * rng.choice([-1.0, 2.0, np.nan], size=shape))
+    x = np.nan_to_num(x).astype(dtype) if dtype == np.int8 else x.astype(dtype)
+    rows = x.reshape((int(np.prod(shape[:-1])), shape[-1]))
+    want_ids = np.zeros(rows.shape, np.int32)
+    want_count = np.zeros((rows.shape[0], 1), np.int32)
+    for r, row in enumerate(rows):
+        nz = np.flatnonzero(row != 0)
+        want_ids[r, :nz.size] = nz
+        want_count[r, 0] = nz.size
+    for fn in (lambda x: active_list(x, backend=backend), jax.jit(lambda x: active_list(x, backend=backend))):
+        ids, count = fn(jnp.asarray(x))
+        assert ids.dtype == jnp.int32 and ids.shape == x.shape and count.shape == x.shape[:-1] + (1,)
+        np.testing.assert_array_equal(np.asarray(ids).reshape(rows.shape), want_ids)
+        np.testing.assert_array_equal(np.asarray(count).reshape(-1, 1), want_count)
+    if x.ndim == 2:  # vmap over rows, and over the other axis
+        ids, count = jax.vmap(lambda r: active_list(r, backend=backend))(jnp.asarray(x))
+        np.testing.assert_array_equal(np.asarray(ids), want_ids)
+        ids_t, _ = jax.vmap(lambda r: active_list(r, backend=backend), in_axes=1)(jnp.asarray(x).T)
+        np.testing.assert_array_equal(np.asarray(ids_t), want_ids)
+
+
+def test_active_list_has_no_gradient_path_and_rejects_bad_rank():
+    x = jnp.array([0.0, 1.5, 0.0, 2.0])
+    g = jax.grad(lambda x: jnp.sum(active_list(x)[1].astype(jnp.float32) * 0 + jnp.sum(x)))(x)
+    np.testing.assert_array_equal(np.asarray(g), np.ones(4))
+    with pytest.raises(ValueError, match=r"x must be \(n,\) or \(rows, n\)"):
+        active_list(jnp.zeros((2, 2, 2)))
 
 
 # ---------------------------------------------------------------------------
@@ -142,8 +182,8 @@ def test_compact_binary_bad_input_names_the_argument():
 # ---------------------------------------------------------------------------
 def active_spec(backend, *, float_spikes=False):
     def fn(d, i, p, x, shape):
-        listed = evjax.CompactBinary.from_array(x).active_rows()
-        return evjax.binary_csrmv_active(d, i, p, *listed, x, shape=shape, backend=backend)
+        ids, count = active_list(x, backend=backend)
+        return evjax.binary_csrmv_active(d, i, p, ids, count, x, shape=shape, backend=backend)
 
     return OpSpec(
         fn=fn,

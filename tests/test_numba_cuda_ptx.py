@@ -173,3 +173,20 @@ def test_delay_kernels_compile_to_ptx(compute, index):
     i32 = types.Array(types.int32, 1, "C")
     ptx = _compile(gather, [f1, f2, f1, f1, i1, i1, i1, i1, i32, f1])
     assert "atom." not in ptx and "st.global" in ptx
+
+
+@pytest.mark.parametrize("compute, index", [("float32", "int32"), ("float64", "int64"), ("float32", "int64")])
+def test_compact_kernels_compile_to_ptx(compute, index):
+    """The listing kernel (one thread per row, plain stores) and the CSR scatter over a list of active rows
+    (atomics: listed rows share targets)."""
+    from numba import types
+
+    from evjax.primitives.compact.numba_cuda import list_active
+    from evjax.primitives.csr.numba_cuda import LISTED_KERNEL
+
+    f, i = getattr(types, compute), getattr(types, index)
+    f1, i1, i2 = types.Array(f, 1, "C"), types.Array(i, 1, "C"), types.Array(i, 2, "C")
+    ptx = _compile(list_active, [types.Array(types.boolean, 2, "C"), i2, i2])
+    assert "atom." not in ptx and "st.global" in ptx
+    ptx = _compile(LISTED_KERNEL, [f1, i1, i1, i1, i1, f1, f1])
+    assert "atom.global.add" in ptx or "red.global.add" in ptx

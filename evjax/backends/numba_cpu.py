@@ -295,12 +295,28 @@ def call(kernel, args: Sequence, out_shape: Sequence[int], out_dtype, *, threads
     Returns:
         The output array.
     """
+    return call_outputs(kernel, args, [(out_shape, out_dtype)], threads=threads, bool_as_bytes=bool_as_bytes,
+                        in_place=in_place)[0]
+
+
+def call_outputs(kernel, args: Sequence, outs: Sequence[tuple[Sequence[int], object]], *, threads: bool = True,
+                 bool_as_bytes: bool = False, in_place: int | None = None) -> list:
+    """:func:`call` for a kernel of several outputs, ``kernel(threads, *args, *outs)``.
+
+    Args:
+        outs: ``(shape, dtype)`` of each output, in the kernel's order.
+        in_place: as in :func:`call`, aliasing the first output.
+
+    Returns:
+        The output arrays.
+    """
     in_types = [(np.dtype(np.uint8) if bool_as_bytes and a.dtype == np.bool_ else np.dtype(a.dtype), a.ndim)
                 for a in args]
-    handler = get_handler(kernel, in_types, [(np.dtype(out_dtype), len(out_shape))], threads=threads)
-    ffi = jax.ffi.ffi_call(handler.target_name, [jax.ShapeDtypeStruct(tuple(out_shape), out_dtype)],
+    out_types = [(np.dtype(dtype), len(shape)) for shape, dtype in outs]
+    handler = get_handler(kernel, in_types, out_types, threads=threads)
+    ffi = jax.ffi.ffi_call(handler.target_name, [jax.ShapeDtypeStruct(tuple(shape), dtype) for shape, dtype in outs],
                            input_output_aliases=None if in_place is None else {in_place: 0})
-    return ffi(*args)[0]
+    return list(ffi(*args))
 
 
 def _register(job: _Job) -> CompiledHandler:

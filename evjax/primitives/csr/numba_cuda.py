@@ -348,6 +348,8 @@ KERNELS = {(kind, flavour == "events", transpose): factory(flavour)
            for flavour in ("values", "events") for (kind, transpose), factory in _FACTORIES.items()}
 # (kind, transpose) -> kernel of weighted events
 WEIGHTED_KERNELS = {key: factory("weighted") for key, factory in _FACTORIES.items()}
+# binary_csrmv_active_p's scatter over a list of active rows
+LISTED_KERNEL = _mv_scatter_listed()
 
 # (kind, mode) -> kernel; kind "vec" (r, q vectors) or "mat" (r (n_rows, k), q (n_cols, k)),
 # mode as ops.sddmm_mode (the weighted modes: "mat" only)
