@@ -10,8 +10,9 @@ n = 10^5, ``CompactBinary @ CSR`` costs at most 0.5x ``BinaryArray @ CSR``.
 Cases: ``spikes (n,) @ W (n, n)``, ``W`` CSR with ``k`` synapses per row
 (columns sorted), float32 per-synapse weights, 1 % of the rows active, for
 ``k`` = 10 and 100.  Candidates, jitted where they are JAX, timed round-robin
-in one process (medians of wall time and of the process's CPU time, all
-threads; ratio = wall / ``BinaryArray @ CSR``'s):
+in one process, each block of calls after one untimed call (medians of wall
+time and of the process's CPU time, all threads; ratio = wall /
+``BinaryArray @ CSR``'s):
 
 * evjax ``CompactBinary @ CSR``, the list made beforehand (made once, used by
   several layers or steps: what the goal measures);
@@ -92,6 +93,7 @@ def median_wall_cpu(candidates: dict, *, rounds: int, calls: int, warmup: int = 
     cpu = {name: [] for name in candidates}
     for _ in range(rounds):
         for name, fn in candidates.items():
+            block(fn())  # untimed: the previous candidate's memory traffic leaves this one's caches cold
             for _ in range(calls):
                 w0, c0 = time.perf_counter(), time.process_time()
                 block(fn())

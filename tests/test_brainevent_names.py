@@ -235,3 +235,19 @@ def test_primitives_by_tags():
         by({3})
     with pytest.raises(KeyError, match="no op named"):
         evjax.catalog.primitive_tags("csrmv")
+
+
+# ---------------------------------------------------------------------------
+# the migration page covers every public name of brainevent 0.3.0
+# ---------------------------------------------------------------------------
+def test_migration_page_names_all_174_brainevent_names():
+    import pathlib
+    import re
+
+    here = pathlib.Path(__file__).resolve().parent
+    names = [line.strip() for line in (here / "brainevent_0_3_0_names.txt").read_text().splitlines()
+             if line.strip() and not line.startswith("#")]
+    assert len(names) == len(set(names)) == 174
+    page = (here.parent / "docs" / "migrating_from_brainevent.md").read_text()
+    missing = [n for n in names if not re.search(rf"`{n}[`(.]", page)]
+    assert not missing, f"docs/migrating_from_brainevent.md does not name: {missing}"

@@ -14,7 +14,8 @@ import evjax.compat  # noqa: F401 (docs/api.md documents evjax.compat.jax_kernel
 from .doc_runner import ROOT, run_markdown
 from tests.helpers import HANG_GUARD_S, run_warp_page
 
-PAGES = ["docs/getting_started.md", "docs/concepts.md", "docs/own_op.md", "docs/custom_kernels.md"]
+PAGES = ["docs/getting_started.md", "docs/concepts.md", "docs/own_op.md", "docs/custom_kernels.md",
+         "docs/compact_events.md"]
 
 
 @pytest.mark.parametrize("page", PAGES)

@@ -32,7 +32,7 @@ def _list_row(x, ids, count, r):
             out[m] = i
             m += 1
         i += 1
-    for k in range(m, n):
+    for k in range(np.uint64(m), np.uint64(n)):  # unsigned: LLVM makes the padding a memset
         out[k] = 0
     count[r, 0] = m
 

@@ -63,7 +63,26 @@ def binary_csrmv_indexed(data, indices, indptr, perm, v, *, shape, workspace=Non
 
 def binary_csrmm_indexed(data, indices, indptr, perm, B, *, shape, workspace=None, transpose: bool = False,
                          backend: str | None = None, weighted: bool = False) -> jax.Array:
-    """:func:`evjax.binary_csrmm` with the weights of slot ``k`` at ``data[perm[k]]`` (arguments as
-    :func:`binary_csrmv_indexed`, ``B`` as in :func:`evjax.binary_csrmm`)."""
+    """:func:`evjax.binary_csrmm` with the weights of slot ``k`` at ``data[perm[k]]``.
+
+    Args:
+        data: as in :func:`binary_csrmv_indexed`.
+        indices: as in :func:`evjax.binary_csrmm`.
+        indptr: as in :func:`evjax.binary_csrmm`.
+        perm: as in :func:`binary_csrmv_indexed`.
+        B: the event matrix, as in :func:`evjax.binary_csrmm`.
+        shape: as in :func:`evjax.binary_csrmm`.
+        workspace: accepted and ignored.
+        transpose: as in :func:`evjax.binary_csrmm`.
+        backend: as in :func:`evjax.binary_csrmm`.
+        weighted: as in :func:`evjax.binary_csrmm`.
+
+    Returns:
+        ``binary_csrmm(data[perm], indices, indptr, B, ...)``.
+
+    Example:
+        >>> Y = evjax.binary_csrmm_indexed(W.data, csc_indices, csc_indptr, perm, spikes_batch,
+        ...                                shape=W.shape[::-1], transpose=False)
+    """
     return binary_csrmm(_gathered(data, perm, "binary_csrmm_indexed"), indices, indptr, B, shape=shape,
                         transpose=transpose, backend=backend, weighted=weighted)
