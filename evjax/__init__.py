@@ -16,7 +16,7 @@ from .config import set_backend, use_backend
 from .errors import (
     BrainEventError, CompilationError, KernelCompilationError, KernelError, KernelExecutionError,
     KernelFallbackExhaustedError, KernelNotAvailableError, KernelRegistrationError, KernelToolchainError, MathError,
-    UnsupportedOperationError,
+    UnsupportedOperationError, BenchmarkDataFnNotProvidedError,
 )
 from .events import (
     BinaryArray, BitPackedBinary, CompactBinary, EventArray, EventRepresentation, WeightedArray, bitpack,
@@ -91,7 +91,10 @@ from .rules.ad import defjvp
 from .rules.batching import general_batching_rule
 from .surrogate import SURROGATES, Surrogate, surrogate_grad
 from .warp_kernel import jaxinfo_to_warpinfo, jaxtype_to_warptype, warp_kernel
-from .xla_custom_kernel import XLACustomKernel
+from .xla_custom_kernel import KernelEntry, XLACustomKernel
+from .benchmark import BenchmarkConfig, BenchmarkRecord, BenchmarkResult, benchmark_function
+from .ffi_targets import list_registered_targets, register_ffi_target
+from .data_representation import DataRepresentation
 from .precompile import precompile
 from .backends.threads import get_num_threads, set_num_threads
 from .cache import clear_cache, get_cache_dir, set_cache_dir
@@ -102,6 +105,14 @@ __version__ = "0.1.0"
 
 __all__ = [
     "XLACustomKernel",
+    "KernelEntry",
+    "benchmark_function",
+    "BenchmarkConfig",
+    "BenchmarkRecord",
+    "BenchmarkResult",
+    "register_ffi_target",
+    "list_registered_targets",
+    "DataRepresentation",
     "precompile",
     "set_num_threads",
     "get_num_threads",
@@ -271,4 +282,5 @@ __all__ = [
     "KernelRegistrationError",
     "MathError",
     "UnsupportedOperationError",
+    "BenchmarkDataFnNotProvidedError",
 ]

@@ -49,7 +49,7 @@ __all__ = [
     "BrainEventError", "KernelError", "BackendNotAvailableError", "KernelNotAvailableError",
     "KernelFallbackExhaustedError", "KernelNotFoundError", "CompilationError", "KernelCompilationError",
     "KernelToolchainError", "KernelRegistrationError", "KernelExecutionError", "MathError",
-    "UnsupportedOperationError",
+    "UnsupportedOperationError", "BenchmarkDataFnNotProvidedError",
 ]
 
 
@@ -203,4 +203,13 @@ class UnsupportedOperationError(BrainEventError, TypeError):
         ...     W @ W   # sparse @ sparse
         ... except evjax.UnsupportedOperationError as err:
         ...     print(err)   # says what to do instead
+    """
+
+
+class BenchmarkDataFnNotProvidedError(BrainEventError, LookupError):
+    """:meth:`evjax.XLACustomKernel.benchmark` was called on an op with no benchmark data function
+    (register one with :meth:`~evjax.XLACustomKernel.def_benchmark_data`).
+
+    Example:
+        >>> op.def_benchmark_data(lambda *, platform: [evjax.BenchmarkConfig("small", (x,), dict(outs=outs))])
     """

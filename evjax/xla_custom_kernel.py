@@ -19,6 +19,7 @@ subclassing and defining ``reference``, ``jvp_rule``, ``transpose_rule`` and
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
 import warnings
@@ -29,8 +30,10 @@ import numpy as np
 
 from . import _compat, config, registry
 from .backends import compile_log
+from .benchmark import BenchmarkRecord, BenchmarkResult, benchmark_function
 from .errors import (
-    BackendNotAvailableError, KernelCompilationError, KernelError, KernelNotFoundError, KernelRegistrationError,
+    BackendNotAvailableError, BenchmarkDataFnNotProvidedError, KernelCompilationError, KernelError,
+    KernelNotFoundError, KernelRegistrationError,
 )
 from .outs import normalize_outs
 from .rules import ad as ad_rules
@@ -41,7 +44,27 @@ REFERENCE = registry.REFERENCE
 BackendChoice = registry.BackendChoice
 _LOWERING_PLATFORMS = {"cpu": "cpu", "cuda": "gpu", "rocm": "gpu"}
 
-__all__ = ["XLACustomKernel", "KernelGenerator", "BackendChoice", "REFERENCE", "PLATFORMS"]
+__all__ = ["XLACustomKernel", "KernelGenerator", "KernelEntry", "BackendChoice", "REFERENCE", "PLATFORMS"]
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelEntry:
+    """One registered kernel of an op: its backend, platform and generator (brainevent's name).
+
+    :meth:`XLACustomKernel.kernel_entries` lists them.
+
+    Args:
+        backend: the backend's name (``"numba"``, ``"warp"``, ``"numba_cuda"``, or your own).
+        platform: ``"cpu"`` or ``"gpu"``.
+        kernel_generator: the generator, ``generator(outs, ins, **params) -> kernel``.
+
+    Example:
+        >>> names = [e.backend for e in evjax.binary_csrmv_p.kernel_entries("cpu")]   # numba, warp
+    """
+
+    backend: str
+    platform: str
+    kernel_generator: Callable[..., Callable]
 
 
 def as_list(result) -> list:
@@ -129,6 +152,8 @@ class XLACustomKernel:
         self._jvp_per_input: tuple[Callable | None, ...] | None = None
         self._transpose: Callable | None = None
         self._batching: Callable | None = None
+        self._benchmark_data: Callable | None = None
+        self._call: Callable | None = None
         self._register_with_jax()
         self._adopt_subclass_methods()
 
@@ -523,6 +548,108 @@ class XLACustomKernel:
         ):
             if callable(getattr(cls, method, None)):
                 setter(getattr(self, method))
+
+    def kernel_entries(self, platform: str) -> list[KernelEntry]:
+        """The kernels registered on ``platform`` whose library is installed (a declared backend module is
+        imported to get its generator), as :class:`KernelEntry` objects, by backend name."""
+        platform = registry.platform_of(platform, who=f"op '{self.name}'")
+        return [KernelEntry(name, platform, self._generator(platform, name).generator)
+                for name in self.available_backends(platform) if name != REFERENCE]
+
+    # --------------------------------------------------------------- benchmark
+    def def_benchmark_data(self, fn: Callable):
+        """Register ``fn(*, platform) -> list[BenchmarkConfig]``, the configurations :meth:`benchmark` times."""
+        if not callable(fn):
+            raise TypeError(f"op '{self.name}': the benchmark data function must be callable, got {fn!r}")
+        self._benchmark_data = fn
+        return fn
+
+    def def_call(self, fn: Callable):
+        """Register ``fn(*args, backend=..., **kernel_kwargs) -> outputs``, how :meth:`benchmark` calls the op
+        (default: the op itself, ``op(*args, backend=..., **kernel_kwargs)``, with ``outs`` among the kwargs)."""
+        if not callable(fn):
+            raise TypeError(f"op '{self.name}': the call function must be callable, got {fn!r}")
+        self._call = fn
+        return fn
+
+    def benchmark(self, *, platform: str, n_warmup: int = 5, n_runs: int = 20, n_batch_per_run: int = 1,
+                  compare_results: bool = True, rtol: float = 1e-3, atol: float = 1e-3, verbose: bool = False,
+                  catch_errors: bool = True, backends: list[str] | None = None) -> BenchmarkResult:
+        """Time every backend (or ``backends``) on every configuration of :meth:`def_benchmark_data`.
+
+        Each (configuration, backend) is a jitted call timed by
+        :func:`evjax.benchmark_function` on ``platform``'s first device.  The
+        result only reports: choosing a backend from it (``result.fastest()``,
+        then :meth:`set_default` or :func:`evjax.set_backend`) is yours.
+
+        Args:
+            platform: ``"cpu"`` or ``"gpu"``.
+            n_warmup: untimed calls first (the first compiles).
+            n_runs: timed calls (intervals) per pair.
+            n_batch_per_run: calls per timed interval.
+            compare_results: warn where a backend's outputs differ from the first backend's
+                beyond ``rtol``/``atol``.
+            rtol: relative tolerance of the comparison.
+            atol: absolute tolerance of the comparison.
+            verbose: print one line per pair.
+            catch_errors: record a failing pair (``success=False``) instead of raising.
+            backends: the backends to time (default: every available one, the reference included).
+
+        Returns:
+            A :class:`evjax.BenchmarkResult`.
+
+        Raises:
+            evjax.errors.BenchmarkDataFnNotProvidedError: no benchmark data function.
+            ValueError: no device of ``platform`` here.
+        """
+        if self._benchmark_data is None:
+            raise BenchmarkDataFnNotProvidedError(
+                f"op '{self.name}' has no benchmark data: register a function with "
+                f"op.def_benchmark_data(lambda *, platform: [evjax.BenchmarkConfig(...)])")
+        platform = registry.platform_of(platform, who=f"op '{self.name}'")
+        try:
+            device = jax.devices(platform)[0]
+        except RuntimeError:
+            raise ValueError(f"op '{self.name}': no {platform} device here to benchmark on") from None
+        names = list(backends) if backends is not None else self.available_backends(platform)
+        call = self._call or self
+        records = []
+        for config_ in self._benchmark_data(platform=platform):
+            first = None
+            for name in names:
+                record, output = self._time_one(call, config_, name, platform, device, n_warmup, n_runs,
+                                                n_batch_per_run, catch_errors)
+                records.append(record)
+                if verbose:
+                    state = f"{record.mean_ms:.4g} ms" if record.success else f"failed: {record.error}"
+                    print(f"{self.name} [{config_.name}] {platform}/{name}: {state}")
+                if record.success and compare_results:
+                    if first is None:
+                        first = (name, output)
+                    elif not all(np.allclose(np.asarray(a), np.asarray(b), rtol=rtol, atol=atol, equal_nan=True)
+                                 for a, b in zip(jax.tree_util.tree_leaves(first[1]),
+                                                 jax.tree_util.tree_leaves(output))):
+                        warnings.warn(f"op '{self.name}' [{config_.name}]: backend {name!r} differs from "
+                                      f"{first[0]!r} beyond rtol={rtol}, atol={atol}", RuntimeWarning, stacklevel=2)
+        return BenchmarkResult(records, self.name)
+
+    def _time_one(self, call, config_, name, platform, device, n_warmup, n_runs, n_batch_per_run, catch_errors):
+        """One (configuration, backend) pair: its record and its output (None where it failed)."""
+        def run(*args):
+            return call(*args, backend=name, **config_.kernel_kwargs)
+
+        try:
+            with jax.default_device(device):
+                mean, std, low, _, output = benchmark_function(jax.jit(run), n_warmup, n_runs, n_batch_per_run,
+                                                               data=tuple(config_.args))
+        except Exception as exc:  # noqa: BLE001 - recorded, or raised below
+            if not catch_errors:
+                raise
+            return BenchmarkRecord(platform, name, config_.name, float("nan"), float("nan"), float("nan"), None,
+                                   False, f"{type(exc).__name__}: {exc}", dict(config_.kernel_kwargs),
+                                   dict(config_.data_kwargs)), None
+        return BenchmarkRecord(platform, name, config_.name, 1e3 * mean, 1e3 * std, 1e3 * low, None, True, None,
+                               dict(config_.kernel_kwargs), dict(config_.data_kwargs)), output
 
     # ----------------------------------------------------------------- calling
     def __call__(self, *args, outs, backend: str | None = None, **params) -> list:

@@ -36,6 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ...data_representation import DataRepresentation
 from ..._validation import INT32_MAX, check_shape, checked_index_cast
 from ...dtypes import LOW_PRECISION
 from ...errors import UnsupportedOperationError
@@ -173,7 +174,7 @@ def _constructor_parts(who: str, data, indices, indptr, args: tuple, shape, unkn
     return data, indices, indptr, shape
 
 
-class _Compressed:
+class _Compressed(DataRepresentation):
     __array_ufunc__ = None  # numpy defers ``ndarray @ sparse`` to __rmatmul__
     takes_events = True  # ``BinaryArray @ sparse`` runs the event ops (see evjax.events)
     _from_tree = True  # the pytree's static flag: rebuilt instances skip validation

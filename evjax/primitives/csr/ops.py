@@ -45,6 +45,7 @@ from ...dtypes import compute_dtype
 from ..._event_values import as_bool_events
 from ...rules import ad as ad_rules
 from ...rules import batching as batching_rules
+from ...benchmark import BenchmarkConfig
 from ...xla_custom_kernel import XLACustomKernel
 from .validation import check_active_list, check_operand, validate_csr
 
@@ -552,7 +553,22 @@ def _binary_csrmv_batching(args, axes, *, outs, shape, transpose, backend, weigh
                          transpose=transpose, backend=backend, weighted=weighted)
 
 
+def _binary_csrmv_benchmark_data(*, platform):
+    # what XLACustomKernel.benchmark times: spikes @ W, n = 10000, 100 synapses per row, 1 % and 10 % active
+    rng = np.random.default_rng(0)
+    n, k = 10_000, 100
+    indices = jnp.asarray(np.sort(rng.integers(0, n, (n, k)), axis=1).astype(np.int32).ravel())
+    indptr = jnp.asarray((np.arange(n + 1) * k).astype(np.int32))
+    data = jnp.asarray(rng.standard_normal(n * k).astype(np.float32))
+    outs = (jax.ShapeDtypeStruct((n,), jnp.float32),)
+    return [BenchmarkConfig(f"spikes @ W, {rate:.0%} active", (data, indices, indptr, jnp.asarray(rng.random(n) < rate)),
+                            dict(outs=outs, shape=(n, n), transpose=True, weighted=False),
+                            dict(n=n, synapses_per_row=k, rate=rate))
+            for rate in (0.01, 0.1)]
+
+
 binary_csrmv_p.def_reference(_binary_csrmv_reference)
+binary_csrmv_p.def_benchmark_data(_binary_csrmv_benchmark_data)
 binary_csrmv_p.def_jvp_rule2(_binary_csrmv_jvp_data, None, None, _binary_csrmv_jvp_events)
 binary_csrmv_p.def_transpose_rule(_binary_csrmv_transpose)
 binary_csrmv_p.def_batching_rule(_binary_csrmv_batching)

@@ -22,6 +22,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from ...data_representation import DataRepresentation
 from ..._validation import check_shape
 from ..._event_values import EventValues, event_operand
 from .ops import binary_densemm, binary_densemv
@@ -30,7 +31,7 @@ __all__ = ["Dense"]
 
 
 @jax.tree_util.register_pytree_node_class
-class Dense:
+class Dense(DataRepresentation):
     """A dense weight matrix ``(n_rows, n_cols)`` whose products with events visit only the active ones.
 
     Args:

@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ...data_representation import DataRepresentation
 from ..._validation import check_shape, check_size, host_rng
 from ..._event_values import EventValues, event_operand
 from ..csr.matrix import CSR
@@ -71,7 +72,7 @@ def _random_table(rng: np.random.Generator, n: int, n_targets: int, k: int, repl
         table[dup] = rng.integers(0, n_targets, int(dup.sum()))
 
 
-class FixedNumConn:
+class FixedNumConn(DataRepresentation):
     """The base of :class:`FixedPostNumConn` and :class:`FixedPreNumConn` (brainevent's ``FixedNumConn``).
 
     Both store a weight table and an index table of shape ``_table_shape``

@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ...data_representation import DataRepresentation
 from ..._validation import as_seed, check_shape
 from ..._event_values import EventValues, event_operand
 from ...errors import UnsupportedOperationError
@@ -41,7 +42,7 @@ def _ops(law: str):
             for rank in (1, 2) for event in (False, True)}, getattr(f, f"jit{letter}")
 
 
-class JITCMatrix:
+class JITCMatrix(DataRepresentation):
     """Base of the JITC matrices: a law, its parameters, ``prob``, ``seed``, ``shape`` and ``corder``.
 
     Build one of its subclasses (``JITCScalarR/C``, ``JITCNormalR/C``,
