@@ -13,6 +13,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from .units import is_quantity
+
 __all__ = ["EventValues", "as_bool_events", "event_operand"]
 
 
@@ -41,7 +43,7 @@ class EventValues:
     weighted = False  # WeightedArray sets it: its events carry values, not just 0/1
 
     def __init__(self, value: Any):
-        self.value = value if isinstance(value, jax.Array) else jnp.asarray(value)
+        self.value = value if isinstance(value, jax.Array) or is_quantity(value) else jnp.asarray(value)
 
     def tree_flatten(self):
         return (self.value,), None
@@ -51,6 +53,8 @@ class EventValues:
         obj = object.__new__(cls)
         obj.value = children[0]
         return obj
+
+    lists_rows = False  # CompactBinary sets it: its vectors carry the list of their active entries
 
     def active_rows(self):
         """``(active_ids, n_active)``: the list of the active entries of a vector of events, where

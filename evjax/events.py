@@ -282,6 +282,8 @@ class CompactBinary(BinaryArray):
     def __repr__(self) -> str:
         return f"CompactBinary(n_orig={self.n_orig}, batch_size={self.batch_size}, value={self.value!r})"
 
+    lists_rows = True
+
     def active_rows(self):
         """``(active_ids, n_active)`` for a vector with a list (what the CSR scatter reads), else None."""
         if self.batch_size is not None or self.active_ids is None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import jax
 
+from ...units import carries_units
 from ..._validation import canonical, check_index_vector, is_concrete
 from .ops import binary_csrmm, binary_csrmv
 
@@ -32,6 +33,7 @@ def _gathered(data, perm, who: str):
     return data[perm]
 
 
+@carries_units("data", events=("v",), weighted="weighted")
 def binary_csrmv_indexed(data, indices, indptr, perm, v, *, shape, workspace=None, transpose: bool = False,
                          backend: str | None = None, weighted: bool = False) -> jax.Array:
     """:func:`evjax.binary_csrmv` with the weights of slot ``k`` at ``data[perm[k]]``.
@@ -61,6 +63,7 @@ def binary_csrmv_indexed(data, indices, indptr, perm, v, *, shape, workspace=Non
                         transpose=transpose, backend=backend, weighted=weighted)
 
 
+@carries_units("data", events=("B",), weighted="weighted")
 def binary_csrmm_indexed(data, indices, indptr, perm, B, *, shape, workspace=None, transpose: bool = False,
                          backend: str | None = None, weighted: bool = False) -> jax.Array:
     """:func:`evjax.binary_csrmm` with the weights of slot ``k`` at ``data[perm[k]]``.

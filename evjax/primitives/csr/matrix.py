@@ -36,6 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ... import units
 from ...data_representation import DataRepresentation
 from ..._validation import INT32_MAX, check_shape, checked_index_cast
 from ...dtypes import LOW_PRECISION
@@ -79,8 +80,25 @@ def _split_operand(x):
         return value, True, weighted
     if isinstance(x, _Compressed):
         raise UnsupportedOperationError("sparse @ sparse is not supported; convert one side with .todense()")
-    x = x if isinstance(x, jax.Array) else jnp.asarray(x)
+    if not isinstance(x, jax.Array):
+        if units.is_quantity(x):  # values with a unit (_matmul takes the unit off)
+            return x, False, False
+        x = jnp.asarray(x)
     return x, x.dtype == jnp.bool_, False
+
+
+def _matmul_quantities(sparse, operand, x, event: bool, weighted: bool, sparse_on_left: bool):
+    """``_matmul`` where the weights or the operand are brainunit quantities: on the numbers, then the
+    product's unit (spikes carry none)."""
+    data, unit = units.split(sparse.data)
+    if units.is_quantity(x):
+        if event and not weighted:
+            raise TypeError("matmul: spikes carry no unit; pass their numbers (x.mantissa), or a WeightedArray")
+        x, x_unit = units.split(x)
+        unit = x_unit if unit is None else unit * x_unit
+        operand = type(operand)(x) if isinstance(operand, EventValues) else x  # (a WeightedArray's values)
+    plain = sparse._make(data, sparse.indices, sparse.indptr, sparse.shape, sparse.other_view)
+    return units.attach(_matmul(plain, operand, sparse_on_left=sparse_on_left), unit)
 
 
 def _matmul(sparse, x, *, sparse_on_left: bool):
@@ -94,6 +112,8 @@ def _matmul(sparse, x, *, sparse_on_left: bool):
     """
     operand = x
     x, event, weighted = _split_operand(x)
+    if not (isinstance(sparse.data, jax.Array) and isinstance(x, jax.Array)):
+        return _matmul_quantities(sparse, operand, x, event, weighted, sparse_on_left)
     m, n = sparse.shape
     contracted = n if sparse_on_left else m
     if x.ndim not in (1, 2):
@@ -103,7 +123,7 @@ def _matmul(sparse, x, *, sparse_on_left: bool):
         left, right = (sparse.shape, x.shape) if sparse_on_left else (x.shape, sparse.shape)
         raise ValueError(f"matmul: shapes {left} and {right} are not aligned ({x_dim} != {contracted})")
     transpose = isinstance(sparse, CSC) != (not sparse_on_left)  # of the stored CSR
-    listed = operand.active_rows() if isinstance(operand, EventValues) and transpose and not weighted else None
+    listed = operand.active_rows() if transpose and getattr(operand, "lists_rows", False) and not weighted else None
     if listed is not None:  # events that carry the list of their active rows: the scatter reads the list
         return binary_csrmv_active(sparse.data, sparse.indices, sparse.indptr, *listed, x,
                                    shape=sparse._stored_shape)
@@ -192,7 +212,11 @@ class _Compressed(DataRepresentation):
             self.other_view = other_view
             return
         parts = _constructor_parts(type(self).__name__, data, indices, indptr, args, shape, unknown)
-        self._set(*self._validated(*parts, indptr_dtype))
+        data, unit = parts[0], None
+        if not isinstance(data, (jax.Array, np.ndarray)):  # brainunit weights: the numbers checked, the unit kept
+            data, unit = units.split(data)
+        data, indices, indptr, shape = self._validated(data, *parts[1:], indptr_dtype)
+        self._set(data if unit is None else units.attach(data, unit), indices, indptr, shape)
 
     def _validated(self, data, indices, indptr, shape, indptr_dtype) -> tuple:
         """``(data, indices, indptr, shape)`` checked and normalised (per subclass)."""
@@ -491,7 +515,9 @@ class _Compressed(DataRepresentation):
     def _dense_stored(self):
         m, n = self._stored_shape
         rows = row_ids(self.indptr, self.nnz)
-        return jnp.zeros((m, n), self.dtype).at[rows, self.indices].add(self._weights(), mode="drop")
+        data, unit = units.split(self.data)
+        weights = weights_of(data, self.nnz)
+        return units.attach(jnp.zeros((m, n), weights.dtype).at[rows, self.indices].add(weights, mode="drop"), unit)
 
     def _scipy_arrays(self):
         data = np.asarray(self._weights())

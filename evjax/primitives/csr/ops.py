@@ -40,6 +40,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ...units import carries_units
 from ..._validation import INT32_MAX
 from ...dtypes import compute_dtype
 from ..._event_values import as_bool_events
@@ -359,6 +360,7 @@ def _jvp_straight_through(float_op, tangent, data, indices, indptr, *, outs, sha
 # ===========================================================================
 # csrmv: y = A x (transpose=False) or y = A.T x, x a float vector
 # ===========================================================================
+@carries_units("data", "v")
 def csrmv(data, indices, indptr, v, *, shape, transpose: bool = False, backend: str | None = None) -> jax.Array:
     """Sparse matrix times float vector.
 
@@ -422,6 +424,7 @@ csrmv_p.def_batching_rule(_csrmv_batching)
 # ===========================================================================
 # csrmm: Y = A B (transpose=False) or Y = A.T B, B a float matrix (contracted dimension first)
 # ===========================================================================
+@carries_units("data", "B")
 def csrmm(data, indices, indptr, B, *, shape, transpose: bool = False, backend: str | None = None) -> jax.Array:
     """Sparse matrix times float matrix.
 
@@ -483,6 +486,7 @@ csrmm_p.def_batching_rule(_csrmm_batching)
 # ===========================================================================
 # binary_csrmv: y = A 1[s != 0] (or A.T ...), s an event vector; weighted: y = A where(v != 0, v, 0)
 # ===========================================================================
+@carries_units("data", events=("v",), weighted="weighted")
 def binary_csrmv(data, indices, indptr, v, *, shape, workspace=None, transpose: bool = False,
                  backend: str | None = None, weighted: bool = False) -> jax.Array:
     """Sparse matrix times event vector: only active entries of ``v`` contribute.
@@ -577,6 +581,7 @@ binary_csrmv_p.def_batching_rule(_binary_csrmv_batching)
 # ===========================================================================
 # binary_csrmm: Y = A 1[S != 0] (or A.T ...), S an event matrix; weighted as binary_csrmv
 # ===========================================================================
+@carries_units("data", events=("B",), weighted="weighted")
 def binary_csrmm(data, indices, indptr, B, *, shape, workspace=None, transpose: bool = False,
                  backend: str | None = None, weighted: bool = False) -> jax.Array:
     """Sparse matrix times event matrix (a batch of spike vectors as columns).
@@ -646,6 +651,7 @@ binary_csrmm_p.def_batching_rule(_binary_csrmm_batching)
 # ===========================================================================
 # binary_csrmv_active: y = A.T e, e given by the ascending list of its active rows (CompactBinary)
 # ===========================================================================
+@carries_units("data", events=("v",))
 def binary_csrmv_active(data, indices, indptr, active_ids, n_active, v, *, shape,
                         backend: str | None = None) -> jax.Array:
     """``spikes @ A`` with the spikes also given as the list of their active rows.
@@ -740,6 +746,7 @@ binary_csrmv_active_p.def_batching_rule(_binary_csrmv_active_batching)
 # ===========================================================================
 # csr_sddmm: g[k] = <r[i_k], q[j_k]>  (the weight gradient; r, q vectors or matrices)
 # ===========================================================================
+@carries_units("r", "q")
 def csr_sddmm(indices, indptr, r, q, *, shape, dtype=None, backend: str | None = None,
               weighted: str | None = None) -> jax.Array:
     """Sampled dense-dense product on the CSR pattern: ``g[k] = <r[row k], q[indices[k]]>``.

@@ -52,6 +52,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ...units import carries_units
 from ..._validation import canonical, check_shape
 from ...registry import check_backend_name
 from .ops import csr_sddmm
@@ -161,6 +162,7 @@ def _check(backend, who: str) -> None:
 # ---------------------------------------------------------------------------
 # public functions
 # ---------------------------------------------------------------------------
+@carries_units("y", "w")
 def csrmv_dt2t(y: jax.typing.ArrayLike, w: jax.typing.ArrayLike, indices: jax.typing.ArrayLike,
                indptr: jax.typing.ArrayLike, *, shape: tuple[int, int], transpose: bool = False,
                backend: Optional[str] = None) -> jax.Array:
@@ -203,6 +205,7 @@ def csrmv_dt2t(y: jax.typing.ArrayLike, w: jax.typing.ArrayLike, indices: jax.ty
                      backend=backend)
 
 
+@carries_units("y", "w")
 def cscmv_dt2t(y: jax.typing.ArrayLike, w: jax.typing.ArrayLike, indices: jax.typing.ArrayLike,
                indptr: jax.typing.ArrayLike, *, shape: tuple[int, int], transpose: bool = False,
                backend: Optional[str] = None) -> jax.Array:
@@ -241,6 +244,7 @@ def cscmv_dt2t(y: jax.typing.ArrayLike, w: jax.typing.ArrayLike, indices: jax.ty
                      backend=backend)
 
 
+@carries_units("y", "w")
 def csrmm_dt2t(y: jax.typing.ArrayLike, w: jax.typing.ArrayLike, indices: jax.typing.ArrayLike,
                indptr: jax.typing.ArrayLike, *, shape: tuple[int, int], transpose: bool = False,
                backend: Optional[str] = None) -> jax.Array:
@@ -278,6 +282,7 @@ def csrmm_dt2t(y: jax.typing.ArrayLike, w: jax.typing.ArrayLike, indices: jax.ty
                      backend=backend)
 
 
+@carries_units("y", "w")
 def cscmm_dt2t(y: jax.typing.ArrayLike, w: jax.typing.ArrayLike, indices: jax.typing.ArrayLike,
                indptr: jax.typing.ArrayLike, *, shape: tuple[int, int], transpose: bool = False,
                backend: Optional[str] = None) -> jax.Array:

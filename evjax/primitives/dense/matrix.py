@@ -22,6 +22,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from ... import units
 from ...data_representation import DataRepresentation
 from ..._validation import check_shape
 from ..._event_values import EventValues, event_operand
@@ -52,6 +53,7 @@ class Dense(DataRepresentation):
     takes_events = True  # ``BinaryArray @ Dense`` comes to us (see evjax.events)
 
     def __init__(self, data: Any, *, shape=None, backend: str | None = None):
+        data, unit = (data, None) if isinstance(data, jax.Array) else units.split(data)  # brainunit: unit kept
         data = data if isinstance(data, jax.Array) else jnp.asarray(data)
         if data.ndim != 2 or not jnp.issubdtype(data.dtype, jnp.floating):
             raise TypeError(f"Dense: data must be a 2-d float matrix, got {data.dtype}{list(data.shape)}; "
@@ -59,7 +61,7 @@ class Dense(DataRepresentation):
         if shape is not None and check_shape(shape, "Dense") != tuple(data.shape):
             raise ValueError(f"Dense: shape {tuple(shape)} does not match data.shape {tuple(data.shape)}; "
                              f"leave shape out, it is read from data")
-        self.data, self.backend = data, backend
+        self.data, self.backend = units.attach(data, unit), backend
 
     def tree_flatten(self):
         return (self.data,), self.backend
@@ -109,20 +111,29 @@ class Dense(DataRepresentation):
         if isinstance(x, EventValues):
             value, weighted = event_operand(x)
             return value, True, weighted
-        x = x if isinstance(x, jax.Array) else jnp.asarray(x)
+        if not isinstance(x, jax.Array):
+            if units.is_quantity(x):
+                return x, False, False
+            x = jnp.asarray(x)
         return x, x.dtype == jnp.bool_, False
+
+    def _dense_matmul(self, a, b):
+        """``a @ b`` of two plain or brainunit operands (numbers multiplied, units too)."""
+        (a, ua), (b, ub) = units.split(a), units.split(b)
+        unit = ub if ua is None else (ua if ub is None else ua * ub)
+        return units.attach(jnp.matmul(a, b), unit)
 
     def __matmul__(self, other):  # W @ x
         x, event, weighted = self._operand(other)
         if not event:
-            return jnp.matmul(self.data, x)
+            return self._dense_matmul(self.data, x)
         op = binary_densemv if x.ndim == 1 else binary_densemm
         return op(self.data, x, transpose=False, backend=self.backend, weighted=weighted)
 
     def __rmatmul__(self, other):  # x @ W
         x, event, weighted = self._operand(other)
         if not event:
-            return jnp.matmul(x, self.data)
+            return self._dense_matmul(x, self.data)
         if x.ndim == 1:
             return binary_densemv(self.data, x, transpose=True, backend=self.backend, weighted=weighted)
         if x.ndim != 2:

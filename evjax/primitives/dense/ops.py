@@ -41,6 +41,7 @@ import math
 import jax
 import jax.numpy as jnp
 
+from ...units import carries_units
 from ..._validation import canonical
 from ...dtypes import compute_dtype
 from ..._event_values import event_operand
@@ -154,6 +155,7 @@ def _dense_product(weights, t, transpose: bool, dtype):
 # per column).  Two primitives (brainevent's names) that differ only in the events' rank: the rules
 # below serve both, binding the op of the rank they are given (_bind_matmul).
 # ===========================================================================
+@carries_units("weights", events=("spikes",), weighted="weighted")
 def binary_densemv(weights, spikes, *, transpose: bool, backend: str | None = None,
                    weighted: bool = False) -> jax.Array:
     """Dense matrix times event vector: only the active (nonzero) events are visited.
@@ -186,6 +188,7 @@ def binary_densemv(weights, spikes, *, transpose: bool, backend: str | None = No
     return _bind_matmul(weights, spikes, transpose=transpose, weighted=weighted, dtype=dtype, backend=backend)
 
 
+@carries_units("weights", events=("spikes",), weighted="weighted")
 def binary_densemm(weights, spikes, *, transpose: bool, backend: str | None = None,
                    weighted: bool = False) -> jax.Array:
     """Dense matrix times event matrix (one event vector per column), natively batched.

@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ... import units
 from ...data_representation import DataRepresentation
 from ..._validation import check_shape, check_size, host_rng
 from ..._event_values import EventValues, event_operand
@@ -112,8 +113,9 @@ class FixedNumConn(DataRepresentation):
             data, indices = data
         shape = check_shape(shape, type(self).__name__, dims=("n_pre", "n_post"))
         stored = shape if self._fan_out else shape[::-1]
+        data, unit = units.split(data)  # brainunit weights: the numbers are checked, the unit kept
         data, indices, _ = validate_table(data, indices, stored, who=type(self).__name__)
-        self.data, self.indices, self.shape, self.backend = data, indices, shape, backend
+        self.data, self.indices, self.shape, self.backend = units.attach(data, unit), indices, shape, backend
 
     # -- structure -----------------------------------------------------------
     @property
@@ -171,9 +173,11 @@ class FixedNumConn(DataRepresentation):
         """The dense ``(n_pre, n_post)`` matrix (duplicate targets summed)."""
         n, k = self.indices.shape
         rows = jnp.repeat(jnp.arange(n), k)
-        table = jnp.zeros(self._table_shape, self.dtype).at[rows, self.indices.reshape(-1)].add(
-            self._weights().reshape(-1), mode="drop")
-        return table if self._fan_out else table.T
+        data, unit = units.split(self.data)
+        weights = jnp.broadcast_to(data, self.indices.shape) if self.homogeneous else data
+        table = jnp.zeros(self._table_shape, weights.dtype).at[rows, self.indices.reshape(-1)].add(
+            weights.reshape(-1), mode="drop")
+        return units.attach(table if self._fan_out else table.T, unit)
 
     def tocsr(self) -> CSR:
         """The same matrix as an :class:`evjax.CSR` of shape ``(n_pre, n_post)``."""
@@ -184,7 +188,7 @@ class FixedNumConn(DataRepresentation):
     def _product(self, x, *, conn_on_left: bool):
         value, weighted = event_operand(x)
         event = isinstance(x, EventValues)
-        value = value if isinstance(value, jax.Array) else jnp.asarray(value)
+        value = value if isinstance(value, jax.Array) or units.is_quantity(value) else jnp.asarray(value)
         event = event or value.dtype == jnp.bool_
         if value.ndim not in (1, 2):
             raise ValueError(f"matmul: the dense side must be a vector or a matrix, got shape {value.shape}")

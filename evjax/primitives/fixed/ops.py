@@ -37,6 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ...units import carries_units
 from ..._validation import check_operand, is_concrete
 from ..csr.ops import binary_csrmm_p, binary_csrmv_p, csr_sddmm_p, csrmm_p, csrmv_p
 from .validation import pointer_dtype, row_pointers, validate_table  # noqa: F401 (re-exported)
@@ -113,6 +114,7 @@ def _matmul(op, weights, indices, x, *, shape, transpose, backend, rank, event, 
 # ===========================================================================
 # Public functions (brainevent's names and signatures)
 # ===========================================================================
+@carries_units("weights", "vector")
 def fcnmv(weights, indices, vector, *, shape, transpose: bool = False, backend: str | None = None) -> jax.Array:
     """Fixed-width connectivity times float vector.
 
@@ -138,6 +140,7 @@ def fcnmv(weights, indices, vector, *, shape, transpose: bool = False, backend: 
                    rank=1, event=False, who="fcnmv")
 
 
+@carries_units("weights", "matrix")
 def fcnmm(weights, indices, matrix, *, shape, transpose: bool = False, backend: str | None = None) -> jax.Array:
     """Fixed-width connectivity times float matrix.
 
@@ -159,6 +162,7 @@ def fcnmm(weights, indices, matrix, *, shape, transpose: bool = False, backend: 
                    rank=2, event=False, who="fcnmm")
 
 
+@carries_units("weights", events=("spikes",), weighted="weighted")
 def binary_fcnmv(weights, indices, spikes, *, shape, transpose: bool = False, backend: str | None = None,
                  weighted: bool = False) -> jax.Array:
     """Fixed-width connectivity times event vector: only active entries contribute.
@@ -188,6 +192,7 @@ def binary_fcnmv(weights, indices, spikes, *, shape, transpose: bool = False, ba
                    rank=1, event=True, who="binary_fcnmv", weighted=weighted)
 
 
+@carries_units("weights", events=("matrix",), weighted="weighted")
 def binary_fcnmm(weights, indices, matrix, *, shape, transpose: bool = False, backend: str | None = None,
                  weighted: bool = False) -> jax.Array:
     """Fixed-width connectivity times event matrix (a batch of spike vectors as columns).
@@ -212,6 +217,7 @@ def binary_fcnmm(weights, indices, matrix, *, shape, transpose: bool = False, ba
                    rank=2, event=True, who="binary_fcnmm", weighted=weighted)
 
 
+@carries_units("r", "q")
 def fcn_sddmm(indices, r, q, *, shape, dtype=None, backend: str | None = None) -> jax.Array:
     """Sampled dense-dense product on the table: ``g[i, l] = <r[i], q[indices[i, l]]>``.
 

@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ...units import carries_units
 from ..._validation import canonical, check_shape
 from .validation import validate_table
 
@@ -89,6 +90,7 @@ def _products(weights, indices, y, shape, transpose, batched: bool, who: str):
     return jnp.broadcast_to(weights * values, out_shape)
 
 
+@carries_units("weights", "y")
 def fcnmv_dt2t(weights: jax.typing.ArrayLike, indices: jax.typing.ArrayLike, y: jax.typing.ArrayLike, *,
                shape: tuple[int, int], transpose: bool) -> jax.Array:
     """Per-synapse product of a vector and the values of a fixed-width table.
@@ -121,6 +123,7 @@ def fcnmv_dt2t(weights: jax.typing.ArrayLike, indices: jax.typing.ArrayLike, y: 
     return _products(weights, indices, y, shape, transpose, False, "fcnmv_dt2t")
 
 
+@carries_units("weights", "y")
 def fcnmm_dt2t(weights: jax.typing.ArrayLike, indices: jax.typing.ArrayLike, y: jax.typing.ArrayLike, *,
                shape: tuple[int, int], transpose: bool) -> jax.Array:
     """Batched :func:`fcnmv_dt2t`: ``out[b, i, l] = weights[b, i, l] * y[b, i or indices[i, l]]``.

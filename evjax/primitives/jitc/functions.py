@@ -9,6 +9,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from ...units import carries_units
 from ... import _compat
 from ..._validation import as_seed, canonical, check_shape
 from ..._event_values import event_operand
@@ -171,6 +172,7 @@ def _dense_doc(law: str, name: str) -> str:
             f"        >>> bool((M != 0).mean() < 0.2)\n        True\n")
 
 
+@carries_units("weight", "vector")
 def jitsmv(weight, prob, vector, seed=None, *, shape, transpose: bool = False, corder: bool = True,
         backend: str | None = None) -> jax.Array:
     return _matmul("scalar", (weight,), prob, vector, seed, shape=shape, transpose=transpose, corder=corder,
@@ -180,6 +182,7 @@ def jitsmv(weight, prob, vector, seed=None, *, shape, transpose: bool = False, c
 jitsmv.__doc__ = _doc('one weight for every synapse', "vector", 1, False)
 
 
+@carries_units("weight", events=("vector",), weighted="weighted")
 def binary_jitsmv(weight, prob, vector, seed=None, *, shape, transpose: bool = False, corder: bool = True,
         backend: str | None = None, weighted: bool = False) -> jax.Array:
     return _matmul("scalar", (weight,), prob, vector, seed, shape=shape, transpose=transpose, corder=corder,
@@ -189,6 +192,7 @@ def binary_jitsmv(weight, prob, vector, seed=None, *, shape, transpose: bool = F
 binary_jitsmv.__doc__ = _doc('one weight for every synapse', "vector", 1, True)
 
 
+@carries_units("weight", "B")
 def jitsmm(weight, prob, B, seed=None, *, shape, transpose: bool = False, corder: bool = True,
         backend: str | None = None) -> jax.Array:
     return _matmul("scalar", (weight,), prob, B, seed, shape=shape, transpose=transpose, corder=corder,
@@ -198,6 +202,7 @@ def jitsmm(weight, prob, B, seed=None, *, shape, transpose: bool = False, corder
 jitsmm.__doc__ = _doc('one weight for every synapse', "B", 2, False)
 
 
+@carries_units("weight", events=("B",), weighted="weighted")
 def binary_jitsmm(weight, prob, B, seed=None, *, shape, transpose: bool = False, corder: bool = True,
         backend: str | None = None, weighted: bool = False) -> jax.Array:
     return _matmul("scalar", (weight,), prob, B, seed, shape=shape, transpose=transpose, corder=corder,
@@ -207,6 +212,7 @@ def binary_jitsmm(weight, prob, B, seed=None, *, shape, transpose: bool = False,
 binary_jitsmm.__doc__ = _doc('one weight for every synapse', "B", 2, True)
 
 
+@carries_units("w_loc", "vector", shared={"w_scale": "w_loc"})
 def jitnmv(w_loc, w_scale, prob, vector, seed=None, *, shape, transpose: bool = False, corder: bool = True,
         backend: str | None = None) -> jax.Array:
     return _matmul("normal", (w_loc, w_scale,), prob, vector, seed, shape=shape, transpose=transpose, corder=corder,
@@ -216,6 +222,7 @@ def jitnmv(w_loc, w_scale, prob, vector, seed=None, *, shape, transpose: bool = 
 jitnmv.__doc__ = _doc('weights ``w_loc + w_scale * z``, ``z ~ N(0, 1)``', "vector", 1, False)
 
 
+@carries_units("w_loc", events=("vector",), weighted="weighted", shared={"w_scale": "w_loc"})
 def binary_jitnmv(w_loc, w_scale, prob, vector, seed=None, *, shape, transpose: bool = False, corder: bool = True,
         backend: str | None = None, weighted: bool = False) -> jax.Array:
     return _matmul("normal", (w_loc, w_scale,), prob, vector, seed, shape=shape, transpose=transpose, corder=corder,
@@ -225,6 +232,7 @@ def binary_jitnmv(w_loc, w_scale, prob, vector, seed=None, *, shape, transpose: 
 binary_jitnmv.__doc__ = _doc('weights ``w_loc + w_scale * z``, ``z ~ N(0, 1)``', "vector", 1, True)
 
 
+@carries_units("w_loc", "B", shared={"w_scale": "w_loc"})
 def jitnmm(w_loc, w_scale, prob, B, seed=None, *, shape, transpose: bool = False, corder: bool = True,
         backend: str | None = None) -> jax.Array:
     return _matmul("normal", (w_loc, w_scale,), prob, B, seed, shape=shape, transpose=transpose, corder=corder,
@@ -234,6 +242,7 @@ def jitnmm(w_loc, w_scale, prob, B, seed=None, *, shape, transpose: bool = False
 jitnmm.__doc__ = _doc('weights ``w_loc + w_scale * z``, ``z ~ N(0, 1)``', "B", 2, False)
 
 
+@carries_units("w_loc", events=("B",), weighted="weighted", shared={"w_scale": "w_loc"})
 def binary_jitnmm(w_loc, w_scale, prob, B, seed=None, *, shape, transpose: bool = False, corder: bool = True,
         backend: str | None = None, weighted: bool = False) -> jax.Array:
     return _matmul("normal", (w_loc, w_scale,), prob, B, seed, shape=shape, transpose=transpose, corder=corder,
@@ -243,6 +252,7 @@ def binary_jitnmm(w_loc, w_scale, prob, B, seed=None, *, shape, transpose: bool 
 binary_jitnmm.__doc__ = _doc('weights ``w_loc + w_scale * z``, ``z ~ N(0, 1)``', "B", 2, True)
 
 
+@carries_units("w_low", "vector", shared={"w_high": "w_low"})
 def jitumv(w_low, w_high, prob, vector, seed=None, *, shape, transpose: bool = False, corder: bool = True,
         backend: str | None = None) -> jax.Array:
     return _matmul("uniform", (w_low, w_high,), prob, vector, seed, shape=shape, transpose=transpose, corder=corder,
@@ -252,6 +262,7 @@ def jitumv(w_low, w_high, prob, vector, seed=None, *, shape, transpose: bool = F
 jitumv.__doc__ = _doc('weights ``U[w_low, w_high)``', "vector", 1, False)
 
 
+@carries_units("w_low", events=("vector",), weighted="weighted", shared={"w_high": "w_low"})
 def binary_jitumv(w_low, w_high, prob, vector, seed=None, *, shape, transpose: bool = False, corder: bool = True,
         backend: str | None = None, weighted: bool = False) -> jax.Array:
     return _matmul("uniform", (w_low, w_high,), prob, vector, seed, shape=shape, transpose=transpose, corder=corder,
@@ -261,6 +272,7 @@ def binary_jitumv(w_low, w_high, prob, vector, seed=None, *, shape, transpose: b
 binary_jitumv.__doc__ = _doc('weights ``U[w_low, w_high)``', "vector", 1, True)
 
 
+@carries_units("w_low", "B", shared={"w_high": "w_low"})
 def jitumm(w_low, w_high, prob, B, seed=None, *, shape, transpose: bool = False, corder: bool = True,
         backend: str | None = None) -> jax.Array:
     return _matmul("uniform", (w_low, w_high,), prob, B, seed, shape=shape, transpose=transpose, corder=corder,
@@ -270,6 +282,7 @@ def jitumm(w_low, w_high, prob, B, seed=None, *, shape, transpose: bool = False,
 jitumm.__doc__ = _doc('weights ``U[w_low, w_high)``', "B", 2, False)
 
 
+@carries_units("w_low", events=("B",), weighted="weighted", shared={"w_high": "w_low"})
 def binary_jitumm(w_low, w_high, prob, B, seed=None, *, shape, transpose: bool = False, corder: bool = True,
         backend: str | None = None, weighted: bool = False) -> jax.Array:
     return _matmul("uniform", (w_low, w_high,), prob, B, seed, shape=shape, transpose=transpose, corder=corder,
@@ -279,18 +292,21 @@ def binary_jitumm(w_low, w_high, prob, B, seed=None, *, shape, transpose: bool =
 binary_jitumm.__doc__ = _doc('weights ``U[w_low, w_high)``', "B", 2, True)
 
 
+@carries_units("weight")
 def jits(weight, prob, seed, *, shape, transpose: bool = False, corder: bool = True,
          backend: str | None = None) -> jax.Array:
     return _dense("scalar", (weight,), prob, seed, shape=shape, transpose=transpose, corder=corder,
                   backend=backend, who="jits")
 
 
+@carries_units("w_loc", shared={"w_scale": "w_loc"})
 def jitn(w_loc, w_scale, prob, seed, *, shape, transpose: bool = False, corder: bool = True,
          backend: str | None = None) -> jax.Array:
     return _dense("normal", (w_loc, w_scale), prob, seed, shape=shape, transpose=transpose, corder=corder,
                   backend=backend, who="jitn")
 
 
+@carries_units("w_low", shared={"w_high": "w_low"})
 def jitu(w_low, w_high, prob, seed, *, shape, transpose: bool = False, corder: bool = True,
          backend: str | None = None) -> jax.Array:
     return _dense("uniform", (w_low, w_high), prob, seed, shape=shape, transpose=transpose, corder=corder,

@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ... import units
 from ...data_representation import DataRepresentation
 from ..._validation import as_seed, check_shape
 from ..._event_values import EventValues, event_operand
@@ -86,7 +87,7 @@ class JITCMatrix(DataRepresentation):
         self.shape = check_shape(shape, who)
         self.corder = bool(corder)
         self.backend = backend
-        self.params = tuple(jnp.asarray(p) for p in params)
+        self.params = tuple(p if units.is_quantity(p) else jnp.asarray(p) for p in params)  # brainunit: kept
         self.seed = as_seed(seed, who)
 
     # ----------------------------------------------------------------- pytree
@@ -170,7 +171,7 @@ class JITCMatrix(DataRepresentation):
         event = isinstance(x, EventValues)
         x, weighted = event_operand(x)
         if not event:
-            x = x if isinstance(x, jax.Array) else jnp.asarray(x)
+            x = x if isinstance(x, jax.Array) or units.is_quantity(x) else jnp.asarray(x)
             event = x.dtype == jnp.bool_
         if x.ndim not in (1, 2):
             raise ValueError(f"matmul: the dense side must be a vector or a matrix, got shape {x.shape}")

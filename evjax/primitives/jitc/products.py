@@ -36,6 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ...units import carries_units
 from ..._validation import as_seed, canonical, is_concrete
 from ...registry import check_backend_name
 from .functions import _params, _shape, check_prob
@@ -137,6 +138,7 @@ _RETURNS_RAISES = """
 """
 
 
+@carries_units("weight", "y")
 def jitsmv_dt2t(weight: jax.typing.ArrayLike, prob: float, y: jax.typing.ArrayLike, seed, *,
                 shape: tuple[int, int], transpose: bool = False, corder: bool = True,
                 backend: Optional[str] = None) -> jax.Array:
@@ -144,6 +146,7 @@ def jitsmv_dt2t(weight: jax.typing.ArrayLike, prob: float, y: jax.typing.ArrayLi
                      backend=backend, who="jitsmv_dt2t")
 
 
+@carries_units("w_loc", "y", shared={"w_scale": "w_loc"})
 def jitnmv_dt2t(w_loc: jax.typing.ArrayLike, w_scale: jax.typing.ArrayLike, prob: float, y: jax.typing.ArrayLike,
                 seed, *, shape: tuple[int, int], transpose: bool = False, corder: bool = True,
                 backend: Optional[str] = None) -> jax.Array:
@@ -151,6 +154,7 @@ def jitnmv_dt2t(w_loc: jax.typing.ArrayLike, w_scale: jax.typing.ArrayLike, prob
                      backend=backend, who="jitnmv_dt2t")
 
 
+@carries_units("w_low", "y", shared={"w_high": "w_low"})
 def jitumv_dt2t(w_low: jax.typing.ArrayLike, w_high: jax.typing.ArrayLike, prob: float, y: jax.typing.ArrayLike,
                 seed, *, shape: tuple[int, int], transpose: bool = False, corder: bool = True,
                 backend: Optional[str] = None) -> jax.Array:
