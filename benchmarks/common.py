@@ -73,6 +73,28 @@ def median_times(candidates: dict[str, Callable[[], object]], *, rounds: int = 1
     return {name: float(np.median(v)) for name, v in samples.items()}
 
 
+def median_wall_cpu(candidates: dict[str, Callable[[], object]], *, rounds: int, calls: int, warmup: int = 2,
+                    settle: bool = False) -> dict[str, tuple[float, float]]:
+    """``{name: (median wall s, median CPU s)}`` per call, candidates round-robin; CPU time is the
+    process's (all threads).  ``settle``: one untimed call before each block of calls (the previous
+    candidate's memory traffic leaves this one's caches cold)."""
+    for fn in candidates.values():
+        for _ in range(warmup):
+            block(fn())
+    wall: dict[str, list[float]] = {name: [] for name in candidates}
+    cpu: dict[str, list[float]] = {name: [] for name in candidates}
+    for _ in range(rounds):
+        for name, fn in candidates.items():
+            if settle:
+                block(fn())
+            for _ in range(calls):
+                w0, c0 = time.perf_counter(), time.process_time()
+                block(fn())
+                cpu[name].append(time.process_time() - c0)
+                wall[name].append(time.perf_counter() - w0)
+    return {name: (float(np.median(wall[name])), float(np.median(cpu[name]))) for name in candidates}
+
+
 def fmt_time(seconds: float) -> str:
     if seconds != seconds:  # nan
         return "-"

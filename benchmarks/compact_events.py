@@ -39,7 +39,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 import warnings
 
 import numpy as np
@@ -53,7 +52,7 @@ jax.config.update("jax_cpu_enable_async_dispatch", False)  # synchronous, as the
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from benchmarks.common import (  # noqa: E402
-    block, fmt_time, freeze_import_heap, markdown_table, provenance, save_bar_plot,
+    fmt_time, freeze_import_heap, markdown_table, median_wall_cpu, provenance, save_bar_plot,
 )
 import evjax  # noqa: E402
 
@@ -82,24 +81,6 @@ def structure(n: int, k: int, seed: int = 0):
     indptr = (np.arange(n + 1) * k).astype(np.int32)
     data = rng.standard_normal(n * k).astype(np.float32)
     return data, indices, indptr
-
-
-def median_wall_cpu(candidates: dict, *, rounds: int, calls: int, warmup: int = 3) -> dict:
-    """``{name: (median wall s, median CPU s)}`` per call, candidates round-robin."""
-    for fn in candidates.values():
-        for _ in range(warmup):
-            block(fn())
-    wall = {name: [] for name in candidates}
-    cpu = {name: [] for name in candidates}
-    for _ in range(rounds):
-        for name, fn in candidates.items():
-            block(fn())  # untimed: the previous candidate's memory traffic leaves this one's caches cold
-            for _ in range(calls):
-                w0, c0 = time.perf_counter(), time.process_time()
-                block(fn())
-                cpu[name].append(time.process_time() - c0)
-                wall[name].append(time.perf_counter() - w0)
-    return {name: (float(np.median(wall[name])), float(np.median(cpu[name]))) for name in candidates}
 
 
 def brainevent_compact_works(W_be, s) -> str:
@@ -150,7 +131,7 @@ def measure(k: int, *, rounds: int, calls: int):
         if name.startswith("evjax"):  # the same bits as the scan
             np.testing.assert_array_equal(got, exact, err_msg=name)
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=name)
-    return median_wall_cpu(candidates, rounds=rounds, calls=calls), note
+    return median_wall_cpu(candidates, rounds=rounds, calls=calls, warmup=3, settle=True), note
 
 
 FIRST_CALL = r"""

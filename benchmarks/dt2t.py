@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 import warnings
 
 import numpy as np
@@ -42,7 +41,7 @@ jax.config.update("jax_cpu_enable_async_dispatch", False)  # synchronous, as the
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from benchmarks.common import (  # noqa: E402
-    block, fmt_time, freeze_import_heap, markdown_table, provenance, save_bar_plot,
+    fmt_time, freeze_import_heap, markdown_table, median_wall_cpu, provenance, save_bar_plot,
 )
 from evjax.primitives.csr.products import csrmm_dt2t, csrmv_dt2t  # noqa: E402
 
@@ -85,23 +84,6 @@ def structure(n: int, p: float, seed: int = 0):
     indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
     indices = np.concatenate([np.sort(rng.choice(n, c, replace=False)) for c in counts]).astype(np.int32)
     return indices, indptr
-
-
-def median_wall_cpu(candidates: dict, *, rounds: int, calls: int, warmup: int = 2) -> dict:
-    """``{name: (median wall s, median CPU s)}`` per call, candidates round-robin."""
-    for fn in candidates.values():
-        for _ in range(warmup):
-            block(fn())
-    wall = {name: [] for name in candidates}
-    cpu = {name: [] for name in candidates}
-    for _ in range(rounds):
-        for name, fn in candidates.items():
-            for _ in range(calls):
-                w0, c0 = time.perf_counter(), time.process_time()
-                block(fn())
-                cpu[name].append(time.process_time() - c0)
-                wall[name].append(time.perf_counter() - w0)
-    return {name: (float(np.median(wall[name])), float(np.median(cpu[name]))) for name in candidates}
 
 
 def measure(n: int, p: float, batched: bool, transpose: bool, *, rounds: int, calls: int) -> tuple[dict, int]:

@@ -240,8 +240,28 @@ def plasticity_figures() -> list[str]:
     return out
 
 
+def compact_figures() -> list[str]:
+    path = RESULTS / "compact_events.md"
+    if not path.exists():
+        return []
+    ratios, peers = [], []
+    for k in (10, 100):
+        rows = {r["method"]: r["ratio"] for r in table(path, f"## {k} synapses per row")}
+        ratios.append((k, rows["evjax CompactBinary @ CSR (list made)"]))
+        if "brainevent 0.3.0 BinaryArray @ CSR" in rows:
+            peers.append(rows["brainevent 0.3.0 BinaryArray @ CSR"])
+    met = all(float(r.rstrip("x")) <= 0.5 for _, r in ratios)
+    line = (f"- Compact events, `CompactBinary @ CSR`, n = 10^5, 1 % active (`{path.relative_to(ROOT)}`, "
+            f"{run_line(path)}): " + "; ".join(f"{r} ({k} synapses per row)" for k, r in ratios)
+            + f" the time of `BinaryArray @ CSR` (goal <= 0.5x: {'met' if met else 'not met'})")
+    if peers:
+        line += (f"; brainevent 0.3.0's `BinaryArray @ CSR` takes {span([{'r': p} for p in peers], 'r')} "
+                 f"evjax's `BinaryArray @ CSR` time")
+    return [line + "."]
+
+
 SECTIONS = (ci_figures, example_figures, cold_start_figures, contention_figures, csr_event_figures, dense_figures,
-            fixed_figures, jitc_figures, plasticity_figures, gpu_figures, import_time_figures)
+            fixed_figures, jitc_figures, plasticity_figures, compact_figures, gpu_figures, import_time_figures)
 
 
 def block() -> str:

@@ -45,7 +45,7 @@ def attach(y, unit):
 def in_unit_of(x, unit, name: str, who: str):
     """The mantissa of ``x`` expressed in ``unit`` (for parameters that must share the weights' unit,
     such as a normal law's scale); a plain ``x`` beside a unit, or a unit of another dimension, raises."""
-    if unit is None and not is_quantity(x):
+    if x is None or (unit is None and not is_quantity(x)):  # an optional parameter left out, or no units
         return x
     if not is_quantity(x) or unit is None:
         raise TypeError(f"{who}: {name} and the weights must both be quantities or both be plain numbers")

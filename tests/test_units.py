@@ -120,3 +120,27 @@ def test_evjax_never_imports_brainunit():
             "(np.ones(3, bool) @ W).block_until_ready(); assert 'brainunit' not in sys.modules "
             "and 'saiunit' not in sys.modules, 'imported'")
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, timeout=300)
+
+
+def test_plasticity_and_delays_keep_the_weights_unit():
+    nS, pA = u.nS, u.pA
+    spikes = jnp.asarray(S[:4])
+    W4 = evjax.CSR.fromdense(np.eye(4, dtype=np.float32) * 2)
+    trace = jnp.asarray(rng.random(4).astype(np.float32))
+    want = evjax.update_csr_on_binary_pre(W4.data, W4.indices, W4.indptr, spikes, trace, w_min=0.0, w_max=2.5,
+                                          shape=(4, 4))
+    got = evjax.update_csr_on_binary_pre(W4.data * nS, W4.indices, W4.indptr, spikes, trace * 1e-3 * u.uS,
+                                         w_min=0.0 * nS, w_max=2.5 * nS, shape=(4, 4))
+    _same(got, nS, want)
+    dense = jnp.asarray(A[:4].astype(np.float32))
+    _same(evjax.update_dense_on_binary_post(dense * nS, trace * nS, spikes), nS,
+          evjax.update_dense_on_binary_post(dense, trace, spikes))
+    ring = jnp.asarray(rng.standard_normal((3, 4)).astype(np.float32))
+    delays = jnp.asarray(rng.integers(0, 3, W4.nnz).astype(np.int32))
+    _same(evjax.csr_delay_deliver(ring * pA, spikes, W4.data * pA, W4.indices, W4.indptr, delays, 1, shape=(4, 4)),
+          pA, evjax.csr_delay_deliver(ring, spikes, W4.data, W4.indices, W4.indptr, delays, 1, shape=(4, 4)))
+    with pytest.raises(TypeError, match="post_trace has unit mV"):
+        evjax.update_csr_on_binary_pre(W4.data * nS, W4.indices, W4.indptr, spikes, trace * u.mV, shape=(4, 4))
+    with pytest.raises(TypeError, match="pre_spike are spikes"):
+        evjax.update_csr_on_binary_pre(W4.data * nS, W4.indices, W4.indptr, spikes * u.mV, trace * nS,
+                                       shape=(4, 4))

@@ -30,6 +30,7 @@ from ...dtypes import compute_dtype
 from ..grouping import entry_rows as _entry_rows
 from ..grouping import group_plan as _group_plan
 from ..grouping import transpose_plan as _transpose_plan
+from ..grouping import transposed_view
 from .ops import row_ids
 
 __all__ = ["csr_slice_rows", "dense_rows", "selected_rows", "is_concrete", "weights_of", "transpose_structure", "axis_sums", "add_diagonal",
@@ -68,10 +69,7 @@ def transpose_structure(data, indices, indptr, shape) -> tuple:
         data, indices, indptr: the CSR arrays of ``A``.
         shape: ``(m, n)``, the shape of ``A``.
     """
-    if is_concrete(indices, indptr):
-        t_indices, t_indptr, perm = _transpose_plan(np.asarray(indices), np.asarray(indptr), shape[1], np)
-        return _gather_data(data, perm), _constant(t_indices), _constant(t_indptr)
-    t_indices, t_indptr, perm = _transpose_plan(indices, indptr, shape[1], jnp)
+    t_indices, t_indptr, perm = transposed_view(indices, indptr, shape[1])
     return _gather_data(data, perm), t_indices, t_indptr
 
 

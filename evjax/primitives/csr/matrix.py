@@ -57,7 +57,7 @@ from .convert import (
 from .ops import (binary_csrmm_p, binary_csrmv_active, binary_csrmv_p, checked_matmul, csrmm_p, csrmv_p, row_ids,
                   validate_csr)
 from ..delay.ops import CSRDelayLayout, csr_delay_deliver
-from ..grouping import transpose_plan
+from ..grouping import transposed_view
 from ..plasticity.apply import csr_apply_on_post, csr_apply_on_pre
 from ..plasticity.ops import (
     update_csc_on_binary_post,
@@ -271,11 +271,7 @@ class _Compressed(DataRepresentation):
         """``(t_indices, t_indptr, perm)``: the cached view, or computed now (NumPy on a concrete structure)."""
         if self.other_view is not None:
             return self.other_view
-        xp = np if is_concrete(self.indices, self.indptr) else jnp
-        t_indices, t_indptr, perm = transpose_plan(xp.asarray(self.indices), xp.asarray(self.indptr),
-                                                   self._stored_shape[1], xp)
-        return (jnp.asarray(t_indices), jnp.asarray(t_indptr, self.indptr.dtype),
-                jnp.asarray(perm, self.indptr.dtype))
+        return transposed_view(self.indices, self.indptr, self._stored_shape[1])
 
     @property
     def nnz(self) -> int:

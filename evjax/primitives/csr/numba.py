@@ -171,15 +171,23 @@ def _scatter_vector(threads, data, indices, indptr, x, out, selects):
 
 @numba.njit(parallel=_PARALLEL, cache=True, nogil=True)
 def _scatter_parts_parallel(data, indices, indptr, x, out, private, bounds, selects):
-    """The parts of a split vector scatter on the pool, then their sum, each output's terms in
-    part order (a parallel region of its own: Numba's parallel passes see only these lines)."""
+    """The parts of a split vector scatter on the pool (a parallel region of its own: Numba's parallel
+    passes see only these lines), then their sum, each output's terms in part order."""
     parts = bounds.shape[0] - 1
-    n = out.shape[0]
     ends, t0 = start_region(parts)
     for t in prange(parts):
         _scatter_part(data, indices, indptr, x, out, private, bounds, np.int64(t), selects)
         part_done(ends, t)
     region_done(ends, t0)
+    _add_parts_parallel(out, private)
+
+
+@numba.njit(parallel=_PARALLEL, cache=True, nogil=True)
+def _add_parts_parallel(out, private):
+    """``out += private[0] + private[1] + ...`` on the pool, each output's terms in part order, the
+    outputs split into as many ranges as there are parts (a parallel region of its own)."""
+    parts = private.shape[0] + 1
+    n = out.shape[0]
     ends, t0 = start_region(parts)
     for t in prange(parts):
         add_parts(out, private, np.int64((n * t) // parts), np.int64((n * (t + 1)) // parts))
@@ -220,17 +228,12 @@ def _scatter_active(threads, data, indices, indptr, ids, count, out):
 def _scatter_listed_parallel(data, indices, indptr, ids, out, private, bounds):
     """The parts of a split listed scatter on the pool, then their sum (as :func:`_scatter_parts_parallel`)."""
     parts = bounds.shape[0] - 1
-    n = out.shape[0]
     ends, t0 = start_region(parts)
     for t in prange(parts):
         _scatter_listed_part(data, indices, indptr, ids, out, private, bounds, np.int64(t))
         part_done(ends, t)
     region_done(ends, t0)
-    ends, t0 = start_region(parts)
-    for t in prange(parts):
-        add_parts(out, private, np.int64((n * t) // parts), np.int64((n * (t + 1)) // parts))
-        part_done(ends, t)
-    region_done(ends, t0)
+    _add_parts_parallel(out, private)
 
 
 @numba.njit(cache=True, nogil=True)

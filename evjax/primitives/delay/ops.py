@@ -44,6 +44,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ...units import carries_units
 from ..._event_values import event_operand
 from ..._validation import canonical, check_index_vector, check_shape, is_concrete
 from ...dtypes import compute_dtype
@@ -229,6 +230,7 @@ def _edges(events, data, indices, indptr, delays, t, n_slots: int, n_post: int, 
 # ===========================================================================
 # csr_delay_deliver
 # ===========================================================================
+@carries_units("ring", events=("events",), shared={"data": "ring"})
 def csr_delay_deliver(ring, events, data, indices, indptr, delays, t, *, shape, weighted=None,
                       backend: str | None = None) -> jax.Array:
     """Deliver spikes through a CSR connection with per-edge delays into an arrival ring.

@@ -45,11 +45,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ...units import carries_units
 from ..._validation import canonical, check_index_vector, check_shape, is_concrete
 from ...dtypes import compute_dtype
 from ...rules import batching as batching_rules
 from ...xla_custom_kernel import XLACustomKernel
-from ..grouping import transpose_plan
+from ..grouping import transposed_view
 
 __all__ = [
     "update_csr_on_binary_pre", "update_csr_on_binary_post", "update_csr_on_binary_pre_p",
@@ -211,6 +212,7 @@ def _at_positions(values, pos, nnz: int, fill):
 # ===========================================================================
 # update_csr_on_binary_pre, update_csr_on_binary_post
 # ===========================================================================
+@carries_units("weight", events=("pre_spike",), shared={"post_trace": "weight", "w_min": "weight", "w_max": "weight"})
 def update_csr_on_binary_pre(weight, indices, indptr, pre_spike, post_trace, w_min=None, w_max=None, *,
                              shape, backend: str | None = None) -> jax.Array:
     """Weights of a CSR connection after presynaptic spikes: ``w += post_trace`` on the rows that fired.
@@ -251,6 +253,7 @@ def update_csr_on_binary_pre(weight, indices, indptr, pre_spike, post_trace, w_m
     return _bind_lines(weight, indices, indptr, spikes, trace, w_min, w_max, backend, who)
 
 
+@carries_units("weight", events=("post_spike",), shared={"pre_trace": "weight", "w_min": "weight", "w_max": "weight"})
 def update_csr_on_binary_post(weight, indices, indptr, weight_indices, pre_trace, post_spike, w_min=None,
                               w_max=None, *, shape, backend: str | None = None) -> jax.Array:
     """Weights of a CSR connection after postsynaptic spikes: ``w += pre_trace`` on the columns that fired.
@@ -356,6 +359,7 @@ def _check_dense(weight, spikes, trace, spike_name, trace_name, axis: int, who: 
     return weight, spikes, trace
 
 
+@carries_units("weight", events=("pre_spike",), shared={"post_trace": "weight", "w_min": "weight", "w_max": "weight"})
 def update_dense_on_binary_pre(weight, pre_spike, post_trace, w_min=None, w_max=None, *,
                                backend: str | None = None) -> jax.Array:
     """A dense weight matrix after presynaptic spikes: ``W[i, :] += post_trace`` on the rows that fired.
@@ -388,6 +392,7 @@ def update_dense_on_binary_pre(weight, pre_spike, post_trace, w_min=None, w_max=
         clip_max=w_max is not None, backend=backend)[0]
 
 
+@carries_units("weight", events=("post_spike",), shared={"pre_trace": "weight", "w_min": "weight", "w_max": "weight"})
 def update_dense_on_binary_post(weight, pre_trace, post_spike, w_min=None, w_max=None, *,
                                 backend: str | None = None) -> jax.Array:
     """A dense weight matrix after postsynaptic spikes: ``W[:, j] += pre_trace`` on the columns that fired.
@@ -493,6 +498,7 @@ OPS = CSR_OPS + DENSE_OPS
 # The same update on other storage: each binds update_csr_on_binary_pre_p on lines that the
 # storage keeps contiguous (CSC columns; the rows of a fixed-width table), so it is event-driven.
 # ===========================================================================
+@carries_units("weight", events=("post_spike",), shared={"pre_trace": "weight", "w_min": "weight", "w_max": "weight"})
 def update_csc_on_binary_post(weight, indices, indptr, pre_trace, post_spike, w_min=None, w_max=None, *, shape,
                               backend: str | None = None) -> jax.Array:
     """Weights stored in CSC order after postsynaptic spikes: ``w += pre_trace`` on the columns that fired.
@@ -530,6 +536,7 @@ def update_csc_on_binary_post(weight, indices, indptr, pre_trace, post_spike, w_
     return _bind_lines(weight, indices, indptr, spikes, trace, w_min, w_max, backend, who)
 
 
+@carries_units("weight", events=("pre_spike",), shared={"post_trace": "weight", "w_min": "weight", "w_max": "weight"})
 def update_csc_on_binary_pre(weight, indices, indptr, pre_spike, post_trace, w_min=None, w_max=None, *, shape,
                              backend: str | None = None) -> jax.Array:
     """Weights stored in CSC order after presynaptic spikes: ``w += post_trace`` on the rows that fired.
@@ -571,12 +578,9 @@ def update_csc_on_binary_pre(weight, indices, indptr, pre_spike, post_trace, w_m
     weight = _check_weight(weight, who)
     indices, indptr = _check_structure(indices, indptr, weight, n_post, who, "CSC (column)")
     # the row view: the CSR structure of the stored CSC one, and the CSC position of each CSR entry
-    xp = np if is_concrete(indices) and is_concrete(indptr) else jnp  # NumPy once, at trace time, if it can
-    row_indices, row_indptr, positions = transpose_plan(xp.asarray(indices), xp.asarray(indptr), n_pre, xp)
-    dtype = indices.dtype
-    return update_on_row_view(weight, jnp.asarray(row_indices, dtype), jnp.asarray(row_indptr, dtype),
-                              jnp.asarray(positions, dtype), pre_spike, post_trace, w_min, w_max, shape=(n_pre, n_post),
-                              backend=backend, who=who)
+    row_indices, row_indptr, positions = transposed_view(indices, indptr, n_pre, indices.dtype)
+    return update_on_row_view(weight, row_indices, row_indptr.astype(indices.dtype), positions, pre_spike, post_trace,
+                              w_min, w_max, shape=(n_pre, n_post), backend=backend, who=who)
 
 
 def update_on_row_view(weight, row_indices, row_indptr, positions, pre_spike, post_trace, w_min, w_max, *, shape,
@@ -610,6 +614,7 @@ def _table(data, indices, n_rows: int, n_other: int, who: str):
     return data.reshape(-1), indices.reshape(-1), indptr
 
 
+@carries_units("data", events=("pre_spike",), shared={"post_trace": "data", "w_min": "data", "w_max": "data"})
 def update_fixed_post_conn_on_binary_pre(data, indices, pre_spike, post_trace, w_min=None, w_max=None, *, shape,
                                          backend: str | None = None) -> jax.Array:
     """A fixed fan-out table's weights after presynaptic spikes: ``data[i] += post_trace[indices[i]]``.
@@ -648,6 +653,7 @@ def update_fixed_post_conn_on_binary_pre(data, indices, pre_spike, post_trace, w
     return _bind_lines(weight, flat, indptr, spikes, trace, w_min, w_max, backend, who).reshape(data.shape)
 
 
+@carries_units("data", events=("post_spike",), shared={"pre_trace": "data", "w_min": "data", "w_max": "data"})
 def update_fixed_pre_conn_on_binary_post(data, indices, pre_trace, post_spike, w_min=None, w_max=None, *, shape,
                                          backend: str | None = None) -> jax.Array:
     """A fixed fan-in table's weights after postsynaptic spikes: ``data[j] += pre_trace[indices[j]]``.
