@@ -330,3 +330,23 @@ def test_indexed_bad_perm():
     with pytest.raises(ValueError, match="perm has 2 entries, expected 3"):
         evjax.binary_csrmv_indexed(w.data, w.indices, w.indptr, jnp.array([0, 1]), jnp.ones(3, bool),
                                    shape=w.shape)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_fixed_fan_out_scatter_reads_the_list(backend):
+    """``CompactBinary @ FixedPostNumConn`` (and ``FixedPreNumConn @ ...``) run the listed scatter on the
+    table's CSR structure: the same bits as the spikes."""
+    rng = np.random.default_rng(8)
+    table = rng.integers(0, 30, (40, 6)).astype(np.int32)
+    s = rng.random(40) < 0.2
+    cb = evjax.CompactBinary.from_array(s)
+    for weights in (rng.standard_normal((40, 6)).astype(np.float32), np.float32(0.5)):
+        post = evjax.FixedPostNumConn((weights, table), shape=(40, 30), backend=backend)
+        pre = evjax.FixedPreNumConn((weights, table), shape=(30, 40), backend=backend)
+        for got, want in ((cb @ post, evjax.BinaryArray(s) @ post), (pre @ cb, pre @ evjax.BinaryArray(s))):
+            np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+        jaxpr = str(jax.make_jaxpr(lambda c, m: c @ m)(cb, post))
+        assert "evjax_binary_csrmv_active" in jaxpr
+        g = jax.grad(lambda w: jnp.sum(jnp.sin(cb @ post.with_data(w))))(post.data)
+        g_ref = jax.grad(lambda w: jnp.sum(jnp.sin(evjax.BinaryArray(s) @ post.with_data(w))))(post.data)
+        np.testing.assert_allclose(np.asarray(g), np.asarray(g_ref), rtol=1e-6)

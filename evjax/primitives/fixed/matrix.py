@@ -27,8 +27,9 @@ from ...data_representation import DataRepresentation
 from ..._validation import check_shape, check_size, host_rng
 from ..._event_values import EventValues, event_operand
 from ..csr.matrix import CSR
+from ..csr.ops import binary_csrmv_active
 from ..plasticity.ops import update_fixed_post_conn_on_binary_pre, update_fixed_pre_conn_on_binary_post
-from .ops import binary_fcnmm, binary_fcnmv, fcnmm, fcnmv
+from .ops import binary_fcnmm, binary_fcnmv, csr_structure, fcnmm, fcnmv
 from .validation import row_pointers, validate_table
 
 __all__ = ["FixedNumConn", "FixedPostNumConn", "FixedPreNumConn", "FixedNumPerPre", "FixedNumPerPost"]
@@ -200,6 +201,12 @@ class FixedNumConn(DataRepresentation):
             raise ValueError(f"matmul: shapes {left} and {right} are not aligned ({x_dim} != {contracted})")
         # conn @ x is table @ x (fan-out) or table.T @ x (fan-in); x @ conn = (conn.T @ x.T).T
         transpose = (not self._fan_out) if conn_on_left else self._fan_out
+        if transpose and value.ndim == 1 and not weighted and getattr(x, "lists_rows", False):
+            listed = x.active_rows()  # a CompactBinary: the scatter reads its list of active rows
+            if listed is not None:
+                flat, indptr = csr_structure(self.indices)
+                return binary_csrmv_active(self.data.reshape(-1), flat, indptr, *listed, value,
+                                           shape=self._table_shape, backend=self.backend)
         operand = value if (conn_on_left or value.ndim == 1) else value.T
         fn = (_EVENT if event else _FLOAT)[value.ndim]
         kw = dict(shape=self._table_shape, transpose=transpose, backend=self.backend)
