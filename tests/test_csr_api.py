@@ -480,3 +480,14 @@ def test_names_and_arguments_follow_brainevent():
         ours, theirs = names(getattr(evjax, op)), names(getattr(brainevent, op))
         assert ours == theirs + ["weighted"], op
         assert inspect.signature(getattr(evjax, op)).parameters["weighted"].kind is inspect.Parameter.KEYWORD_ONLY
+
+
+def test_matrix_with_numpy_leaves_multiplies():
+    """``jax.device_get(W)`` rebuilds the matrix with NumPy leaves (no validation): ``@`` still runs the op
+    (the brainunit branch of ``@`` is for quantities only; it once recursed on any non-JAX array)."""
+    dense = np.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]], np.float32)
+    W = jax.device_get(evjax.CSR.fromdense(dense))
+    assert isinstance(W.data, np.ndarray)
+    x = np.array([1.0, 2.0, 3.0], np.float32)
+    np.testing.assert_allclose(np.asarray(W @ x), dense @ x)
+    np.testing.assert_allclose(np.asarray(np.array([True, False]) @ W), dense[0])

@@ -112,7 +112,8 @@ def _matmul(sparse, x, *, sparse_on_left: bool):
     """
     operand = x
     x, event, weighted = _split_operand(x)
-    if not (isinstance(sparse.data, jax.Array) and isinstance(x, jax.Array)):
+    if not (isinstance(sparse.data, jax.Array) and isinstance(x, jax.Array)) and (
+            units.is_quantity(sparse.data) or units.is_quantity(x)):  # (no call at all for JAX arrays)
         return _matmul_quantities(sparse, operand, x, event, weighted, sparse_on_left)
     m, n = sparse.shape
     contracted = n if sparse_on_left else m
