@@ -20,7 +20,6 @@ the base class) is in the low layer :mod:`evjax._event_values`.
 """
 from __future__ import annotations
 
-
 import jax
 import jax.numpy as jnp
 
@@ -253,8 +252,7 @@ class CompactBinary(BinaryArray):
 
     def __init__(self, packed, active_ids, n_active, value, n_orig, batch_size=None, bit_width=32):
         super().__init__(value)
-        if bit_width != _BIT_WIDTH:
-            raise ValueError(f"CompactBinary: bit_width must be {_BIT_WIDTH}, got {bit_width!r}")
+        _check_bit_width(bit_width)
         if self.value.ndim not in (1, 2) or self.value.shape[0] != n_orig:
             raise ValueError(f"CompactBinary: value must be (n_orig,) or (n_orig, batch_size) with n_orig = "
                              f"{n_orig}, got shape {self.value.shape}")
@@ -324,16 +322,13 @@ class CompactBinary(BinaryArray):
         x = _spike_array(x, "compact_only_vector")
         if x.ndim != 1:
             raise ValueError(f"CompactBinary.compact_only_vector: x must be 1-d, got shape {x.shape}")
-        full = cls.from_array(x)
-        full.packed = jnp.zeros((0,), jnp.uint32)
-        return full
+        return cls._made(jnp.zeros((0,), jnp.uint32), *active_list(as_bool_events(x)), x, _BIT_WIDTH)
 
     compacy_only_vector = compact_only_vector  # brainevent 0.3.0's spelling
 
     @classmethod
     def _made(cls, packed, ids, count, x, bit_width):
-        if bit_width != _BIT_WIDTH:
-            raise ValueError(f"CompactBinary: bit_width must be {_BIT_WIDTH}, got {bit_width!r}")
+        _check_bit_width(bit_width)
         obj = object.__new__(cls)
         obj.packed, obj.active_ids, obj.n_active, obj.value = packed, ids, count, x
         obj.n_orig, obj.batch_size, obj.bit_width = x.shape[0], (x.shape[1] if x.ndim == 2 else None), bit_width
@@ -342,6 +337,11 @@ class CompactBinary(BinaryArray):
     def to_dense(self) -> jax.Array:
         """The spikes (``value``)."""
         return self.value
+
+
+def _check_bit_width(bit_width) -> None:
+    if bit_width != _BIT_WIDTH:
+        raise ValueError(f"CompactBinary: bit_width must be {_BIT_WIDTH}, got {bit_width!r}")
 
 
 def _spike_array(x, who: str):

@@ -16,7 +16,7 @@ import functools
 import inspect
 from typing import Callable, Sequence
 
-__all__ = ["is_quantity", "split", "attach", "in_unit_of", "carries_units"]
+__all__ = ["is_quantity", "split", "attach", "product", "in_unit_of", "carries_units"]
 
 _MODULES = ("saiunit", "brainunit")
 
@@ -54,7 +54,8 @@ def in_unit_of(x, unit, name: str, who: str):
     return x.to_decimal(unit)
 
 
-def _product(units) -> object | None:
+def product(*units) -> object | None:
+    """The product of the units that are not None; None if all are."""
     units = [u for u in units if u is not None]
     if not units:
         return None
@@ -105,7 +106,7 @@ def carries_units(*names: str, events: Sequence[str] = (), weighted: str | None 
                 else:
                     raise TypeError(f"{fn.__name__}: {name} cannot carry a unit; pass its numbers ({name}.mantissa)")
             out = fn(*bound.args, **bound.kwargs)
-            unit = _product(units)
+            unit = product(*units)
             if isinstance(out, tuple):
                 return tuple(attach(o, unit) for o in out)
             return attach(out, unit)

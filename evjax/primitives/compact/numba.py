@@ -52,6 +52,7 @@ def active_list_generator(outs, ins):
 
     if ids_out.size == 0:  # no entries: nothing to launch
         return lambda x: ops.empty_lists(outs)
+
     def kernel(x):
         rows = x.reshape((ids_out.size // n, n))
         ids, count = numba_cpu.call_outputs(

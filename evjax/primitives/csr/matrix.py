@@ -95,7 +95,7 @@ def _matmul_quantities(sparse, operand, x, event: bool, weighted: bool, sparse_o
         if event and not weighted:
             raise TypeError("matmul: spikes carry no unit; pass their numbers (x.mantissa), or a WeightedArray")
         x, x_unit = units.split(x)
-        unit = x_unit if unit is None else unit * x_unit
+        unit = units.product(unit, x_unit)
         operand = type(operand)(x) if isinstance(operand, EventValues) else x  # (a WeightedArray's values)
     plain = sparse._make(data, sparse.indices, sparse.indptr, sparse.shape, sparse.other_view)
     return units.attach(_matmul(plain, operand, sparse_on_left=sparse_on_left), unit)

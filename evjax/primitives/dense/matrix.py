@@ -120,8 +120,7 @@ class Dense(DataRepresentation):
     def _dense_matmul(self, a, b):
         """``a @ b`` of two plain or brainunit operands (numbers multiplied, units too)."""
         (a, ua), (b, ub) = units.split(a), units.split(b)
-        unit = ub if ua is None else (ua if ub is None else ua * ub)
-        return units.attach(jnp.matmul(a, b), unit)
+        return units.attach(jnp.matmul(a, b), units.product(ua, ub))
 
     def __matmul__(self, other):  # W @ x
         x, event, weighted = self._operand(other)
