@@ -87,6 +87,9 @@ from .primitives.jitc import (
     jitn_p, jitnmm_p, jitnmv_p, jits_p, jitsmm_p, jitsmv_p, jitu_p, jitumm_p, jitumv_p,
 )
 from .primitives.neuron import detect_spikes, exp_trace, lif_step, spike
+from .primitives.sparse_backward import csr_sddmm_nonzero, csrmv_nonzero, dense_outer_nonzero, densemv_nonzero
+from .sparse_backward import sparse_backward_gate, sparse_backward_matmul
+from .bptt import bptt_scan
 from .rules.ad import defjvp
 from .rules.batching import general_batching_rule
 from .surrogate import SURROGATES, Surrogate, surrogate_grad
@@ -138,6 +141,14 @@ __all__ = [
     "spike",
     "surrogate",
     "surrogate_grad",
+    # sparse backward
+    "sparse_backward_matmul",
+    "sparse_backward_gate",
+    "bptt_scan",
+    "csrmv_nonzero",
+    "csr_sddmm_nonzero",
+    "densemv_nonzero",
+    "dense_outer_nonzero",
     # CSR operators
     "CSR",
     "CSC",

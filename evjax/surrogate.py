@@ -37,8 +37,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-__all__ = ["SURROGATES", "DEFAULT_ALPHA", "COMPACT", "Surrogate", "resolve_surrogate", "surrogate_grad",
-           "smooth_step"]
+__all__ = ["SURROGATES", "DEFAULT_ALPHA", "COMPACT", "Surrogate", "resolve_surrogate", "band_width",
+           "surrogate_grad", "smooth_step"]
 
 SURROGATES = ("sigmoid", "fast_sigmoid", "arctan", "triangle", "box", "clipped_fast_sigmoid")
 DEFAULT_ALPHA = {"sigmoid": 4.0, "fast_sigmoid": 10.0, "arctan": 2.0, "triangle": 1.0, "box": 1.0,
@@ -109,6 +109,19 @@ def resolve_surrogate(surrogate: str | Surrogate = "fast_sigmoid", alpha: float 
     if key == "clipped_fast_sigmoid":
         width = 3.0 / alpha if width is None else width
     return Surrogate(key, alpha, width)
+
+
+def band_width(surrogate: str | Surrogate, alpha: float | None = None) -> float | None:
+    """The half-width of a surrogate's band: ``g(x) = 0`` for ``|x| >= band_width`` (None: no band).
+
+    Example:
+        >>> evjax.surrogate.band_width("triangle", alpha=4.0)
+        0.25
+    """
+    name, a, width = resolve_surrogate(surrogate, alpha)
+    if name in ("triangle", "box"):
+        return 1.0 / a
+    return width
 
 
 def _positive(value, name: str) -> float:

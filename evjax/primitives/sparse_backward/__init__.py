@@ -1,0 +1,34 @@
+"""The sparse-backward family: products that visit only the nonzero entries of a vector.
+
+* :mod:`.ops`: the ops ``csrmv_nonzero_p``, ``csr_sddmm_nonzero_p``,
+  ``densemv_nonzero_p`` and ``dense_outer_nonzero_p``, their references,
+  rules and registration, and their public wrappers;
+* :mod:`.numba`: the Numba CPU backend, imported by ``BACKEND_LOADERS`` below
+  the first time an op needs it.  On GPU the reference runs (XLA's own
+  kernels); the Warp and Numba CUDA kernels of this family are not written yet.
+
+:func:`evjax.sparse_backward_matmul` builds a layer ``spikes @ W`` whose
+backward pass runs these ops.
+"""
+from .ops import (
+    OPS, SPARSE_DENSITY, csr_sddmm_nonzero, csr_sddmm_nonzero_p, csrmv_nonzero, csrmv_nonzero_p, dense_outer_nonzero,
+    dense_outer_nonzero_p, densemv_nonzero, densemv_nonzero_p, rows_sorted,
+)
+
+__all__ = ["OPS", "SPARSE_DENSITY", "csrmv_nonzero", "csrmv_nonzero_p", "csr_sddmm_nonzero", "csr_sddmm_nonzero_p",
+           "densemv_nonzero", "densemv_nonzero_p", "dense_outer_nonzero", "dense_outer_nonzero_p", "rows_sorted"]
+
+
+# ---------------------------------------------------------------------------
+# backends: one module per kernel language, loaded (and returned) the first time an op needs
+# it; it registers its generators on the ops. {backend: {platform: is_default_candidate}}
+# ---------------------------------------------------------------------------
+def _load_numba():
+    from . import numba
+    return numba
+
+
+BACKEND_LOADERS = {"numba": _load_numba}
+BACKENDS = {"numba": {"cpu": True}}
+for _op in OPS:
+    _op.declare_backends(BACKEND_LOADERS, BACKENDS)
