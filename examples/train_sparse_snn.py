@@ -71,6 +71,22 @@ class Config:
     rate_reg: float = 1.0  # penalty on the hidden rate above rate_target
     rate_target: float = 0.05
     seed: int = 0
+    surrogate: str = "fast_sigmoid"  # the spike's surrogate derivative (see evjax.surrogate)
+    alpha: float = 10.0  # its sharpness
+    band: float | None = None  # half-width of a compact surrogate's band (None: its default, 3 / alpha)
+    sparse_backward: bool = False  # gradients only through neurons in the band (needs a compact surrogate)
+    memory: str = "full"  # what BPTT keeps per step: "full" or "carry" (evjax.bptt_scan)
+
+    def spike_surrogate(self) -> evjax.Surrogate:
+        """The surrogate the LIF neurons (and the sparse-backward gate) use."""
+        return evjax.Surrogate(self.surrogate, self.alpha, self.band)
+
+
+def sparse_backward_config(cfg: Config) -> Config:
+    """The ``--sparse-backward`` variant of a configuration: the same surrogate clipped to its band
+    (``clipped_fast_sigmoid`` for the default ``fast_sigmoid``), gradients gated to the band."""
+    compact = cfg.surrogate if cfg.surrogate in evjax.surrogate.COMPACT else "clipped_fast_sigmoid"
+    return dataclasses.replace(cfg, surrogate=compact, sparse_backward=True)
 
 
 # ---------------------------------------------------------------------------
@@ -174,12 +190,14 @@ def init_params(cfg: Config, seed: int | None = None) -> tuple[dict, Structure, 
 # ---------------------------------------------------------------------------
 # the model: one trial; the batch is jax.vmap over it
 # ---------------------------------------------------------------------------
-def make_synapses(s_in: Structure, s_rec: Structure, dense: bool) -> Callable:
+def make_synapses(s_in: Structure, s_rec: Structure, dense: bool, sparse_backward: bool = False) -> Callable:
     """``synapses(params) -> (input_current_fn, recurrent_current_fn)`` for one trial.
 
     Sparse: ``spikes @ evjax.CSR(...)``, event-driven (only the rows of neurons
     that spiked are visited).  Dense: the same weights scattered into a masked
-    matrix and a ``jnp`` matmul.
+    matrix and a ``jnp`` matmul.  ``sparse_backward``: the sparse layers are
+    :func:`evjax.sparse_backward_matmul`, the same forward, with a backward
+    pass that visits only the nonzero entries of the cotangent.
     """
     if dense:
         mask_in, mask_rec = jnp.asarray(s_in.mask()), jnp.asarray(s_rec.mask())
@@ -197,6 +215,8 @@ def make_synapses(s_in: Structure, s_rec: Structure, dense: bool) -> Callable:
     def synapses(params):
         w_in = evjax.CSR((params["w_in"], idx_in, ptr_in), shape=s_in.shape)
         w_rec = evjax.CSR((params["w_rec"], idx_rec, ptr_rec), shape=s_rec.shape)
+        if sparse_backward:  # the column views are computed once per trace (the structures are constants)
+            return (lambda x: evjax.sparse_backward_matmul(x, w_in)), (lambda s: evjax.sparse_backward_matmul(s, w_rec))
         # both layers are event ops on bool events (the input's bools as they are, lif_step's float spikes
         # read as s != 0), so they share one compiled scatter kernel and one weight-gradient kernel: fewer
         # first-run compiles.  The float spikes keep their surrogate gradient (straight-through the event op)
@@ -212,6 +232,7 @@ def make_trial(cfg: Config, synapses: Callable) -> Callable:
     # the readout y_t = out_decay * y_{t-1} + h_t as one matrix: y = leak @ h
     leak = np.where(t[:, None] >= t[None, :], math.exp(-1.0 / cfg.tau_out) ** (t[:, None] - t[None, :]), 0.0)
     leak = jnp.asarray(leak, jnp.float32)
+    surrogate = cfg.spike_surrogate()
 
     def trial(params, x):
         input_current, recurrent_current = synapses(params)
@@ -222,10 +243,12 @@ def make_trial(cfg: Config, synapses: Callable) -> Callable:
             v, i_syn, s = carry
             i_syn = evjax.exp_trace(i_syn, input_current(x_t) + recurrent_current(s), syn_decay)
             v, s = evjax.lif_step(v, i_syn, tau=cfg.tau_mem, dt=1.0, v_th=1.0, v_reset=0.0,
-                                  surrogate="fast_sigmoid", alpha=10.0, detach_reset=True)
+                                  surrogate=surrogate, detach_reset=True)
+            if cfg.sparse_backward:  # the state passes gradient to earlier steps only within the band
+                v, i_syn = evjax.sparse_backward_gate((v, i_syn), v, s, v_th=1.0, surrogate=surrogate)
             return (v, i_syn, s), s
 
-        _, spikes = jax.lax.scan(step, (zeros, zeros, zeros), x)
+        _, spikes = evjax.bptt_scan(step, (zeros, zeros, zeros), x, memory=cfg.memory)
         ys = leak @ (spikes @ params["w_out"])  # (n_steps, n_classes)
         return jnp.max(ys, axis=0), spikes
 
@@ -336,7 +359,7 @@ def train(cfg: Config, dense: bool = False, log: Callable[[str], None] = print) 
     params, s_in, s_rec = init_params(cfg)
     if dense:
         params = to_dense_params(params, s_in, s_rec)
-    trial = make_trial(cfg, make_synapses(s_in, s_rec, dense))
+    trial = make_trial(cfg, make_synapses(s_in, s_rec, dense, cfg.sparse_backward))
     optimizer = optax.adam(cfg.lr)
     opt_state = optimizer.init(params)
     train_step = make_train_step(make_loss(cfg, trial), optimizer)
@@ -402,7 +425,8 @@ def compare_step_times(cfg: Config, repeats: int = 5) -> dict:
     runs = {}
     for dense in (False, True):
         p = to_dense_params(params, s_in, s_rec) if dense else params
-        step = make_train_step(make_loss(cfg, make_trial(cfg, make_synapses(s_in, s_rec, dense))), optimizer)
+        step = make_train_step(make_loss(cfg, make_trial(cfg, make_synapses(s_in, s_rec, dense, cfg.sparse_backward))),
+                               optimizer)
         args = (p, optimizer.init(p), x, y)
         jax.block_until_ready(step(*args))  # compile
         runs[dense] = (step, args)
