@@ -39,88 +39,114 @@ def _take_nonzero_path(path, k, n) -> bool:
 
 
 @numba.njit(cache=True, nogil=True)
+def _count_nonzero(v) -> int:
+    k = 0
+    for b in range(v.shape[0]):
+        for c in range(v.shape[1]):
+            if v[b, c] != 0:
+                k += 1
+    return k
+
+
+@numba.njit(cache=True, nogil=True)
 def csrmv_nonzero_kernel(data, indices, indptr, t_indices, t_indptr, perm, v, flags, out):
     """``out[b] = A v[b]`` (``flags[0] == 0``) or ``A.T v[b]``, zero entries of ``v[b]`` skipped.
 
-    ``flags = (transpose, sorted_rows, path)``.  Per output entry, both paths
-    add the terms of its synapses in the order (column, stored position) for
-    ``A v`` and (row, stored position) for ``A.T v``, starting from 0: the
-    same bits (``A v`` by rows only when ``sorted_rows``: a row's stored
-    order is then its column order).
+    ``flags = (transpose, sorted_rows, path)``.  The nonzero path scatters, for
+    each ``b``, the synapses of the nonzero entries of ``v[b]`` (the rows of
+    ``A`` for ``A.T v``, its columns through the column view for ``A v``).  The
+    whole path gathers each output over its synapses, for the whole batch at
+    once (``v`` transposed: one index read serves every ``b``), adding ``-0.0``
+    (the exact identity of IEEE addition) for a zero entry.  Per output entry
+    both add the terms of its synapses in the order (column, stored position)
+    for ``A v`` and (row, stored position) for ``A.T v``, starting from 0: the
+    same bits (``A v`` by rows only when ``sorted_rows``: a row's stored order
+    is then its column order; unsorted rows always take the nonzero path).
+    The path is chosen once per call from the count of nonzero entries.
     """
     transpose, sorted_rows, path = flags[0] != 0, flags[1] != 0, flags[2]
     nnz = indices.shape[0]
     shared = data.shape[0] == 1 and nnz != 1
-    listed = np.empty(v.shape[1], np.int64)
-    for b in range(v.shape[0]):
-        x, y = v[b], out[b]
-        k = _list_nonzero(x, listed)
-        nonzero_path = _take_nonzero_path(path, k, x.shape[0]) or not (transpose or sorted_rows)
-        if transpose and nonzero_path:  # scatter the rows of the nonzero entries
+    n_batch = v.shape[0]
+    nonzero_path = (_take_nonzero_path(path, _count_nonzero(v), v.size) if path == -1 else path == 1) \
+        or not (transpose or sorted_rows)
+    if nonzero_path:
+        listed = np.empty(v.shape[1], np.int64)
+        for b in range(n_batch):
+            x, y = v[b], out[b]
             y[:] = 0
-            for t in range(k):
-                i = listed[t]
-                for e in range(indptr[i], indptr[i + 1]):
-                    y[indices[e]] += data[0 if shared else e] * x[i]
-        elif transpose:  # gather each column through the column view
-            for j in range(y.shape[0]):
-                y[j] = 0
-                for p in range(t_indptr[j], t_indptr[j + 1]):
-                    xi = x[t_indices[p]]
-                    if xi != 0:
-                        y[j] += data[0 if shared else perm[p]] * xi
-        elif nonzero_path:  # scatter the columns of the nonzero entries through the column view
-            y[:] = 0
-            for t in range(k):
-                j = listed[t]
-                for p in range(t_indptr[j], t_indptr[j + 1]):
-                    y[t_indices[p]] += data[0 if shared else perm[p]] * x[j]
-        else:  # gather each row
-            for i in range(y.shape[0]):
-                y[i] = 0
-                for e in range(indptr[i], indptr[i + 1]):
-                    xj = x[indices[e]]
-                    if xj != 0:
-                        y[i] += data[0 if shared else e] * xj
+            k = _list_nonzero(x, listed)
+            if transpose:  # the rows of the nonzero entries
+                for t in range(k):
+                    i = listed[t]
+                    for e in range(indptr[i], indptr[i + 1]):
+                        y[indices[e]] += data[0 if shared else e] * x[i]
+            else:  # the columns of the nonzero entries, through the column view
+                for t in range(k):
+                    j = listed[t]
+                    for p in range(t_indptr[j], t_indptr[j + 1]):
+                        y[t_indices[p]] += data[0 if shared else perm[p]] * x[j]
+        return
+    vt = np.ascontiguousarray(v.T)  # (n_in, B): the batch of one input entry together
+    acc = np.empty(n_batch, out.dtype)
+    for o in range(out.shape[1]):
+        acc[:] = 0
+        if transpose:  # column o through the column view
+            for p in range(t_indptr[o], t_indptr[o + 1]):
+                w = data[0 if shared else perm[p]]
+                xs = vt[t_indices[p]]
+                for b in range(n_batch):
+                    acc[b] += w * xs[b] if xs[b] != 0 else -0.0
+        else:  # row o
+            for e in range(indptr[o], indptr[o + 1]):
+                w = data[0 if shared else e]
+                xs = vt[indices[e]]
+                for b in range(n_batch):
+                    acc[b] += w * xs[b] if xs[b] != 0 else -0.0
+        for b in range(n_batch):
+            out[b, o] = acc[b]
 
 
 @numba.njit(cache=True, nogil=True)
 def csr_sddmm_nonzero_kernel(indices, indptr, t_indices, t_indptr, perm, r, q, flags, out):
-    """``out[b, k] = r[b, i_k] q[b, j_k]`` where both are nonzero, else 0.
+    """``out[G, k] = sum_b r[G, b, i_k] q[G, b, j_k]`` over the pairs where both are nonzero.
 
-    ``flags = (path,)``: 0 walks the synapses of the nonzero rows of ``r``,
-    1 those of the nonzero columns of ``q``; -1 counts both and walks fewer.
-    Each entry is one product, so the paths give the same bits.
+    ``flags = (path,)``: for each ``b``, 0 walks the synapses of the nonzero
+    entries of ``r[G, b]``, 1 those of the nonzero entries of ``q[G, b]``
+    (column view); -1 counts both and walks fewer.  Each synapse gets one
+    term per ``b``, added in the order of ``b``: the paths give the same bits.
     """
     path = flags[0]
-    for b in range(r.shape[0]):
-        rb, qb, g = r[b], q[b], out[b]
+    for grp in range(r.shape[0]):
+        g = out[grp]
         g[:] = 0
-        by_columns = path == 1
-        if path == -1:
-            row_work = 0
-            for i in range(rb.shape[0]):
-                if rb[i] != 0:
-                    row_work += indptr[i + 1] - indptr[i]
-            column_work = 0
-            for j in range(qb.shape[0]):
-                if qb[j] != 0:
-                    column_work += t_indptr[j + 1] - t_indptr[j]
-            by_columns = column_work < row_work
-        if by_columns:
-            for j in range(qb.shape[0]):
-                if qb[j] != 0:
-                    for p in range(t_indptr[j], t_indptr[j + 1]):
-                        ri = rb[t_indices[p]]
-                        if ri != 0:
-                            g[perm[p]] = ri * qb[j]
-        else:
-            for i in range(rb.shape[0]):
-                if rb[i] != 0:
-                    for e in range(indptr[i], indptr[i + 1]):
-                        qj = qb[indices[e]]
-                        if qj != 0:
-                            g[e] = rb[i] * qj
+        for b in range(r.shape[1]):
+            rb, qb = r[grp, b], q[grp, b]
+            by_columns = path == 1
+            if path == -1:
+                row_work = 0
+                for i in range(rb.shape[0]):
+                    if rb[i] != 0:
+                        row_work += indptr[i + 1] - indptr[i]
+                column_work = 0
+                for j in range(qb.shape[0]):
+                    if qb[j] != 0:
+                        column_work += t_indptr[j + 1] - t_indptr[j]
+                by_columns = column_work < row_work
+            if by_columns:
+                for j in range(qb.shape[0]):
+                    if qb[j] != 0:
+                        for p in range(t_indptr[j], t_indptr[j + 1]):
+                            ri = rb[t_indices[p]]
+                            if ri != 0:
+                                g[perm[p]] += ri * qb[j]
+            else:
+                for i in range(rb.shape[0]):
+                    if rb[i] != 0:
+                        for e in range(indptr[i], indptr[i + 1]):
+                            qj = qb[indices[e]]
+                            if qj != 0:
+                                g[e] += rb[i] * qj
 
 
 @numba.njit(cache=True, nogil=True)
@@ -163,24 +189,27 @@ def densemv_nonzero_kernel(w, v, flags, out):
 
 @numba.njit(cache=True, nogil=True)
 def dense_outer_nonzero_kernel(r, q, flags, out):
-    """``out[b, i, j] = r[b, i] q[b, j]`` where both are nonzero, else 0 (``flags = (path,)``)."""
+    """``out[G, i, j] = sum_b r[G, b, i] q[G, b, j]`` over the pairs where both are nonzero, in the
+    order of ``b`` (``flags = (path,)``: 1 walks a list of the nonzero ``q[G, b, j]``, 0 tests each)."""
     path = flags[0]
-    listed = np.empty(q.shape[1], np.int64)
-    for b in range(r.shape[0]):
-        rb, qb, g = r[b], q[b], out[b]
-        k = _list_nonzero(qb, listed)
-        nonzero_path = _take_nonzero_path(path, k, qb.shape[0])
-        for i in range(rb.shape[0]):
-            g[i, :] = 0
-            if rb[i] == 0:
-                continue
-            if nonzero_path:
-                for t in range(k):
-                    g[i, listed[t]] = rb[i] * qb[listed[t]]
-            else:
-                for j in range(qb.shape[0]):
-                    if qb[j] != 0:
-                        g[i, j] = rb[i] * qb[j]
+    listed = np.empty(q.shape[2], np.int64)
+    for grp in range(r.shape[0]):
+        g = out[grp]
+        g[:] = 0
+        for b in range(r.shape[1]):
+            rb, qb = r[grp, b], q[grp, b]
+            k = _list_nonzero(qb, listed)
+            nonzero_path = _take_nonzero_path(path, k, qb.shape[0])
+            for i in range(rb.shape[0]):
+                if rb[i] == 0:
+                    continue
+                if nonzero_path:
+                    for t in range(k):
+                        g[i, listed[t]] += rb[i] * qb[listed[t]]
+                else:
+                    for j in range(qb.shape[0]):
+                        if qb[j] != 0:
+                            g[i, j] += rb[i] * qb[j]
 
 
 def _flags(*values) -> jnp.ndarray:

@@ -25,8 +25,9 @@ for a single vector.  A CSR structure comes with its column view
 
 * ``csrmv_nonzero_p``: ``out[b] = A v[b]`` (``transpose=False``) or
   ``A.T v[b]``, the zero entries of ``v[b]`` skipped;
-* ``csr_sddmm_nonzero_p``: ``g[b, k] = r[b, i_k] q[b, j_k]`` where both are
-  nonzero, else 0;
+* ``csr_sddmm_nonzero_p``: ``g[k] = sum_b r[b, i_k] q[b, j_k]`` over the
+  pairs where both are nonzero (operands grouped ``(G, B, .)``, one sum per
+  group: a ``vmap`` adds groups);
 * ``densemv_nonzero_p`` and ``dense_outer_nonzero_p``: the same for a dense
   ``W``.
 
@@ -47,7 +48,7 @@ __all__ = ["csrmv_nonzero", "csr_sddmm_nonzero", "densemv_nonzero", "dense_outer
            "SPARSE_DENSITY", "OPS"]
 
 # the kernels take the path over the nonzero entries when at most this fraction of a row is nonzero
-SPARSE_DENSITY = 0.25
+SPARSE_DENSITY = 0.1
 
 
 def rows_sorted(indices, indptr) -> bool:
@@ -163,9 +164,8 @@ def _csrmv_nonzero_transpose(cts, data, indices, indptr, t_indices, t_indptr, pe
         d_aval = ad_rules.aval_of(data)
         r, q = (v, ct) if transpose else (ct, v)
         g = csr_sddmm_nonzero_p.bind(
-            *structure, r, q, outs=[jax.ShapeDtypeStruct((r.shape[0], indices.shape[0]), ct.dtype)], shape=shape,
-            backend=backend)[0]
-        g = jnp.sum(g, axis=0)
+            *structure, r[None], q[None], outs=[jax.ShapeDtypeStruct((1, indices.shape[0]), ct.dtype)],
+            shape=shape, backend=backend)[0][0]
         data_bar = (jnp.sum(g).reshape(1) if _homogeneous(d_aval, indices.shape[0]) else g).astype(d_aval.dtype)
     return [data_bar, None, None, None, None, None, v_bar]
 
@@ -190,14 +190,15 @@ csrmv_nonzero_p.def_batching_rule(_csrmv_nonzero_batching)
 
 
 # ===========================================================================
-# csr_sddmm_nonzero: g[b, k] = r[b, i_k] q[b, j_k] where both are nonzero, else 0
+# csr_sddmm_nonzero: g[G, k] = sum_b r[G, b, i_k] q[G, b, j_k] over the pairs where both are nonzero
 # ===========================================================================
 def csr_sddmm_nonzero(indices, indptr, view, r, q, *, shape, backend: str | None = None) -> jax.Array:
-    """Per-synapse products ``r[i_k] q[j_k]`` where both factors are nonzero (else 0).
+    """Per-synapse products ``r[i_k] q[j_k]`` where both factors are nonzero (else 0), summed over a batch.
 
-    The kernel visits the synapses of the nonzero rows of ``r`` or those of
-    the nonzero columns of ``q`` (through the column view), whichever are
-    fewer, counted at run time.
+    For each row ``b`` of a batch the kernel visits the synapses of the
+    nonzero entries of ``r[b]`` or those of the nonzero entries of ``q[b]``
+    (through the column view), whichever are fewer, counted at run time; each
+    synapse's terms are added in the order of ``b``.
 
     Args:
         indices, indptr: the CSR structure, of shape ``shape``.
@@ -208,25 +209,28 @@ def csr_sddmm_nonzero(indices, indptr, view, r, q, *, shape, backend: str | None
         backend: a backend name, or ``None`` for the default.
 
     Returns:
-        ``(nnz,)`` (or ``(B, nnz)``), of the result dtype of ``r`` and ``q``.
+        ``(nnz,)``: ``g[k] = sum_b [r[b, i_k] != 0][q[b, j_k] != 0] r[b, i_k] q[b, j_k]``
+        (the weight gradient of a batch), of the result dtype of ``r`` and ``q``.
     """
-    if r.ndim != q.ndim:
-        raise ValueError(f"csr_sddmm_nonzero: r and q must have the same rank, got {r.shape} and {q.shape}")
+    if r.ndim != q.ndim or r.ndim not in (1, 2):
+        raise ValueError(f"csr_sddmm_nonzero: r and q must both be 1-d or both 2-d, got {r.shape} and {q.shape}")
     dtype = jnp.result_type(r.dtype, q.dtype)
-    rr, qq = _rows(r).astype(dtype), _rows(q).astype(dtype)
+    rr, qq = _rows(r).astype(dtype)[None], _rows(q).astype(dtype)[None]
     (g,) = csr_sddmm_nonzero_p.bind(indices, indptr, *view, rr, qq,
-                                    outs=[jax.ShapeDtypeStruct((rr.shape[0], indices.shape[0]), dtype)],
+                                    outs=[jax.ShapeDtypeStruct((1, indices.shape[0]), dtype)],
                                     shape=tuple(shape), backend=backend)
-    return g if r.ndim == 2 else g[0]
+    return g[0]
 
 
 csr_sddmm_nonzero_p = XLACustomKernel("evjax_csr_sddmm_nonzero")
 
 
 def _csr_sddmm_nonzero_reference(indices, indptr, t_indices, t_indptr, perm, r, q, *, outs, shape):
+    # r (G, B, m), q (G, B, n) -> g (G, nnz), the terms of each synapse added in the order of b
     (out,) = outs
-    a, b = r[:, _csr_entry_rows(indptr, indices.shape[0])], q[:, indices]
-    return [jnp.where((a != 0) & (b != 0), a * b, jnp.zeros((), out.dtype))]
+    a, b = r[:, :, _csr_entry_rows(indptr, indices.shape[0])], q[:, :, indices]
+    terms = jnp.where((a != 0) & (b != 0), a * b, jnp.zeros((), out.dtype))
+    return [_ordered_sum(terms, out)]
 
 
 # bilinear: dg = S(dr, q) + S(r, dq)
@@ -240,46 +244,52 @@ def _csr_sddmm_nonzero_jvp_q(tangent, indices, indptr, t_indices, t_indptr, perm
                                               **params)
 
 
-# g_k = [r_i != 0][q_j != 0] r_i q_j:  r_bar_i = sum_{k in row i, q_j != 0} g_bar_k q_j,
-#                                       q_bar_j = sum_{k in col j, r_i != 0} g_bar_k r_i
+# g_k = sum_b [r_bi != 0][q_bj != 0] r_bi q_bj:  r_bar_bi = sum_{k in row i, q_bj != 0} g_bar_k q_bj,
+#                                                q_bar_bj = sum_{k in col j, r_bi != 0} g_bar_k r_bi
 # (second-order terms only: computed in XLA, not event-driven)
 def _csr_sddmm_nonzero_transpose(cts, indices, indptr, t_indices, t_indptr, perm, r, q, *, outs, shape, backend):
     (ct,) = cts
     if ad_rules.is_zero(ct):
         return [None] * 7
-    ct = ad_rules.instantiate(ct, outs[0])
+    ct = ad_rules.instantiate(ct, outs[0])[:, None, :]  # (G, 1, nnz)
     rows = _csr_entry_rows(indptr, indices.shape[0])
+    zero = jnp.zeros((), ct.dtype)
     r_bar = q_bar = None
     if ad_rules.is_undefined(r):
-        qv = q[:, indices]
-        terms = jnp.where(qv != 0, ct * qv, jnp.zeros((), ct.dtype))
-        r_bar = jnp.zeros(ad_rules.aval_of(r).shape, ct.dtype).at[:, rows].add(terms)
+        qv = q[:, :, indices]
+        r_bar = jnp.zeros(ad_rules.aval_of(r).shape, ct.dtype).at[:, :, rows].add(jnp.where(qv != 0, ct * qv, zero))
     if ad_rules.is_undefined(q):
-        rv = r[:, rows]
-        terms = jnp.where(rv != 0, ct * rv, jnp.zeros((), ct.dtype))
-        q_bar = jnp.zeros(ad_rules.aval_of(q).shape, ct.dtype).at[:, indices].add(terms)
+        rv = r[:, :, rows]
+        q_bar = jnp.zeros(ad_rules.aval_of(q).shape, ct.dtype).at[:, :, indices].add(
+            jnp.where(rv != 0, ct * rv, zero))
     return [None, None, None, None, None, r_bar, q_bar]
 
 
-# vmap over r and/or q only: the batch joins their rows; otherwise a loop
+# vmap over r and/or q only: the vmapped axis joins the groups G; otherwise a loop
 def _csr_sddmm_nonzero_batching(args, axes, *, outs, **params):
     if any(ax is not None for ax in axes[:5]):
         return sequential_batch(csr_sddmm_nonzero_p.primitive, args, axes, outs=outs, **params)
     *fixed, r, q = args
     size = r.shape[axes[5]] if axes[5] is not None else q.shape[axes[6]]
-    r, q = (_joined(x, ax, size) for x, ax in ((r, axes[5]), (q, axes[6])))
+    r, q = _joined(r, axes[5], size), _joined(q, axes[6], size)
     (g,) = csr_sddmm_nonzero_p.bind(
         *fixed, r, q, outs=[jax.ShapeDtypeStruct((r.shape[0], outs[0].shape[1]), outs[0].dtype)], **params)
     return [g.reshape((size, -1, g.shape[1]))], [0]
 
 
 def _joined(x, axis, size: int):
-    """``(B, n)`` rows with a vmapped axis: the batch moved first and joined with the rows."""
+    """A grouped operand ``(G, ...)`` with a vmapped axis: the batch moved first and joined with ``G``."""
     if axis is None:
         x = jnp.broadcast_to(x[None], (size,) + x.shape)
     else:
         x = jnp.moveaxis(x, axis, 0)
-    return x.reshape((size * x.shape[1], x.shape[2]))
+    return x.reshape((size * x.shape[1],) + x.shape[2:])
+
+
+def _ordered_sum(terms, out):
+    """``sum_b terms[:, b]`` added in the order of ``b`` (the kernels' order), starting from zeros."""
+    return jax.lax.fori_loop(0, terms.shape[1], lambda b, acc: acc + terms[:, b],
+                             jnp.zeros(out.shape, out.dtype))
 
 
 csr_sddmm_nonzero_p.def_reference(_csr_sddmm_nonzero_reference)
@@ -322,11 +332,6 @@ def _densemv_nonzero_reference(w, v, *, outs, transpose):
     return [_ordered_sum(terms, out)]
 
 
-def _ordered_sum(terms, out):
-    """``sum_c terms[:, c, :]`` added in order of ``c`` (the kernels' order), starting from zeros."""
-    return jax.lax.fori_loop(0, terms.shape[1], lambda c, acc: acc + terms[:, c, :],
-                             jnp.zeros(out.shape, out.dtype))
-
 
 # bilinear in (w, v)
 def _densemv_nonzero_jvp_w(tangent, w, v, *, outs, **params):
@@ -353,8 +358,8 @@ def _densemv_nonzero_transpose(cts, w, v, *, outs, transpose, backend):
         w_aval = ad_rules.aval_of(w)
         r, q = (v, ct) if transpose else (ct, v)
         g = dense_outer_nonzero_p.bind(
-            r, q, outs=[jax.ShapeDtypeStruct((r.shape[0],) + w_aval.shape, ct.dtype)], backend=backend)[0]
-        w_bar = jnp.sum(g, axis=0).astype(w_aval.dtype)
+            r[None], q[None], outs=[jax.ShapeDtypeStruct((1,) + w_aval.shape, ct.dtype)], backend=backend)[0]
+        w_bar = g[0].astype(w_aval.dtype)
     return [w_bar, v_bar]
 
 
@@ -377,10 +382,10 @@ densemv_nonzero_p.def_batching_rule(_densemv_nonzero_batching)
 
 
 # ===========================================================================
-# dense_outer_nonzero: g[b, i, j] = r[b, i] q[b, j] where both are nonzero, else 0
+# dense_outer_nonzero: g[G, i, j] = sum_b r[G, b, i] q[G, b, j] over the pairs where both are nonzero
 # ===========================================================================
 def dense_outer_nonzero(r, q, *, backend: str | None = None) -> jax.Array:
-    """The outer product ``r[i] q[j]`` where both factors are nonzero (else 0).
+    """The outer product ``r[i] q[j]`` where both factors are nonzero (else 0), summed over a batch.
 
     Args:
         r: ``(m,)`` or ``(B, m)``.
@@ -388,24 +393,25 @@ def dense_outer_nonzero(r, q, *, backend: str | None = None) -> jax.Array:
         backend: a backend name, or ``None`` for the default.
 
     Returns:
-        ``(m, n)`` (or ``(B, m, n)``).
+        ``(m, n)``: ``g[i, j] = sum_b [r[b, i] != 0][q[b, j] != 0] r[b, i] q[b, j]``, added in the order of ``b``.
     """
-    if r.ndim != q.ndim:
-        raise ValueError(f"dense_outer_nonzero: r and q must have the same rank, got {r.shape} and {q.shape}")
+    if r.ndim != q.ndim or r.ndim not in (1, 2):
+        raise ValueError(f"dense_outer_nonzero: r and q must both be 1-d or both 2-d, got {r.shape} and {q.shape}")
     dtype = jnp.result_type(r.dtype, q.dtype)
-    rr, qq = _rows(r).astype(dtype), _rows(q).astype(dtype)
-    (g,) = dense_outer_nonzero_p.bind(rr, qq, outs=[jax.ShapeDtypeStruct(rr.shape + qq.shape[1:], dtype)],
+    rr, qq = _rows(r).astype(dtype)[None], _rows(q).astype(dtype)[None]
+    (g,) = dense_outer_nonzero_p.bind(rr, qq, outs=[jax.ShapeDtypeStruct((1, rr.shape[2], qq.shape[2]), dtype)],
                                       backend=backend)
-    return g if r.ndim == 2 else g[0]
+    return g[0]
 
 
 dense_outer_nonzero_p = XLACustomKernel("evjax_dense_outer_nonzero")
 
 
 def _dense_outer_nonzero_reference(r, q, *, outs):
+    # r (G, B, m), q (G, B, n) -> (G, m, n)
     (out,) = outs
-    a, b = r[:, :, None], q[:, None, :]
-    return [jnp.where((a != 0) & (b != 0), a * b, jnp.zeros((), out.dtype))]
+    a, b = r[:, :, :, None], q[:, :, None, :]
+    return [_ordered_sum(jnp.where((a != 0) & (b != 0), a * b, jnp.zeros((), out.dtype)), out)]
 
 
 def _dense_outer_nonzero_jvp_r(tangent, r, q, *, outs, **params):
@@ -416,18 +422,21 @@ def _dense_outer_nonzero_jvp_q(tangent, r, q, *, outs, **params):
     return dense_outer_nonzero_p.primitive.bind(r, tangent, outs=outs, **params)
 
 
-# g_ij = [r_i != 0][q_j != 0] r_i q_j:  r_bar_i = sum_{q_j != 0} g_bar_ij q_j,  q_bar_j = sum_{r_i != 0} g_bar_ij r_i
+# g_ij = sum_b [r_bi != 0][q_bj != 0] r_bi q_bj:  r_bar_bi = sum_{q_bj != 0} g_bar_ij q_bj,
+#                                                 q_bar_bj = sum_{r_bi != 0} g_bar_ij r_bi
 def _dense_outer_nonzero_transpose(cts, r, q, *, outs, backend):
     (ct,) = cts
     if ad_rules.is_zero(ct):
         return [None, None]
-    ct = ad_rules.instantiate(ct, outs[0])
+    ct = ad_rules.instantiate(ct, outs[0])[:, None]  # (G, 1, m, n)
     zero = jnp.zeros((), ct.dtype)
     r_bar = q_bar = None
     if ad_rules.is_undefined(r):
-        r_bar = jnp.sum(jnp.where(q[:, None, :] != 0, ct * q[:, None, :], zero), axis=2)
+        qv = q[:, :, None, :]
+        r_bar = jnp.sum(jnp.where(qv != 0, ct * qv, zero), axis=3)
     if ad_rules.is_undefined(q):
-        q_bar = jnp.sum(jnp.where(r[:, :, None] != 0, ct * r[:, :, None], zero), axis=1)
+        rv = r[:, :, :, None]
+        q_bar = jnp.sum(jnp.where(rv != 0, ct * rv, zero), axis=2)
     return [r_bar, q_bar]
 
 
@@ -436,7 +445,7 @@ def _dense_outer_nonzero_batching(args, axes, *, outs, **params):
     size = r.shape[axes[0]] if axes[0] is not None else q.shape[axes[1]]
     r, q = _joined(r, axes[0], size), _joined(q, axes[1], size)
     (g,) = dense_outer_nonzero_p.bind(
-        r, q, outs=[jax.ShapeDtypeStruct(r.shape + q.shape[1:], outs[0].dtype)], **params)
+        r, q, outs=[jax.ShapeDtypeStruct((r.shape[0],) + outs[0].shape[1:], outs[0].dtype)], **params)
     return [g.reshape((size, -1) + g.shape[1:])], [0]
 
 
