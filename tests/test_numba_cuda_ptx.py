@@ -190,3 +190,34 @@ def test_compact_kernels_compile_to_ptx(compute, index):
     assert "atom." not in ptx and "st.global" in ptx
     ptx = _compile(LISTED_KERNEL, [f1, i1, i1, i1, i1, f1, f1])
     assert "atom.global.add" in ptx or "red.global.add" in ptx
+
+
+@pytest.mark.parametrize("compute, index", [("float32", "int32"), ("float64", "int64"), ("float32", "int64")])
+def test_sparse_backward_kernels_compile_to_ptx(compute, index):
+    """The sparse-backward family's seven CUDA kernels, as their generators call them: one thread per output
+    entry (plain stores, no atomics), each product ``mul.rn`` (libdevice ``fmul_rn`` / ``dmul_rn``: never
+    contracted into an FMA with the following add, which would change the bits), float32 with no float64."""
+    from numba import types
+
+    from evjax.primitives.sparse_backward.numba_cuda import KERNELS
+
+    f, i = getattr(types, compute), getattr(types, index)
+    f1, f2, f3, i1 = (types.Array(f, 1, "C"), types.Array(f, 2, "C"), types.Array(f, 3, "C"),
+                      types.Array(i, 1, "C"))
+    signatures = {
+        "csrmv_stored": [f1, i1, i1, i1, i1, i1, f2, f2],
+        "csrmv_select": [f1, i1, i1, i1, i1, i1, f2, f2],
+        "csrmv_columns": [f1, i1, i1, i1, i1, i1, f2, f2],
+        "sddmm_nonzero": [i1, i1, i1, i1, i1, f3, f3, f2],
+        "densemv": [f2, f2, f2],
+        "densemv_t": [f2, f2, f2],
+        "outer_nonzero": [f3, f3, f3],
+    }
+    assert {name for name, _ in KERNELS} == set(signatures)
+    width = "f32" if compute == "float32" else "f64"
+    for name, sig in signatures.items():
+        ptx = _compile(KERNELS[(name, compute)], sig)
+        assert "atom." not in ptx and "st.global" in ptx, name
+        assert "fma." not in ptx and f"mul.rn.{width}" in ptx, name
+        if compute == "float32":
+            assert ".f64" not in ptx, name

@@ -14,7 +14,7 @@ from tests.helpers import HANG_GUARD_S
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FILES = ["test_sim_wrappers.py", "test_sim_csr.py", "test_sim_tutorial.py", "test_sim_harness.py",
-         "test_sim_plasticity.py", "test_sim_delay.py", "test_sim_compact.py"]
+         "test_sim_plasticity.py", "test_sim_delay.py", "test_sim_compact.py", "test_sim_sparse_backward.py"]
 
 
 @pytest.mark.cudasim

@@ -3,9 +3,12 @@
 * :mod:`.ops`: the ops ``csrmv_nonzero_p``, ``csr_sddmm_nonzero_p``,
   ``densemv_nonzero_p`` and ``dense_outer_nonzero_p``, their references,
   rules and registration, and their public wrappers;
-* :mod:`.numba`: the Numba CPU backend, imported by ``BACKEND_LOADERS`` below
-  the first time an op needs it.  On GPU the reference runs (XLA's own
-  kernels); the Warp and Numba CUDA kernels of this family are not written yet.
+* :mod:`.numba`, :mod:`.warp`, :mod:`.numba_cuda`: the backends, each imported
+  by ``BACKEND_LOADERS`` below the first time an op needs it.  On GPU the
+  default is Warp (then Numba CUDA): one thread per output entry, gathering
+  its terms in the Numba CPU kernels' order, without atomics, so the results
+  are deterministic and have the CPU's bits (the reference's scatter-adds
+  would be neither on GPU).  On CPU Warp is chosen by name only.
 
 :func:`evjax.sparse_backward_matmul` builds a layer ``spikes @ W`` whose
 backward pass runs these ops.
@@ -28,7 +31,17 @@ def _load_numba():
     return numba
 
 
-BACKEND_LOADERS = {"numba": _load_numba}
-BACKENDS = {"numba": {"cpu": True}}
+def _load_warp():
+    from . import warp
+    return warp
+
+
+def _load_numba_cuda():
+    from . import numba_cuda
+    return numba_cuda
+
+
+BACKEND_LOADERS = {"numba": _load_numba, "warp": _load_warp, "numba_cuda": _load_numba_cuda}
+BACKENDS = {"numba": {"cpu": True}, "warp": {"cpu": False, "gpu": True}, "numba_cuda": {"gpu": True}}
 for _op in OPS:
     _op.declare_backends(BACKEND_LOADERS, BACKENDS)
