@@ -288,6 +288,8 @@ def _joined(x, axis, size: int):
 
 def _ordered_sum(terms, out):
     """``sum_b terms[:, b]`` added in the order of ``b`` (the kernels' order), starting from zeros."""
+    if terms.shape[1] == 0:  # nothing to add (fori_loop would still trace terms[:, b] on the empty axis)
+        return jnp.zeros(out.shape, out.dtype)
     return jax.lax.fori_loop(0, terms.shape[1], lambda b, acc: acc + terms[:, b],
                              jnp.zeros(out.shape, out.dtype))
 
