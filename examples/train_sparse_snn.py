@@ -4,6 +4,10 @@ The task is a spike-train classification problem generated here, "Randman"
 (random manifolds, after Zenke and Vogels, 2021): each class is a smooth random
 map from a low-dimensional latent space to the firing times of the input units;
 a trial draws a latent point of one class and emits one spike per input unit.
+``--dataset digits`` uses scikit-learn's bundled handwritten digits instead
+(1797 8x8 images, 10 classes, no download), latency-coded: each of the 64
+pixels is an input unit that fires once, earlier the brighter it is (blank
+pixels never fire).
 
 The model, for one trial::
 
@@ -24,8 +28,18 @@ Run::
     python examples/train_sparse_snn.py              # default: 2000 hidden, p_rec = 0.01
     python examples/train_sparse_snn.py --dense      # same model, dense weights
     python examples/train_sparse_snn.py --epochs 2 --hidden 300 --n-train 256   # quick look
+    python examples/train_sparse_snn.py --dataset digits          # scikit-learn's digits, latency-coded
+    python examples/train_sparse_snn.py --sparse-backward         # gradients only near threshold
+    python examples/train_sparse_snn.py --sparse-backward --band 0.5   # a wider band
+    python examples/train_sparse_snn.py --surrogate triangle --alpha 2 --memory carry
 
-Needs the ``examples`` extra (``pip install evjax[examples]``: optax, matplotlib).
+The results (markdown) and the figure go to ``examples/out/``, named after the
+variant: ``train_sparse_snn_sparse.md`` for the default run,
+``train_sparse_snn_sparse_digits_sb.md`` for ``--dataset digits
+--sparse-backward``, and so on.
+
+Needs the ``examples`` extra (``pip install evjax[examples]``: optax, matplotlib,
+tqdm, and scikit-learn for ``--dataset digits``).
 """
 from __future__ import annotations
 
@@ -76,6 +90,7 @@ class Config:
     band: float | None = None  # half-width of a compact surrogate's band (None: its default, 3 / alpha)
     sparse_backward: bool = False  # gradients only through neurons in the band (needs a compact surrogate)
     memory: str = "full"  # what BPTT keeps per step: "full" or "carry" (evjax.bptt_scan)
+    dataset: str = "randman"  # "randman" (generated here) or "digits" (scikit-learn's, n_in becomes 64)
 
     def spike_surrogate(self) -> evjax.Surrogate:
         """The surrogate the LIF neurons (and the sparse-backward gate) use."""
@@ -87,6 +102,38 @@ def sparse_backward_config(cfg: Config) -> Config:
     (``clipped_fast_sigmoid`` for the default ``fast_sigmoid``), gradients gated to the band."""
     compact = cfg.surrogate if cfg.surrogate in evjax.surrogate.COMPACT else "clipped_fast_sigmoid"
     return dataclasses.replace(cfg, surrogate=compact, sparse_backward=True)
+
+
+def training_label(cfg: Config) -> str:
+    """The gradient settings in words, e.g. ``"surrogate fast_sigmoid (alpha 10), full BPTT"``."""
+    name, alpha, width = evjax.surrogate.resolve_surrogate(cfg.spike_surrogate())
+    band = f", band {width:g}" if width is not None and name == "clipped_fast_sigmoid" else ""
+    mode = "sparse backward, " if cfg.sparse_backward else ""
+    return f"{mode}surrogate {name} (alpha {alpha:g}{band}), {cfg.memory} BPTT"
+
+
+def variant_name(cfg: Config, dense: bool = False) -> str:
+    """The stem of a run's output files: ``sparse`` or ``dense``, then what differs from the defaults
+    (``_digits``, ``_sb`` for sparse backward, the surrogate, ``_a<alpha>``, ``_band<width>``,
+    ``_carry``, ``_seed<n>``), e.g. ``sparse_digits_sb``."""
+    defaults = Config()
+    parts = ["dense" if dense else "sparse"]
+    if cfg.dataset != defaults.dataset:
+        parts.append(cfg.dataset)
+    if cfg.sparse_backward:
+        parts.append("sb")
+    default_surrogate = sparse_backward_config(defaults).surrogate if cfg.sparse_backward else defaults.surrogate
+    if cfg.surrogate != default_surrogate:
+        parts.append(cfg.surrogate)
+    if cfg.alpha != defaults.alpha:
+        parts.append(f"a{cfg.alpha:g}")
+    if cfg.band is not None:
+        parts.append(f"band{cfg.band:g}")
+    if cfg.memory != defaults.memory:
+        parts.append(cfg.memory)
+    if cfg.seed != defaults.seed:
+        parts.append(f"seed{cfg.seed}")
+    return "_".join(parts)
 
 
 # ---------------------------------------------------------------------------
@@ -123,6 +170,83 @@ def make_randman(cfg: Config, n_samples: int, seed: int) -> tuple[np.ndarray, np
     spikes = np.zeros((n_samples, cfg.n_steps, cfg.n_in), bool)
     spikes[np.arange(n_samples)[:, None], times, np.arange(cfg.n_in)[None, :]] = True
     return spikes, labels
+
+
+# ---------------------------------------------------------------------------
+# data: scikit-learn's handwritten digits, latency-coded
+# ---------------------------------------------------------------------------
+DATASETS = ("randman", "digits")
+DIGITS_N_TEST = 297  # held out of the 1797 images (the other 1500 are the training pool)
+DIGITS_MIN_PIXEL = 1.0  # pixels (0..16) at or below this are blank: no spike
+
+
+def _load_digits():
+    try:
+        from sklearn.datasets import load_digits
+    except ImportError as err:
+        raise ImportError("--dataset digits needs scikit-learn: pip install evjax[examples] "
+                          "(or pip install 'scikit-learn>=1.3,<2')") from err
+    return load_digits()
+
+
+def latency_code(images: np.ndarray, n_steps: int, max_value: float = 16.0,
+                 min_value: float = DIGITS_MIN_PIXEL) -> np.ndarray:
+    """Time-to-first-spike code: pixel ``x`` fires once, at step ``round((1 - x / max_value) * (n_steps - 1))``
+    (the brightest at step 0), and not at all when ``x <= min_value``.
+
+    Returns:
+        bool ``(n_images, n_steps, n_pixels)``.
+    """
+    images = np.asarray(images, np.float64)
+    n, n_pix = images.shape
+    times = np.round((1.0 - np.clip(images, 0.0, max_value) / max_value) * (n_steps - 1)).astype(np.int64)
+    sample, pixel = np.nonzero(images > min_value)
+    spikes = np.zeros((n, n_steps, n_pix), bool)
+    spikes[sample, times[sample, pixel], pixel] = True
+    return spikes
+
+
+def make_digits(cfg: Config, seed: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """scikit-learn's digits, latency-coded (:func:`latency_code`) over ``cfg.n_steps`` steps.
+
+    The 1797 images are shuffled with ``seed`` (default ``cfg.seed``); the last
+    :data:`DIGITS_N_TEST` (297) are the test set, of which the first
+    ``cfg.n_test`` are used, and the first ``cfg.n_train`` of the other 1500
+    are the training set (both capped to what is there).
+
+    Returns:
+        ``(x_train, y_train, x_test, y_test)``: bool ``(n, n_steps, 64)`` spikes and int32 labels.
+
+    Raises:
+        ImportError: scikit-learn is not installed (it names ``pip install evjax[examples]``).
+    """
+    digits = _load_digits()
+    order = np.random.default_rng(cfg.seed if seed is None else seed).permutation(len(digits.target))
+    pool, held_out = order[:-DIGITS_N_TEST], order[-DIGITS_N_TEST:]
+    train_idx, test_idx = pool[:cfg.n_train], held_out[:cfg.n_test]
+    spikes = latency_code(digits.data, cfg.n_steps, max_value=16.0)
+    labels = digits.target.astype(np.int32)
+    return spikes[train_idx], labels[train_idx], spikes[test_idx], labels[test_idx]
+
+
+def load_dataset(cfg: Config) -> tuple[Config, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The data set ``cfg.dataset`` and the configuration the model needs for it.
+
+    Returns:
+        ``(cfg, x_train, y_train, x_test, y_test)``: ``cfg`` with ``n_in``,
+        ``n_classes``, ``n_train`` and ``n_test`` set to the data's (for
+        Randman the same ``cfg``); spikes bool ``(n, n_steps, n_in)``, labels int32.
+    """
+    if cfg.dataset == "randman":
+        x_train, y_train = make_randman(cfg, cfg.n_train, seed=cfg.seed + 1)
+        x_test, y_test = make_randman(cfg, cfg.n_test, seed=cfg.seed + 2)
+        return cfg, x_train, y_train, x_test, y_test
+    if cfg.dataset == "digits":
+        x_train, y_train, x_test, y_test = make_digits(cfg)
+        cfg = dataclasses.replace(cfg, n_in=x_train.shape[-1], n_classes=10, n_train=len(x_train),
+                                  n_test=len(x_test))
+        return cfg, x_train, y_train, x_test, y_test
+    raise ValueError(f"unknown dataset {cfg.dataset!r}; choose one of {DATASETS}")
 
 
 # ---------------------------------------------------------------------------
@@ -303,6 +427,7 @@ class Result:
     test_acc: float = float("nan")
     final_params: Any = None
     raster: Any = None  # (hidden spikes, input spikes) of one test trial
+    config: Any = None  # the configuration trained (n_in etc. as the data set set them)
 
 
 def make_predict(trial: Callable) -> Callable:
@@ -354,8 +479,7 @@ def train(cfg: Config, dense: bool = False, log: Callable[[str], None] = print) 
     """Generate the data, build the model and train it; returns the measurements."""
     import optax
 
-    x_train, y_train = make_randman(cfg, cfg.n_train, seed=cfg.seed + 1)
-    x_test, y_test = make_randman(cfg, cfg.n_test, seed=cfg.seed + 2)
+    cfg, x_train, y_train, x_test, y_test = load_dataset(cfg)
     params, s_in, s_rec = init_params(cfg)
     if dense:
         params = to_dense_params(params, s_in, s_rec)
@@ -364,11 +488,13 @@ def train(cfg: Config, dense: bool = False, log: Callable[[str], None] = print) 
     opt_state = optimizer.init(params)
     train_step = make_train_step(make_loss(cfg, trial), optimizer)
     predict = make_predict(trial)
-    log(f"{'dense' if dense else 'sparse (evjax CSR)'} model: {cfg.n_in} inputs, {cfg.n_hidden} LIF neurons, "
+    log(f"{'dense' if dense else 'sparse (evjax CSR)'} model, {cfg.dataset} data ({len(x_train)} train, "
+        f"{len(x_test)} test): {cfg.n_in} inputs, {cfg.n_hidden} LIF neurons, "
         f"{s_in.nnz + s_rec.nnz:,} synapses (p_rec = {cfg.p_rec}), {cfg.n_classes} classes, "
-        f"{cfg.n_steps} steps/trial, batch {cfg.batch}")
+        f"{cfg.n_steps} steps/trial, batch {cfg.batch}"
+        + (f"; {training_label(cfg)}" if training_label(cfg) != training_label(Config()) else ""))
     rng = np.random.default_rng(cfg.seed)
-    result = Result()
+    result = Result(config=cfg)
     step_times, events, event_time = [], 0, 0.0
     n_batches = cfg.n_train // cfg.batch
     for epoch in range(1, cfg.epochs + 1):
@@ -419,7 +545,10 @@ def compare_step_times(cfg: Config, repeats: int = 5) -> dict:
     """
     import optax
 
-    x, y = make_randman(cfg, cfg.batch, seed=cfg.seed + 3)
+    if cfg.dataset == "randman":
+        x, y = make_randman(cfg, cfg.batch, seed=cfg.seed + 3)
+    else:  # one batch of the training set (the model's n_in is the data's)
+        cfg, x, y, _, _ = load_dataset(dataclasses.replace(cfg, n_train=cfg.batch))
     params, s_in, s_rec = init_params(cfg)
     optimizer = optax.adam(cfg.lr)
     runs = {}
@@ -489,6 +618,21 @@ def main(argv: list[str] | None = None) -> Result:
     defaults = Config()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dense", action="store_true", help="dense jnp weights instead of evjax CSR")
+    parser.add_argument("--dataset", choices=DATASETS, default=defaults.dataset,
+                        help="randman (generated) or digits (scikit-learn's 8x8 digits, latency-coded, 64 inputs)")
+    parser.add_argument("--sparse-backward", action="store_true",
+                        help="gradients only through neurons near threshold: the surrogate clipped to its band "
+                             "(clipped_fast_sigmoid unless --surrogate names a compact one), evjax.sparse_backward_gate "
+                             "and evjax.sparse_backward_matmul")
+    parser.add_argument("--surrogate", default=defaults.surrogate, choices=evjax.surrogate.SURROGATES,
+                        help=f"the spike's surrogate derivative (default {defaults.surrogate})")
+    parser.add_argument("--alpha", type=float, default=defaults.alpha,
+                        help=f"the surrogate's sharpness (default {defaults.alpha:g})")
+    parser.add_argument("--band", type=float, default=defaults.band,
+                        help="half-width of a compact surrogate's band (default: its own, 3 / alpha for "
+                             "clipped_fast_sigmoid)")
+    parser.add_argument("--memory", choices=("full", "carry"), default=defaults.memory,
+                        help="what BPTT keeps per step (evjax.bptt_scan; carry: recompute the step backward)")
     parser.add_argument("--epochs", type=int, default=defaults.epochs)
     parser.add_argument("--hidden", type=int, default=defaults.n_hidden)
     parser.add_argument("--p-rec", type=float, default=defaults.p_rec)
@@ -499,10 +643,11 @@ def main(argv: list[str] | None = None) -> Result:
     parser.add_argument("--lr", type=float, default=defaults.lr)
     parser.add_argument("--seed", type=int, default=defaults.seed)
     parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "out"),
-                        help="folder for the PNG")
+                        help="folder for the figure and the results")
     parser.add_argument("--no-plot", action="store_true")
     parser.add_argument("--results", default=None,
-                        help="markdown file for the summary (default: <out>/train_sparse_snn_<kind>.md)")
+                        help="markdown file for the summary (default: <out>/train_sparse_snn_<variant>.md, "
+                             "<variant> as sparse, dense, sparse_digits_sb, ...)")
     parser.add_argument("--compare-steps", type=int, default=5,
                         help="steps of each variant timed alternately for the speedup (0: skip it)")
     args = parser.parse_args(argv)
@@ -510,14 +655,28 @@ def main(argv: list[str] | None = None) -> Result:
         parser.error("--p-rec must be in (0, 1]")
     cfg = dataclasses.replace(defaults, epochs=args.epochs, n_hidden=args.hidden, p_rec=args.p_rec, batch=args.batch,
                               n_steps=args.steps, n_train=args.n_train, n_test=args.n_test, lr=args.lr,
-                              seed=args.seed)
+                              seed=args.seed, dataset=args.dataset, surrogate=args.surrogate, alpha=args.alpha,
+                              band=args.band, memory=args.memory)
+    if args.sparse_backward:
+        if cfg.surrogate not in evjax.surrogate.COMPACT and cfg.surrogate != defaults.surrogate:
+            parser.error(f"--sparse-backward needs a surrogate with a band ({', '.join(evjax.surrogate.COMPACT)}), "
+                         f"or the default {defaults.surrogate} (clipped to its band); got --surrogate {cfg.surrogate}")
+        cfg = sparse_backward_config(cfg)
+    try:
+        evjax.surrogate.resolve_surrogate(cfg.spike_surrogate())
+    except (TypeError, ValueError) as err:
+        parser.error(f"--surrogate/--alpha/--band: {err}")
     kind = "dense" if args.dense else "sparse"
+    variant = variant_name(cfg, args.dense)
     print(f"evjax {evjax.__version__}, jax {jax.__version__}, devices {jax.devices()}")
     t0 = time.perf_counter()
     result = train(cfg, dense=args.dense)
     total = time.perf_counter() - t0
+    cfg = result.config  # n_in, n_train, ... as the data set has them
     print("\nsummary")
     print(f"  model            {kind}, {cfg.n_hidden} hidden, p_rec {cfg.p_rec}, batch {cfg.batch}")
+    print(f"  data             {cfg.dataset}, {cfg.n_in} inputs, {cfg.n_train} train / {cfg.n_test} test trials")
+    print(f"  gradients        {training_label(cfg)}")
     print(f"  test accuracy    {result.test_acc:.3f} (chance {1 / cfg.n_classes:.3f})")
     print(f"  time per step    {1e3 * result.step_time:.1f} ms (median)")
     print(f"  synaptic events  {result.events_per_s:.3g} per second of training")
@@ -527,18 +686,21 @@ def main(argv: list[str] | None = None) -> Result:
                f"test accuracy: {result.test_acc:.3f} (chance {1 / cfg.n_classes:.3f})",
                f"time per training step: {1e3 * result.step_time:.1f} ms (median)",
                f"wall time of training: {total:.0f} s"]
+    summary[1:1] = [f"data: {cfg.dataset}, {cfg.n_in} inputs, {cfg.n_train} train / {cfg.n_test} test trials",
+                    f"gradients: {training_label(cfg)}, seed {cfg.seed}"]
     if args.compare_steps > 0:
         timing = compare_step_times(cfg, repeats=args.compare_steps)
         print(f"  sparse vs dense  training step {1e3 * timing['sparse_s']:.1f} ms (sparse-event) vs "
               f"{1e3 * timing['dense_s']:.1f} ms (dense), timed alternately: speedup {timing['speedup']:.1f}x")
         summary.append(f"sparse vs dense training step: {1e3 * timing['sparse_s']:.1f} ms vs "
                        f"{1e3 * timing['dense_s']:.1f} ms, speedup {timing['speedup']:.1f}x")
-    results = args.results or os.path.join(args.out, f"train_sparse_snn_{kind}.md")
+    results = args.results or os.path.join(args.out, f"train_sparse_snn_{variant}.md")
     write_results(results, summary, argv)
     print(f"  results          {results}")
     if not args.no_plot:
-        path = os.path.join(args.out, f"train_sparse_snn_{kind}.png")
-        plot(result, path, f"{kind} SNN, {cfg.n_hidden} LIF neurons, test accuracy {result.test_acc:.2f}")
+        path = os.path.join(args.out, f"train_sparse_snn_{variant}.png")
+        plot(result, path, f"{kind} SNN, {cfg.n_hidden} LIF neurons, {cfg.dataset}, {training_label(cfg)}, "
+                           f"test accuracy {result.test_acc:.2f}")
         print(f"  figure           {path}")
     return result
 

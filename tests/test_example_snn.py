@@ -150,3 +150,116 @@ def test_benchmark_script_runs(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "| 48 |" in out and "dense / sparse" in out
     assert (tmp_path / "snn_training.png").exists() and (tmp_path / "snn_training.json").exists()
+
+
+# ---------------------------------------------------------------------------
+# --dataset digits (scikit-learn's, latency-coded) and --sparse-backward
+# ---------------------------------------------------------------------------
+DIGITS_TINY = snn.Config(dataset="digits", n_hidden=100, n_steps=16, p_in=0.3, p_rec=0.1, n_train=320, n_test=96,
+                         batch=32, epochs=1, lr=1e-2)
+
+
+def test_digits_data():
+    sklearn_datasets = pytest.importorskip("sklearn.datasets")
+    cfg, x_train, y_train, x_test, y_test = snn.load_dataset(DIGITS_TINY)
+    assert (cfg.n_in, cfg.n_classes, cfg.n_train, cfg.n_test) == (64, 10, 320, 96)
+    assert x_train.shape == (320, 16, 64) and x_test.shape == (96, 16, 64) and x_train.dtype == bool
+    assert y_train.dtype == np.int32 and set(np.unique(y_train)) == set(range(10))
+    assert x_train.sum(axis=1).max() == 1  # at most one spike per pixel and trial
+    # latency code: brighter pixels fire earlier, blank ones never
+    images = sklearn_datasets.load_digits().data
+    x = snn.latency_code(images, 16)
+    fired = x.any(axis=1)
+    np.testing.assert_array_equal(fired, images > snn.DIGITS_MIN_PIXEL)
+    t = np.argmax(x, axis=1)
+    np.testing.assert_array_equal(t[fired], np.round((1 - images[fired] / 16) * 15))
+    assert t[images == 16].max() == 0
+    # deterministic in the seed, capped to what is there, the test set apart from the training set
+    again = snn.make_digits(DIGITS_TINY)
+    np.testing.assert_array_equal(again[0], x_train)
+    np.testing.assert_array_equal(again[3], y_test)
+    other = snn.make_digits(snn.dataclasses.replace(DIGITS_TINY, seed=1))
+    assert not np.array_equal(other[0], x_train)
+    full = snn.make_digits(snn.dataclasses.replace(DIGITS_TINY, n_train=10_000, n_test=10_000))
+    assert (len(full[0]), len(full[2])) == (1500, 297)
+    train_codes = {row.tobytes() for row in full[0].reshape(1500, -1)}
+    x_all = snn.latency_code(images, 16).reshape(len(images), -1)
+    assert len(train_codes | {row.tobytes() for row in full[2].reshape(297, -1)}) == len(
+        {row.tobytes() for row in x_all})  # the two splits together are the whole set
+
+
+def test_digits_without_sklearn_says_how_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "sklearn", None)  # import sklearn then raises ImportError
+    monkeypatch.setitem(sys.modules, "sklearn.datasets", None)
+    with pytest.raises(ImportError, match=r"pip install evjax\[examples\]"):
+        snn.load_dataset(DIGITS_TINY)
+    with pytest.raises(ImportError, match=r"pip install evjax\[examples\]"):
+        snn.main(["--dataset", "digits", "--epochs", "1", "--hidden", "16", "--no-plot", "--compare-steps", "0"])
+
+
+def test_digits_trains_tiny_through_the_cli(tmp_path, capsys):
+    """--dataset digits --sparse-backward: one epoch trains, reports an accuracy, names its files by the variant."""
+    pytest.importorskip("sklearn")
+    result = snn.main(["--dataset", "digits", "--sparse-backward", "--band", "0.5", "--epochs", "2", "--hidden", "100",
+                       "--steps", "16", "--n-train", "320", "--n-test", "96", "--batch", "32", "--lr", "1e-2",
+                       "--compare-steps", "0", "--no-plot", "--out", str(tmp_path)])
+    cfg = result.config
+    assert (cfg.dataset, cfg.n_in, cfg.n_classes, cfg.surrogate, cfg.band) == ("digits", 64, 10,
+                                                                                "clipped_fast_sigmoid", 0.5)
+    assert cfg.sparse_backward and len(result.history) == 2
+    assert all(np.isfinite(r["loss"]) for r in result.history)
+    assert result.history[-1]["loss"] < result.history[0]["loss"]
+    assert result.test_acc > 0.2  # chance is 0.1
+    out = capsys.readouterr().out
+    assert "digits, 64 inputs" in out and "sparse backward, surrogate clipped_fast_sigmoid" in out
+    results = (tmp_path / "train_sparse_snn_sparse_digits_sb_band0.5.md").read_text().splitlines()
+    assert results[0].startswith("<!-- run ") and "--sparse-backward" in results[0]
+    assert any(line.startswith("- test accuracy: ") for line in results)
+    assert "- gradients: sparse backward, surrogate clipped_fast_sigmoid (alpha 10, band 0.5), full BPTT, seed 0" \
+        in results
+
+
+def test_variant_names_and_flag_checks():
+    assert snn.variant_name(snn.Config()) == "sparse"  # the default run's files keep their names
+    assert snn.variant_name(snn.Config(), dense=True) == "dense"
+    sb = snn.sparse_backward_config(snn.Config(dataset="digits"))
+    assert snn.variant_name(sb) == "sparse_digits_sb"
+    assert snn.variant_name(snn.dataclasses.replace(sb, surrogate="triangle", alpha=2.0, memory="carry", seed=2)) \
+        == "sparse_digits_sb_triangle_a2_carry_seed2"
+    assert snn.variant_name(snn.Config(surrogate="arctan", alpha=2.0)) == "sparse_arctan_a2"
+    for bad in (["--band", "0.3"],  # fast_sigmoid has no band
+                ["--sparse-backward", "--surrogate", "sigmoid"],  # nor has sigmoid
+                ["--alpha", "-1"], ["--memory", "half"], ["--dataset", "mnist"]):
+        with pytest.raises(SystemExit):
+            snn.main(bad)
+
+
+def _loss_and_grads(cfg, params, s_in, s_rec, x, y):
+    loss = snn.make_loss(cfg, snn.make_trial(cfg, snn.make_synapses(s_in, s_rec, False, cfg.sparse_backward)))
+    (value, (_, spikes)), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params, x, y)
+    return value, spikes, grads
+
+
+def test_sparse_backward_gradients():
+    """--sparse-backward: finite loss and gradients, and with a band that holds every neuron the gate and the
+    sparse-backward matmuls change nothing: the gradients of the plain model with the same surrogate."""
+    params, s_in, s_rec = snn.init_params(TINY)
+    x, y = snn.make_randman(TINY, 8, seed=3)
+    sb = snn.sparse_backward_config(TINY)
+    assert (sb.surrogate, sb.sparse_backward) == ("clipped_fast_sigmoid", True)
+    value, spikes, grads = _loss_and_grads(sb, params, s_in, s_rec, x, y)
+    assert np.isfinite(float(value)) and float(spikes.mean()) > 0.01
+    for name, g in grads.items():
+        assert np.all(np.isfinite(g)) and np.abs(g).max() > 0, name
+    # the band (3 / alpha = 0.3) leaves some recurrent synapses without gradient: the backward is sparse
+    assert np.mean(np.asarray(grads["w_rec"]) == 0) > 0.01
+    wide = snn.dataclasses.replace(sb, band=1e6)
+    v_sb, spk_sb, g_sb = _loss_and_grads(wide, params, s_in, s_rec, x, y)
+    v_pl, spk_pl, g_pl = _loss_and_grads(snn.dataclasses.replace(wide, sparse_backward=False), params, s_in, s_rec,
+                                         x, y)
+    np.testing.assert_array_equal(spk_sb, spk_pl)
+    np.testing.assert_allclose(v_sb, v_pl, rtol=1e-6)
+    for name in g_pl:
+        scale = np.abs(g_pl[name]).max()
+        assert scale > 0
+        np.testing.assert_allclose(g_sb[name], g_pl[name], rtol=1e-4, atol=1e-6 * scale, err_msg=name)
