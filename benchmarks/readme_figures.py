@@ -260,8 +260,32 @@ def compact_figures() -> list[str]:
     return [line + "."]
 
 
+def sparse_backward_figures() -> list[str]:
+    path = RESULTS / "sparse_backward.md"
+    if not path.exists():
+        return []
+    rows = {r["variant"]: r for r in table(path, "## Backward pass")}
+    sb = rows["sparse backward"]
+    speedup = sb["backward speed-up vs dense-support"]
+    met = float(speedup.rstrip("x")) >= 3.0
+    memory = {r["variant"]: r["vs dense-support full"] for r in table(path, "## Peak memory")}
+    carry = memory["sparse backward, memory='carry'"]
+    line = (f"- Sparse backward, the example's network (hidden 2000, batch 16, 50 steps; `{path.relative_to(ROOT)}`, "
+            f"{run_line(path)}): backward pass {speedup} as fast as with the dense-support surrogate "
+            f"(goal >= 3x: {'met' if met else 'not met'}), {sb['zero cotangent entries']} of the cotangent "
+            f"entries zero; peak gradient memory at 100 steps with `memory='carry'`: {carry} "
+            f"(goal <= 0.5x: {'met' if float(carry.rstrip('x')) <= 0.5 else 'not met'}).")
+    out = [line]
+    accuracy = RESULTS / "sparse_backward_accuracy.md"
+    if accuracy.exists():
+        out.append(f"- Sparse-backward accuracy, mean of 3 seeds: see `{accuracy.relative_to(ROOT)}` "
+                   f"({run_line(accuracy)}).")
+    return out
+
+
 SECTIONS = (ci_figures, example_figures, cold_start_figures, contention_figures, csr_event_figures, dense_figures,
-            fixed_figures, jitc_figures, plasticity_figures, compact_figures, gpu_figures, import_time_figures)
+            fixed_figures, jitc_figures, plasticity_figures, compact_figures, sparse_backward_figures, gpu_figures,
+            import_time_figures)
 
 
 def block() -> str:

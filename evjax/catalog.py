@@ -10,7 +10,8 @@ Each op is keyed by its primitive's name (``op.name``, as jaxprs show it,
 e.g. ``"evjax_binary_csrmv"``) and carries these tags:
 
 * its family: ``"csr"``, ``"dense"``, ``"jitc"``, ``"plasticity"``, ``"delay"``, ``"compact"`` (the
-  listing of active entries, ``"binary"``); the ops the fixed
+  listing of active entries, ``"binary"``), ``"sparse_backward"`` (the products over nonzero entries,
+  ``"float"``, with ``"csr"`` or ``"dense"``); the ops the fixed
   family binds (CSR's own) also carry ``"fixed"``;
 * its kind: ``"binary"`` (event operand) or ``"float"`` (the delay ops take either, per call); ``"mv"`` (vector),
   ``"mm"`` (matrix), ``"sddmm"``, ``"outer"`` or ``"materialize"`` (JITC's
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from .primitives import compact, csr, delay, dense, fixed, jitc, plasticity
+from .primitives import compact, csr, delay, dense, fixed, jitc, plasticity, sparse_backward
 from .xla_custom_kernel import XLACustomKernel
 
 __all__ = ["get_registry", "get_primitives_by_tags", "get_all_primitive_names", "primitive_tags"]
@@ -59,6 +60,9 @@ def _tagged() -> dict[str, tuple[XLACustomKernel, frozenset[str]]]:
         add(op, "delay")
     for op in compact.OPS:
         add(op, "compact", "binary")
+    for op in sparse_backward.OPS:
+        add(op, "sparse_backward", "float", "csr" if "csr" in op.name else "dense",
+            "sddmm" if "sddmm" in op.name else "outer" if "outer" in op.name else "mv")
     for (law, _rank, _event), op in jitc.MATMUL_OPS.items():
         add(op, "jitc", law, *_kind(op))
     for law, op in jitc.DENSE_OPS.items():

@@ -15,7 +15,7 @@ from .doc_runner import ROOT, run_markdown
 from tests.helpers import HANG_GUARD_S, run_warp_page
 
 PAGES = ["docs/getting_started.md", "docs/concepts.md", "docs/own_op.md", "docs/custom_kernels.md",
-         "docs/compact_events.md"]
+         "docs/compact_events.md", "docs/sparse_backward.md"]
 
 
 @pytest.mark.parametrize("page", PAGES)

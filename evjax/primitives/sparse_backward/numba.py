@@ -26,10 +26,9 @@ AUTO, WHOLE, NONZERO = -1, 0, 1
 def _list_nonzero(x, listed) -> int:
     """The positions of the nonzero entries of ``x`` into ``listed`` (ascending); their number."""
     k = 0
-    for c in range(x.shape[0]):
-        if x[c] != 0:
-            listed[k] = c
-            k += 1
+    for c in range(x.shape[0]):  # branch-free: each position is written, kept only if nonzero
+        listed[k] = c
+        k += x[c] != 0
     return k
 
 
@@ -117,36 +116,38 @@ def csr_sddmm_nonzero_kernel(indices, indptr, t_indices, t_indptr, perm, r, q, f
     term per ``b``, added in the order of ``b``: the paths give the same bits.
     """
     path = flags[0]
+    rows = np.empty(r.shape[2], np.int64)
+    columns = np.empty(q.shape[2], np.int64)
     for grp in range(r.shape[0]):
         g = out[grp]
         g[:] = 0
         for b in range(r.shape[1]):
             rb, qb = r[grp, b], q[grp, b]
+            n_rows = _list_nonzero(rb, rows)
+            n_columns = _list_nonzero(qb, columns)
             by_columns = path == 1
             if path == -1:
                 row_work = 0
-                for i in range(rb.shape[0]):
-                    if rb[i] != 0:
-                        row_work += indptr[i + 1] - indptr[i]
+                for t in range(n_rows):
+                    row_work += indptr[rows[t] + 1] - indptr[rows[t]]
                 column_work = 0
-                for j in range(qb.shape[0]):
-                    if qb[j] != 0:
-                        column_work += t_indptr[j + 1] - t_indptr[j]
+                for t in range(n_columns):
+                    column_work += t_indptr[columns[t] + 1] - t_indptr[columns[t]]
                 by_columns = column_work < row_work
             if by_columns:
-                for j in range(qb.shape[0]):
-                    if qb[j] != 0:
-                        for p in range(t_indptr[j], t_indptr[j + 1]):
-                            ri = rb[t_indices[p]]
-                            if ri != 0:
-                                g[perm[p]] += ri * qb[j]
+                for t in range(n_columns):
+                    j = columns[t]
+                    for p in range(t_indptr[j], t_indptr[j + 1]):
+                        ri = rb[t_indices[p]]
+                        if ri != 0:
+                            g[perm[p]] += ri * qb[j]
             else:
-                for i in range(rb.shape[0]):
-                    if rb[i] != 0:
-                        for e in range(indptr[i], indptr[i + 1]):
-                            qj = qb[indices[e]]
-                            if qj != 0:
-                                g[e] += rb[i] * qj
+                for t in range(n_rows):
+                    i = rows[t]
+                    for e in range(indptr[i], indptr[i + 1]):
+                        qj = qb[indices[e]]
+                        if qj != 0:
+                            g[e] += rb[i] * qj
 
 
 @numba.njit(cache=True, nogil=True)
