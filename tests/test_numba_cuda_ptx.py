@@ -205,7 +205,6 @@ def test_sparse_backward_kernels_compile_to_ptx(compute, index):
     f1, f2, f3, i1 = (types.Array(f, 1, "C"), types.Array(f, 2, "C"), types.Array(f, 3, "C"),
                       types.Array(i, 1, "C"))
     signatures = {
-        "csrmv_stored": [f1, i1, i1, i1, i1, i1, f2, f2],
         "csrmv_select": [f1, i1, i1, i1, i1, i1, f2, f2],
         "csrmv_columns": [f1, i1, i1, i1, i1, i1, f2, f2],
         "sddmm_nonzero": [i1, i1, i1, i1, i1, f3, f3, f2],

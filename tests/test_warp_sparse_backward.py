@@ -320,7 +320,7 @@ def test_gradients_of_sparse_backward_matmul(kind):
 # no FMA in the CUDA code (compiled to PTX with NVRTC; no GPU needed)
 # ---------------------------------------------------------------------------
 def test_warp_modules_compile_to_ptx_without_fma():
-    modules = [sb_warp.csr_kernels("float32", ("int32",) * 5)["stored"].module,
+    modules = [sb_warp.csr_kernels("float32", ("int32",) * 5)["select"].module,
                sb_warp.dense_kernels("float64")["outer"].module]
     for module in modules:
         assert module.options["fuse_fp"] is False

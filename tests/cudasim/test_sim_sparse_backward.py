@@ -57,7 +57,7 @@ def numba_cpu(fn):
 def test_kernels_are_registered():
     assert "numba_cuda" in sb.csrmv_nonzero_p.backends("gpu")
     assert sb.csrmv_nonzero_p.kernel_generator("gpu", "numba_cuda") is sb_cuda.csrmv_nonzero_numba_cuda
-    assert len(sb_cuda.KERNELS) == 7 * len(sb_cuda.COMPUTE_DTYPES)
+    assert len(sb_cuda.KERNELS) == 6 * len(sb_cuda.COMPUTE_DTYPES)
 
 
 def test_csrmv_nonzero():

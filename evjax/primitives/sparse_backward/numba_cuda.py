@@ -8,12 +8,11 @@ gives the orders): no atomics, one thread per output entry adding its terms
 in the order of the Numba CPU kernels (:mod:`.numba`) from 0, so the results
 are deterministic and have their bits:
 
-* ``csrmv_stored`` / ``csrmv_select`` / ``csrmv_columns``
-  (``csrmv_nonzero``, a thread per ``(b, output)``): ``A v`` over a sorted
-  row in stored order; ``A v`` over a row not known sorted in (column,
-  position) order (stored order when the thread finds its row sorted, else
-  by selection, ``O(len^2)`` per unsorted row); ``A.T v`` over the column
-  view in its order;
+* ``csrmv_select`` / ``csrmv_columns`` (``csrmv_nonzero``, a thread per
+  ``(b, output)``): ``A v`` over a row in (column, position) order (stored
+  order when the thread finds its row sorted, else by selection,
+  ``O(len^2)`` per unsorted row); ``A.T v`` over the column view in its
+  order;
 * ``sddmm_nonzero`` (``csr_sddmm_nonzero``, a thread per ``(G, synapse)``,
   its row by binary search on ``indptr``, the batch ``b`` ascending);
 * ``densemv`` / ``densemv_t`` (``densemv_nonzero``, a thread per ``(b,
@@ -72,32 +71,6 @@ def _named(kernel, name: str):
 # ---------------------------------------------------------------------------
 # csrmv_nonzero: out[b, o] (o a row of A for A v, a column for A.T v); thread t = b * n_out + o
 # ---------------------------------------------------------------------------
-def _csrmv_stored(compute: str):
-    MUL = _multiply(compute)
-
-    def csrmv_stored(data, indices, indptr, t_indices, t_indptr, perm, v, out):
-        t = cuda.grid(1)
-        n_out = out.shape[1]
-        if t < out.shape[0] * n_out:
-            b = t // n_out
-            i = t - b * n_out
-            nnz = indices.shape[0]
-            n = v.shape[1]
-            shared = data.shape[0] == 1
-            lo = indptr[i] if indptr[i] > 0 else 0
-            hi = indptr[i + 1] if indptr[i + 1] < nnz else nnz
-            acc = out.dtype.type(0)
-            for e in range(lo, hi):
-                j = indices[e]
-                if j >= 0 and j < n:
-                    x = v[b, j]
-                    if x != 0:
-                        acc += MUL(data[0] if shared else data[e], x)
-            out[b, i] = acc
-
-    return _named(csrmv_stored, f"csrmv_stored_{compute}")
-
-
 def _csrmv_select(compute: str):
     MUL = _multiply(compute)
 
@@ -269,7 +242,7 @@ def _outer(compute: str):
 
 
 # (name, compute dtype) -> kernel
-_FACTORIES = {"csrmv_stored": _csrmv_stored, "csrmv_select": _csrmv_select, "csrmv_columns": _csrmv_columns,
+_FACTORIES = {"csrmv_select": _csrmv_select, "csrmv_columns": _csrmv_columns,
               "sddmm_nonzero": _sddmm, "densemv": lambda c: _densemv(c, False),
               "densemv_t": lambda c: _densemv(c, True), "outer_nonzero": _outer}
 KERNELS = {(name, compute): factory(compute) for name, factory in _FACTORIES.items() for compute in COMPUTE_DTYPES}
@@ -303,7 +276,7 @@ def csrmv_nonzero_numba_cuda(outs, ins, *, shape, transpose, sorted_rows):
     if out.size == 0:
         return _zeros(out)
     dtype = compute_dtype(out.dtype)
-    name = "csrmv_columns" if transpose else ("csrmv_stored" if sorted_rows else "csrmv_select")
+    name = "csrmv_columns" if transpose else "csrmv_select"  # a sorted row is walked in stored order
     call = _call(name, out, dtype)
 
     def run(data, indices, indptr, t_indices, t_indptr, perm, v):

@@ -15,11 +15,9 @@ dtype.  So the result is deterministic and has the Numba kernels' bits:
   - ``transpose=True`` (``A.T v``): the output column's synapses through the
     column view ``(t_indices, t_indptr, perm)``, in its order (row, stored
     position), the Numba order;
-  - ``transpose=False`` with ``sorted_rows``: the row's synapses in stored
-    order (its column order);
-  - ``transpose=False``, rows not known sorted: the Numba kernel adds a
-    row's terms in (column, stored position) order.  The thread first checks
-    whether its row is sorted (one pass) and then walks it in stored order;
+  - ``transpose=False``: the Numba kernel adds a row's terms in (column,
+    stored position) order.  The thread first checks whether its row is
+    sorted (one pass) and then walks it in stored order;
     otherwise it walks the row by selection, each step taking the next entry
     in (column, position) order: ``O(len^2)`` per unsorted row (rows of a
     synaptic structure are short; sort them, or build the structure sorted,
@@ -70,7 +68,7 @@ wp = bridge.import_warp()
 _lock = threading.Lock()
 
 # csrmv_nonzero's kernels by the order they add a row's (or column's) terms in
-CSRMV_ORDERS = ("stored", "select", "columns")
+CSRMV_ORDERS = ("select", "columns")
 
 
 def _module(name: str):
@@ -114,28 +112,6 @@ def _csr_types(compute_dt: str, index_dts: tuple) -> SimpleNamespace:
 
     t.span, t.t_span, t.weight = span, t_span, weight
     return t
-
-
-def _csrmv_stored(t):
-    span, weight, F = t.span, t.weight, t.F
-
-    # out[b, i] = sum over row i's synapses in stored order (sorted rows: column order)
-    @wp.kernel(**t.opts)
-    def csrmv_stored(data: t.F1, indices: t.I1, indptr: t.P1, t_indices: t.TI1, t_indptr: t.TP1, perm: t.Q1,
-                     v: t.F2, out: t.F2):
-        b, i = wp.tid()
-        n = v.shape[1]
-        lo, hi = span(indptr, i, indices.shape[0])
-        acc = F(0)
-        for e in range(lo, hi):
-            j = int(indices[e])
-            if j >= 0 and j < n:
-                x = v[b, j]
-                if x != F(0):
-                    acc += weight(data, e) * x
-        out[b, i] = acc
-
-    return csrmv_stored
 
 
 def _csrmv_select(t):
@@ -249,10 +225,10 @@ def csr_kernels(compute_dt: str, index_dts: tuple) -> dict:
         index_dts: the dtypes of ``(indices, indptr, t_indices, t_indptr, perm)``.
 
     Returns:
-        ``{"stored" | "select" | "columns": csrmv kernel, "sddmm": kernel}`` (:data:`CSRMV_ORDERS`).
+        ``{"select" | "columns": csrmv kernel, "sddmm": kernel}`` (:data:`CSRMV_ORDERS`).
     """
     t = _csr_types(compute_dt, tuple(index_dts))
-    return {"stored": _csrmv_stored(t), "select": _csrmv_select(t), "columns": _csrmv_columns(t),
+    return {"select": _csrmv_select(t), "columns": _csrmv_columns(t),
             "sddmm": _sddmm(t)}
 
 
@@ -338,7 +314,7 @@ def csrmv_nonzero_warp(outs, ins, *, shape, transpose, sorted_rows):
     if out.size == 0:
         return _zeros(out)
     dtype = compute_dtype(out.dtype)
-    order = "columns" if transpose else ("stored" if sorted_rows else "select")
+    order = "columns" if transpose else "select"  # a sorted row is walked in stored order
     with _lock:
         kernel = csr_kernels(str(dtype), _dtypes(ins[1:6]))[order]
     dims = _launch(out)
