@@ -194,7 +194,7 @@ def test_compact_kernels_compile_to_ptx(compute, index):
 
 @pytest.mark.parametrize("compute, index", [("float32", "int32"), ("float64", "int64"), ("float32", "int64")])
 def test_sparse_backward_kernels_compile_to_ptx(compute, index):
-    """The sparse-backward family's seven CUDA kernels, as their generators call them: one thread per output
+    """The sparse-backward family's six CUDA kernels, as their generators call them: one thread per output
     entry (plain stores, no atomics), each product ``mul.rn`` (libdevice ``fmul_rn`` / ``dmul_rn``: never
     contracted into an FMA with the following add, which would change the bits), float32 with no float64."""
     from numba import types
