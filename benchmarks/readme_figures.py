@@ -275,6 +275,11 @@ def sparse_backward_figures() -> list[str]:
             f"(goal >= 3x: {'met' if met else 'not met'}), {sb['zero cotangent entries']} of the cotangent "
             f"entries zero; peak gradient memory at 100 steps with `memory='carry'`: {carry} "
             f"(goal <= 0.5x: {'met' if float(carry.rstrip('x')) <= 0.5 else 'not met'}).")
+    sweep = table(path, "## Band width")
+    if sweep:
+        best = max(sweep, key=lambda r: float(r["speed-up"].rstrip("x")))
+        line = line[:-1] + (f"; the best band of the sweep, {best['band half-width']}: {best['speed-up']} "
+                            f"({best['zero cotangent entries']} zero).")
     out = [line]
     accuracy = RESULTS / "sparse_backward_accuracy.md"
     if accuracy.exists():

@@ -215,10 +215,34 @@ def main(argv=None) -> dict:
         f.write(common.provenance(argv) + "\n# Sparse backward\n\n")
         f.write(f"Example network: hidden {cfg.n_hidden}, batch {cfg.batch} (vmap), {cfg.n_steps} steps, "
                 f"{s_in.nnz + s_rec.nnz:,} synapses; medians of {args.rounds} round-robin rounds.\n\n")
+        speedup = base_bwd / (times["sparse backward"]["grad"][0] - times["sparse backward"]["fwd"][0])
+        carry = mem["sparse backward, memory='carry'"]["total"] / ref
+        best = f"; best of the band sweep {max(s for _, s, _ in sweep):.2f}x" if sweep else ""
+        f.write(f"## Goals\n\n- backward pass >= 3x faster with the sparse backward: "
+                f"{'met' if speedup >= 3 else 'not met'} ({speedup:.2f}x at the default band{best})\n"
+                f"- peak memory of the gradient <= 0.5x at {args.memory_steps} steps with memory='carry': "
+                f"{'met' if carry <= 0.5 else 'not met'} ({carry:.2f}x)\n\n")
         f.write("## Backward pass\n\n" + table + "\n\n## Band width\n\n" + sweep_table + f"\n\n## Peak memory of the gradient, "
                 f"{args.memory_steps} steps\n\n" + mem_table + "\n")
     _plot(os.path.join(args.out, "sparse_backward.png"), sweep, mem, ref)
     return {"times": times, "zeros": zeros, "sweep": sweep, "memory": mem}
+
+
+def accuracy_by_band(path: pathlib.Path) -> tuple[dict[float, float], float | None]:
+    """``({band: mean accuracy}, default accuracy)`` on Randman from the accuracy results file, if any."""
+    if not path.exists():
+        return {}, None
+    by_band, default = {}, None
+    for line in path.read_text().splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) != 5 or cells[0] != "randman":
+            continue
+        mean = float(cells[4].split()[0])
+        if cells[1].startswith("fast_sigmoid (default)"):
+            default = mean
+        elif cells[1].startswith("sparse backward") and "band" in cells[1]:
+            by_band[float(cells[1].rsplit("band", 1)[1])] = mean
+    return by_band, default
 
 
 def _plot(path: str, sweep, mem, ref) -> None:
@@ -229,7 +253,7 @@ def _plot(path: str, sweep, mem, ref) -> None:
         import matplotlib.pyplot as plt
     except ImportError:  # pragma: no cover - matplotlib is in the examples extra
         return
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4))
     bands = [b for b, _, _ in sweep]
     axes[0].plot(bands, [s for _, s, _ in sweep], "o-", label="backward speed-up")
     axes[0].set(xlabel="band half-width", ylabel="speed-up vs dense-support surrogate", xscale="log",
@@ -237,8 +261,17 @@ def _plot(path: str, sweep, mem, ref) -> None:
     twin = axes[0].twinx()
     twin.plot(bands, [100 * z for _, _, z in sweep], "s--", color="tab:orange", label="zero cotangent entries (%)")
     twin.set(ylabel="zero cotangent entries (%)")
-    axes[1].barh(list(mem), [m["total"] / ref for m in mem.values()])
-    axes[1].set(xlabel="peak memory vs dense-support, memory='full'", title="gradient memory")
+    accuracy, default = accuracy_by_band(pathlib.Path(common.RESULTS) / "sparse_backward_accuracy.md")
+    if accuracy:
+        widths = sorted(accuracy)
+        axes[1].plot(widths, [accuracy[w] for w in widths], "o-", label="sparse backward")
+        if default is not None:
+            axes[1].axhline(default, color="gray", ls="--", label="dense-support surrogate")
+        axes[1].legend()
+    axes[1].set(xlabel="band half-width", ylabel="test accuracy (Randman)", xscale="log",
+                title="accuracy (sparse_backward_accuracy.md)")
+    axes[2].barh(list(mem), [m["total"] / ref for m in mem.values()])
+    axes[2].set(xlabel="peak memory vs dense-support, memory='full'", title="gradient memory")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     if os.path.abspath(os.path.dirname(path)) == os.path.abspath(common.RESULTS):  # the docs page shows it

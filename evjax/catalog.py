@@ -11,7 +11,7 @@ e.g. ``"evjax_binary_csrmv"``) and carries these tags:
 
 * its family: ``"csr"``, ``"dense"``, ``"jitc"``, ``"plasticity"``, ``"delay"``, ``"compact"`` (the
   listing of active entries, ``"binary"``), ``"sparse_backward"`` (the products over nonzero entries,
-  ``"float"``, with ``"csr"`` or ``"dense"``); the ops the fixed
+  ``"float"``; not also ``"csr"``/``"dense"``: those tags name the event families); the ops the fixed
   family binds (CSR's own) also carry ``"fixed"``;
 * its kind: ``"binary"`` (event operand) or ``"float"`` (the delay ops take either, per call); ``"mv"`` (vector),
   ``"mm"`` (matrix), ``"sddmm"``, ``"outer"`` or ``"materialize"`` (JITC's
@@ -61,8 +61,7 @@ def _tagged() -> dict[str, tuple[XLACustomKernel, frozenset[str]]]:
     for op in compact.OPS:
         add(op, "compact", "binary")
     for op in sparse_backward.OPS:
-        add(op, "sparse_backward", "float", "csr" if "csr" in op.name else "dense",
-            "sddmm" if "sddmm" in op.name else "outer" if "outer" in op.name else "mv")
+        add(op, "sparse_backward", "float", "sddmm" if "sddmm" in op.name else "outer" if "outer" in op.name else "mv")
     for (law, _rank, _event), op in jitc.MATMUL_OPS.items():
         add(op, "jitc", law, *_kind(op))
     for law, op in jitc.DENSE_OPS.items():

@@ -201,10 +201,11 @@ def test_except_brainevent_error_catches_evjax_kernel_errors():
 # the catalogue of ops
 # ---------------------------------------------------------------------------
 def test_registry_lists_every_familys_ops():
-    from evjax.primitives import compact, csr, delay, dense, fixed, jitc, plasticity
+    from evjax.primitives import compact, csr, delay, dense, fixed, jitc, plasticity, sparse_backward
 
     registry = evjax.get_registry()
-    every = {op.name: op for family in (csr, dense, fixed, jitc, plasticity, delay, compact) for op in family.OPS}
+    every = {op.name: op for family in (csr, dense, fixed, jitc, plasticity, delay, compact, sparse_backward)
+             for op in family.OPS}
     assert registry == every
     assert evjax.get_all_primitive_names() == sorted(every) == list(registry)
     assert registry["evjax_binary_csrmv"] is evjax.binary_csrmv_p
@@ -216,6 +217,7 @@ def test_primitives_by_tags():
     by = evjax.get_primitives_by_tags
     assert sorted(by({"csr", "binary"})) == ["evjax_binary_csrmm", "evjax_binary_csrmv", "evjax_binary_csrmv_active"]
     assert set(by("compact")) == {"evjax_active_list"}
+    assert set(by({"sparse_backward", "mv"})) == {"evjax_csrmv_nonzero", "evjax_densemv_nonzero"}
     from evjax.primitives import fixed
 
     assert set(by({"fixed"}).values()) == set(fixed.OPS)
@@ -228,7 +230,8 @@ def test_primitives_by_tags():
     assert by({"csr", "jitc"}) == {} and by(set()) == evjax.get_registry()
     for name in evjax.get_all_primitive_names():
         tags = evjax.catalog.primitive_tags(name)
-        assert len(tags & {"csr", "dense", "jitc", "plasticity", "delay", "compact"}) == 1, (name, tags)
+        assert len(tags & {"csr", "dense", "jitc", "plasticity", "delay", "compact", "sparse_backward"}) == 1, \
+            (name, tags)
         if "delay" not in tags:  # the delay ops take binary or weighted events alike (a per-call parameter)
             assert len(tags & {"binary", "float"}) == 1, (name, tags)
     with pytest.raises(TypeError):

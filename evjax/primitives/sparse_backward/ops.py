@@ -99,6 +99,11 @@ def csrmv_nonzero(data, indices, indptr, view, v, *, shape, transpose: bool, sor
     Returns:
         ``(m,)`` / ``(n,)`` (or with the leading ``B``), of the result dtype of
         ``data`` and ``v``.
+
+    Example:
+        >>> W = evjax.CSR.fromdense(w)
+        >>> spikes_bar = evjax.csrmv_nonzero(W.data, W.indices, W.indptr, W._other_view(), y_bar,
+        ...                                  shape=W.shape, transpose=False)     # W @ y_bar
     """
     t_indices, t_indptr, perm = view
     sorted_rows = rows_sorted(indices, indptr) if sorted_rows is None else bool(sorted_rows)
@@ -211,6 +216,10 @@ def csr_sddmm_nonzero(indices, indptr, view, r, q, *, shape, backend: str | None
     Returns:
         ``(nnz,)``: ``g[k] = sum_b [r[b, i_k] != 0][q[b, j_k] != 0] r[b, i_k] q[b, j_k]``
         (the weight gradient of a batch), of the result dtype of ``r`` and ``q``.
+
+    Example:
+        >>> W = evjax.CSR.fromdense(w)
+        >>> w_bar = evjax.csr_sddmm_nonzero(W.indices, W.indptr, W._other_view(), spikes, y_bar, shape=W.shape)
     """
     if r.ndim != q.ndim or r.ndim not in (1, 2):
         raise ValueError(f"csr_sddmm_nonzero: r and q must both be 1-d or both 2-d, got {r.shape} and {q.shape}")
@@ -314,6 +323,9 @@ def densemv_nonzero(w, v, *, transpose: bool, backend: str | None = None) -> jax
 
     Returns:
         ``(m,)`` / ``(n,)`` (or with the leading ``B``), of the result dtype.
+
+    Example:
+        >>> spikes_bar = evjax.densemv_nonzero(w, y_bar, transpose=False)      # w @ y_bar
     """
     dtype = jnp.result_type(w.dtype, v.dtype)
     rows = _rows(v).astype(dtype)
@@ -396,6 +408,9 @@ def dense_outer_nonzero(r, q, *, backend: str | None = None) -> jax.Array:
 
     Returns:
         ``(m, n)``: ``g[i, j] = sum_b [r[b, i] != 0][q[b, j] != 0] r[b, i] q[b, j]``, added in the order of ``b``.
+
+    Example:
+        >>> w_bar = evjax.dense_outer_nonzero(spikes, y_bar)
     """
     if r.ndim != q.ndim or r.ndim not in (1, 2):
         raise ValueError(f"dense_outer_nonzero: r and q must both be 1-d or both 2-d, got {r.shape} and {q.shape}")
