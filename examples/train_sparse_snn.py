@@ -89,7 +89,7 @@ class Config:
     alpha: float = 10.0  # its sharpness
     band: float | None = None  # half-width of a compact surrogate's band (None: its default, 3 / alpha)
     sparse_backward: bool = False  # gradients only through neurons in the band (needs a compact surrogate)
-    memory: str = "full"  # what BPTT keeps per step: "full" or "carry" (evjax.bptt_scan)
+    memory: str = "full"  # what BPTT keeps: "full", "carry" or "segments" (evjax.bptt_scan)
     dataset: str = "randman"  # "randman" (generated here) or "digits" (scikit-learn's, n_in becomes 64)
 
     def spike_surrogate(self) -> evjax.Surrogate:
@@ -631,8 +631,8 @@ def main(argv: list[str] | None = None) -> Result:
     parser.add_argument("--band", type=float, default=defaults.band,
                         help="half-width of a compact surrogate's band (default: its own, 3 / alpha for "
                              "clipped_fast_sigmoid)")
-    parser.add_argument("--memory", choices=("full", "carry"), default=defaults.memory,
-                        help="what BPTT keeps per step (evjax.bptt_scan; carry: recompute the step backward)")
+    parser.add_argument("--memory", choices=evjax.bptt.MEMORY_MODES, default=defaults.memory,
+                        help="what BPTT keeps (evjax.bptt_scan; carry, segments: recompute steps backward)")
     parser.add_argument("--epochs", type=int, default=defaults.epochs)
     parser.add_argument("--hidden", type=int, default=defaults.n_hidden)
     parser.add_argument("--p-rec", type=float, default=defaults.p_rec)

@@ -984,10 +984,11 @@ def lif_network(memory, surrogate="triangle", alpha=2.0):
     return run, w_in, w_rec.data
 
 
-def test_bptt_scan_carry_same_values_and_gradients():
+@pytest.mark.parametrize("memory", ["carry", "segments"])
+def test_bptt_scan_remat_same_values_and_gradients(memory):
     run, w_in, rec = lif_network("full")
     (vf, _, _), (spikes, vs) = run(w_in, rec)
-    (vc, _, _), (spikes_c, vs_c) = run(w_in, rec, memory="carry")
+    (vc, _, _), (spikes_c, vs_c) = run(w_in, rec, memory=memory)
     assert 0 < float(jnp.sum(spikes)) < spikes.size  # some neurons spike, not all
     np.testing.assert_array_equal(np.asarray(spikes_c), np.asarray(spikes))
     np.testing.assert_allclose(np.asarray(vs_c), np.asarray(vs), rtol=1e-6, atol=1e-7)
@@ -999,12 +1000,12 @@ def test_bptt_scan_carry_same_values_and_gradients():
         return f
 
     gf = jax.jit(jax.grad(loss("full"), argnums=(0, 1)))(w_in, rec)
-    gc = jax.jit(jax.grad(loss("carry"), argnums=(0, 1)))(w_in, rec)
+    gc = jax.jit(jax.grad(loss(memory), argnums=(0, 1)))(w_in, rec)
     for a, b in zip(gf, gc):
         assert np.any(np.asarray(a) != 0)
         np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-5, atol=1e-6)
-    # "carry" checkpoints the step; "full" is lax.scan as is
-    names_c = primitive_names(jax.make_jaxpr(jax.grad(loss("carry")))(w_in, rec).jaxpr)
+    # "carry" checkpoints the step, "segments" each segment; "full" is lax.scan as is
+    names_c = primitive_names(jax.make_jaxpr(jax.grad(loss(memory)))(w_in, rec).jaxpr)
     names_f = primitive_names(jax.make_jaxpr(jax.grad(loss("full")))(w_in, rec).jaxpr)
     assert any(n in ("checkpoint", "remat", "remat2") for n in names_c), set(names_c)
     assert not any(n in ("checkpoint", "remat", "remat2") for n in names_f)
@@ -1015,17 +1016,50 @@ def test_bptt_scan_matches_lax_scan_and_rejects_unknown_memory():
         c = jnp.tanh(c * x + 1.0)
         return c, c * 2.0
 
-    xs = jnp.linspace(-1.0, 1.0, 6)
+    xs = jnp.linspace(-1.0, 1.0, 7)
+    weights = jnp.arange(1.0, 8.0)
     for reverse in (False, True):
         want = jax.lax.scan(step, jnp.float32(0.3), xs, reverse=reverse)
-        for memory in ("full", "carry"):
-            got = evjax.bptt_scan(step, jnp.float32(0.3), xs, memory=memory, reverse=reverse)
+        gw = jax.grad(lambda c: jnp.sum(weights * jax.lax.scan(step, c, xs, reverse=reverse)[1]))(0.3)
+        # segments of 7 steps: 2 (3 of them and a remainder of 1), 3, 7 (one), 1, 10 (longer than the scan)
+        for memory, segment in (("full", None), ("carry", None), ("segments", None), ("segments", 2),
+                                ("segments", 3), ("segments", 7), ("segments", 1), ("segments", 10)):
+            got = evjax.bptt_scan(step, jnp.float32(0.3), xs, memory=memory, segment=segment, reverse=reverse)
             np.testing.assert_allclose(np.asarray(got[1]), np.asarray(want[1]), rtol=1e-6)
-            g = jax.grad(lambda c: jnp.sum(evjax.bptt_scan(step, c, xs, memory=memory, reverse=reverse)[1]))(0.3)
-            gw = jax.grad(lambda c: jnp.sum(jax.lax.scan(step, c, xs, reverse=reverse)[1]))(0.3)
-            np.testing.assert_allclose(float(g), float(gw), rtol=1e-6)
+            np.testing.assert_allclose(float(got[0]), float(want[0]), rtol=1e-6)
+            g = jax.grad(lambda c: jnp.sum(weights * evjax.bptt_scan(
+                step, c, xs, memory=memory, segment=segment, reverse=reverse)[1]))(0.3)
+            np.testing.assert_allclose(float(g), float(gw), rtol=1e-5)
+    # no xs: the length counts the steps
+    count = lambda c, _: (c + 1.0, c)  # noqa: E731
+    got = evjax.bptt_scan(count, jnp.float32(0.0), None, length=5, memory="segments", segment=2)
+    np.testing.assert_array_equal(np.asarray(got[1]), np.arange(5.0))
     with pytest.raises(ValueError, match="bogus"):
         evjax.bptt_scan(step, jnp.float32(0.3), xs, memory="bogus")
+    with pytest.raises(ValueError, match="segment must be at least 1"):
+        evjax.bptt_scan(step, jnp.float32(0.3), xs, memory="segments", segment=0)
+    with pytest.raises(ValueError, match="give xs or length"):
+        evjax.bptt_scan(count, jnp.float32(0.0), None, memory="segments")
+
+
+def test_bptt_scan_segments_store_less():
+    """XLA's own accounting of the compiled gradient: segments of sqrt(T) keep fewer bytes than the full scan."""
+    n, steps = 256, 64
+
+    def grad_of(memory):
+        def loss(w, x):
+            def step(c, xt):
+                v, i = c
+                i = 0.8 * i + xt * w
+                v, s = evjax.lif_step(v, i, surrogate="fast_sigmoid")
+                return (v, i), s
+            _, s = evjax.bptt_scan(step, (jnp.zeros(n), jnp.zeros(n)), x, memory=memory)
+            return jnp.sum(jnp.sin(s))
+        return jax.jit(jax.grad(loss))
+
+    x, w = jnp.ones((steps, n)), jnp.ones(n)
+    temp = {m: grad_of(m).lower(w, x).compile().memory_analysis().temp_size_in_bytes for m in ("full", "segments")}
+    assert temp["segments"] < 0.8 * temp["full"], temp
 
 
 # ===========================================================================
