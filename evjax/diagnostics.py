@@ -18,7 +18,7 @@ from .cache import get_cache_dir
 
 __all__ = ["print_diagnostics", "FAMILIES", "DISTRIBUTIONS"]
 
-FAMILIES = ("csr", "fixed", "dense", "jitc", "plasticity", "delay", "compact")
+FAMILIES = ("csr", "fixed", "dense", "jitc", "plasticity", "delay", "compact", "sparse_backward")
 """The operator families whose ops are listed, by their catalog tag."""
 
 DISTRIBUTIONS = (("evjax", "evjax"), ("jax", "jax"), ("jaxlib", "jaxlib"), ("numba", "numba"),
