@@ -225,28 +225,28 @@ def csrmv_nonzero_generator(outs, ins, *, shape, transpose, sorted_rows):
     (out,) = outs
     flags = (int(transpose), int(sorted_rows), AUTO)
     if out.size == 0:
-        return lambda *args: [jnp.zeros(out.shape, out.dtype)]
+        return ops.empty_result(out)
     return lambda *args: _call(csrmv_nonzero_kernel, (*args, _flags(*flags)), out)
 
 
 def csr_sddmm_nonzero_generator(outs, ins, *, shape):
     (out,) = outs
     if out.size == 0:
-        return lambda *args: [jnp.zeros(out.shape, out.dtype)]
+        return ops.empty_result(out)
     return lambda *args: _call(csr_sddmm_nonzero_kernel, (*args, _flags(AUTO)), out)
 
 
 def densemv_nonzero_generator(outs, ins, *, transpose):
     (out,) = outs
     if out.size == 0:
-        return lambda *args: [jnp.zeros(out.shape, out.dtype)]
+        return ops.empty_result(out)
     return lambda *args: _call(densemv_nonzero_kernel, (*args, _flags(int(transpose), AUTO)), out)
 
 
 def dense_outer_nonzero_generator(outs, ins):
     (out,) = outs
     if out.size == 0:
-        return lambda *args: [jnp.zeros(out.shape, out.dtype)]
+        return ops.empty_result(out)
     return lambda *args: _call(dense_outer_nonzero_kernel, (*args, _flags(AUTO)), out)
 
 

@@ -40,7 +40,6 @@ import math
 import operator
 
 import jax
-import jax.numpy as jnp
 from numba import cuda
 from numba.cuda import libdevice
 
@@ -262,10 +261,6 @@ def _call(name: str, out, dtype):
                              grid=max(1, math.ceil(math.prod(shape) / THREADS)), block=THREADS)
 
 
-def _zeros(out):
-    return lambda *args: [jnp.zeros(out.shape, out.dtype)]
-
-
 def csrmv_nonzero_numba_cuda(outs, ins, *, shape, transpose, sorted_rows):
     """Numba CUDA kernel generator for ``csrmv_nonzero_p``: one thread per ``(b, output)``.
 
@@ -274,7 +269,7 @@ def csrmv_nonzero_numba_cuda(outs, ins, *, shape, transpose, sorted_rows):
     """
     (out,) = outs
     if out.size == 0:
-        return _zeros(out)
+        return ops.empty_result(out)
     dtype = compute_dtype(out.dtype)
     name = "csrmv_columns" if transpose else "csrmv_select"  # a sorted row is walked in stored order
     call = _call(name, out, dtype)
@@ -294,7 +289,7 @@ def csr_sddmm_nonzero_numba_cuda(outs, ins, *, shape):
     """
     (out,) = outs
     if out.size == 0:
-        return _zeros(out)
+        return ops.empty_result(out)
     dtype = compute_dtype(out.dtype)
     call = _call("sddmm_nonzero", out, dtype)
 
@@ -313,7 +308,7 @@ def densemv_nonzero_numba_cuda(outs, ins, *, transpose):
     """
     (out,) = outs
     if out.size == 0:
-        return _zeros(out)
+        return ops.empty_result(out)
     dtype = compute_dtype(out.dtype)
     call = _call("densemv_t" if transpose else "densemv", out, dtype)
 
@@ -331,7 +326,7 @@ def dense_outer_nonzero_numba_cuda(outs, ins):
     """
     (out,) = outs
     if out.size == 0:
-        return _zeros(out)
+        return ops.empty_result(out)
     dtype = compute_dtype(out.dtype)
     call = _call("outer_nonzero", out, dtype)
 

@@ -40,15 +40,21 @@ import jax.numpy as jnp
 import numpy as np
 
 from ...rules import ad as ad_rules
-from ...rules.batching import move_batch_axis, sequential_batch
+from ...rules.batching import broadcast_batch, move_batch_axis, sequential_batch
 from ...xla_custom_kernel import XLACustomKernel
+from ..grouping import entry_rows
 
-__all__ = ["csrmv_nonzero", "csr_sddmm_nonzero", "densemv_nonzero", "dense_outer_nonzero", "rows_sorted",
+__all__ = ["empty_result", "csrmv_nonzero", "csr_sddmm_nonzero", "densemv_nonzero", "dense_outer_nonzero", "rows_sorted",
            "csrmv_nonzero_p", "csr_sddmm_nonzero_p", "densemv_nonzero_p", "dense_outer_nonzero_p",
            "SPARSE_DENSITY", "OPS"]
 
 # the kernels take the path over the nonzero entries when at most this fraction of a row is nonzero
 SPARSE_DENSITY = 0.1
+
+
+def empty_result(out):
+    """A generator's kernel where the output has no entries: zeros of ``out``'s shape, nothing launched."""
+    return lambda *args: [jnp.zeros(out.shape, out.dtype)]
 
 
 def rows_sorted(indices, indptr) -> bool:
@@ -119,17 +125,13 @@ def csrmv_nonzero(data, indices, indptr, view, v, *, shape, transpose: bool, sor
 csrmv_nonzero_p = XLACustomKernel("evjax_csrmv_nonzero")
 
 
-def _csr_entry_rows(indptr, nnz: int):
-    return jnp.searchsorted(indptr[1:], jnp.arange(nnz, dtype=indptr.dtype), side="right")
-
-
 def _csrmv_nonzero_reference(data, indices, indptr, t_indices, t_indptr, perm, v, *, outs, shape, transpose,
                              sorted_rows):
     # y[b, o] = sum over synapses k into o, with v[b, other end of k] != 0, of w_k v[b, other end]
     (out,) = outs
     nnz = indices.shape[0]
     w = jnp.broadcast_to(data, (nnz,)) if _homogeneous(data, nnz) else data
-    rows = _csr_entry_rows(indptr, nnz)
+    rows = entry_rows(indptr, nnz, jnp)
     src, dst = (rows, indices) if transpose else (indices, rows)
     x = v[:, src]
     terms = jnp.where(x != 0, w[None, :] * x, jnp.zeros((), out.dtype))
@@ -237,7 +239,7 @@ csr_sddmm_nonzero_p = XLACustomKernel("evjax_csr_sddmm_nonzero")
 def _csr_sddmm_nonzero_reference(indices, indptr, t_indices, t_indptr, perm, r, q, *, outs, shape):
     # r (G, B, m), q (G, B, n) -> g (G, nnz), the terms of each synapse added in the order of b
     (out,) = outs
-    a, b = r[:, :, _csr_entry_rows(indptr, indices.shape[0])], q[:, :, indices]
+    a, b = r[:, :, entry_rows(indptr, indices.shape[0], jnp)], q[:, :, indices]
     terms = jnp.where((a != 0) & (b != 0), a * b, jnp.zeros((), out.dtype))
     return [_ordered_sum(terms, out)]
 
@@ -261,7 +263,7 @@ def _csr_sddmm_nonzero_transpose(cts, indices, indptr, t_indices, t_indptr, perm
     if ad_rules.is_zero(ct):
         return [None] * 7
     ct = ad_rules.instantiate(ct, outs[0])[:, None, :]  # (G, 1, nnz)
-    rows = _csr_entry_rows(indptr, indices.shape[0])
+    rows = entry_rows(indptr, indices.shape[0], jnp)
     zero = jnp.zeros((), ct.dtype)
     r_bar = q_bar = None
     if ad_rules.is_undefined(r):
@@ -288,10 +290,7 @@ def _csr_sddmm_nonzero_batching(args, axes, *, outs, **params):
 
 def _joined(x, axis, size: int):
     """A grouped operand ``(G, ...)`` with a vmapped axis: the batch moved first and joined with ``G``."""
-    if axis is None:
-        x = jnp.broadcast_to(x[None], (size,) + x.shape)
-    else:
-        x = jnp.moveaxis(x, axis, 0)
+    x = broadcast_batch(x, axis, size)
     return x.reshape((size * x.shape[1],) + x.shape[2:])
 
 

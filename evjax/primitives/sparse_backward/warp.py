@@ -53,7 +53,6 @@ import threading
 from types import SimpleNamespace
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from ...backends import warp as bridge
@@ -292,10 +291,6 @@ def _as(x, dtype):
     return x if x.dtype == dtype else x.astype(dtype)
 
 
-def _zeros(out):
-    return lambda *args: [jnp.zeros(out.shape, out.dtype)]
-
-
 def _dtypes(structs) -> tuple:
     return tuple(str(np.dtype(s.dtype)) for s in structs)
 
@@ -312,7 +307,7 @@ def csrmv_nonzero_warp(outs, ins, *, shape, transpose, sorted_rows):
     """
     (out,) = outs
     if out.size == 0:
-        return _zeros(out)
+        return ops.empty_result(out)
     dtype = compute_dtype(out.dtype)
     order = "columns" if transpose else "select"  # a sorted row is walked in stored order
     with _lock:
@@ -335,7 +330,7 @@ def csr_sddmm_nonzero_warp(outs, ins, *, shape):
     """
     (out,) = outs
     if out.size == 0:
-        return _zeros(out)
+        return ops.empty_result(out)
     dtype = compute_dtype(out.dtype)
     with _lock:
         kernel = csr_kernels(str(dtype), _dtypes(ins[0:5]))["sddmm"]
@@ -357,7 +352,7 @@ def densemv_nonzero_warp(outs, ins, *, transpose):
     """
     (out,) = outs
     if out.size == 0:
-        return _zeros(out)
+        return ops.empty_result(out)
     dtype = compute_dtype(out.dtype)
     with _lock:
         kernel = dense_kernels(str(dtype))[("mv", bool(transpose))]
@@ -378,7 +373,7 @@ def dense_outer_nonzero_warp(outs, ins):
     """
     (out,) = outs
     if out.size == 0:
-        return _zeros(out)
+        return ops.empty_result(out)
     dtype = compute_dtype(out.dtype)
     with _lock:
         kernel = dense_kernels(str(dtype))["outer"]
