@@ -83,6 +83,26 @@ def apply_primitive(prim, *args, **params):
     return _dispatch.apply_primitive(prim, *args, **params)
 
 
+def lower_with_devices(prim) -> None:
+    """Lower ``prim`` knowing the devices of the computation: a primitive that may lower through
+    ``custom_partitioning`` needs them (JAX's own list of such primitives)."""
+    _dispatch.prim_requires_devices_during_lowering.add(prim)
+
+
+def lowering_may_partition(ctx) -> bool:
+    """Whether XLA's SPMD partitioner may split what this lowering emits: a ``jit`` over several devices.
+    Not inside ``shard_map`` (the ops see their local shapes there) nor on one device."""
+    from jax._src import sharding_impls
+
+    axis_context = ctx.module_context.axis_context
+    return isinstance(axis_context, sharding_impls.ShardingContext) and axis_context.num_devices > 1
+
+
+def eval_jaxpr(jaxpr, consts, *args):
+    """Evaluate an open ``jaxpr`` (its ``constvars`` bound to ``consts``) on ``args``."""
+    return _core.eval_jaxpr(jaxpr, consts, *args)
+
+
 def zeros_like_aval(aval):
     """A concrete zero array for ``aval`` (float0 for integer/bool avals)."""
     import numpy as np

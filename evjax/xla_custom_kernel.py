@@ -38,6 +38,7 @@ from .errors import (
 from .outs import normalize_outs
 from .rules import ad as ad_rules
 from .rules import batching as batching_rules
+from .rules import partitioning
 
 PLATFORMS = registry.PLATFORMS
 REFERENCE = registry.REFERENCE
@@ -152,6 +153,7 @@ class XLACustomKernel:
         self._jvp_per_input: tuple[Callable | None, ...] | None = None
         self._transpose: Callable | None = None
         self._batching: Callable | None = None
+        self._partition_rule: Callable | None = None
         self._benchmark_data: Callable | None = None
         self._call: Callable | None = None
         self._register_with_jax()
@@ -538,6 +540,17 @@ class XLACustomKernel:
         self._batching = rule
         return rule
 
+    def def_partition_rule(self, rule: Callable):
+        """Sharding: ``rule(*avals_in, outs, **params) -> evjax.rules.partitioning.PartitionRule | None``.
+
+        With a rule, plain ``jax.jit`` over sharded inputs splits the op as the
+        rule says (each device runs the op on its slices) instead of gathering
+        its operands; ``None`` (or no rule) keeps the op whole.
+        """
+        self._partition_rule = rule
+        _compat.lower_with_devices(self.primitive)  # custom_partitioning needs the devices when it lowers
+        return rule
+
     def _adopt_subclass_methods(self) -> None:
         cls = type(self)
         for method, setter in (
@@ -545,6 +558,7 @@ class XLACustomKernel:
             ("jvp_rule", self.def_jvp_rule),
             ("transpose_rule", self.def_transpose_rule),
             ("batching_rule", self.def_batching_rule),
+            ("partition_rule", self.def_partition_rule),
         ):
             if callable(getattr(cls, method, None)):
                 setter(getattr(self, method))
@@ -728,6 +742,16 @@ class XLACustomKernel:
                 )
             return results
 
+        rule = None
+        if self._partition_rule is not None and _compat.lowering_may_partition(ctx):
+            rule = self._partition_rule(*ctx.avals_in, outs=outs, **params)
+        if rule is not None:  # XLA's partitioner may split it (see evjax.rules.partitioning)
+            choice = BackendChoice(per_call=name)
+
+            def bind_local(arrays, local_outs):
+                return self.primitive.bind(*arrays, outs=tuple(local_outs), backend=choice, **params)
+
+            run = partitioning.partitioned(run, rule, bind_local, ctx.avals_in, outs)
         return _compat.lower_fun(run, multiple_results=True)(ctx, *args)
 
     def _jvp(self, primals, tangents, *, outs, **params):

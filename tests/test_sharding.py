@@ -98,36 +98,10 @@ def test_gradient_of_replicated_operand_under_shard_map():
     assert "OK replicated-operand gradient" in run_on_four_cpu_devices(REPLICATED_OPERAND_GRAD)
 
 
-PLAIN_JIT = """
-import jax, jax.numpy as jnp, numpy as np
-from jax.sharding import NamedSharding, PartitionSpec as P, AxisType
-import evjax
-
-mesh = jax.make_mesh((4,), ("data",), axis_types=(AxisType.Auto,))
-rng = np.random.default_rng(0)
-dense = ((rng.random((256, 256)) < 0.05) * rng.standard_normal((256, 256))).astype(np.float32)
-W = evjax.CSR.fromdense(dense)
-spikes = jax.device_put(jnp.asarray(rng.random((4, 256)) < 0.2), NamedSharding(mesh, P("data")))
-f = jax.jit(lambda s: s @ W)
-hlo = f.lower(spikes).compile().as_text()
-# Documented behaviour (docs/sharding.md): the custom call is not partitioned.  XLA all-gathers the
-# sharded operand and every device runs the kernel on the whole batch of 4.
-assert "all-gather" in hlo, hlo
-call = [l for l in hlo.splitlines() if "custom_call_target=\\"evjax_numba" in l]
-assert call and ("f32[4,256]" in call[0] or "f32[256,4]" in call[0]), call
-np.testing.assert_allclose(f(spikes), np.asarray(spikes) @ dense, rtol=1e-5, atol=1e-5)
-print("OK replicated")
-"""
-
-
-def test_plain_jit_over_sharded_inputs_is_correct_but_replicated():
-    assert "OK replicated" in run_on_four_cpu_devices(PLAIN_JIT)
-
-
 def test_sharding_docs_run_on_four_devices():
     out = run_on_four_cpu_devices("""
         import doc_runner
-        ns = doc_runner.run_markdown("docs/sharding.md")
+        ns = doc_runner.run_markdown("docs/distributed.md")
         print("OK docs", ns["n_devices"])
     """)
     assert "OK docs 4" in out

@@ -46,6 +46,7 @@ from ...dtypes import compute_dtype
 from ..._event_values import as_bool_events
 from ...rules import ad as ad_rules
 from ...rules import batching as batching_rules
+from ...rules.partitioning import PartitionRule
 from ...benchmark import BenchmarkConfig
 from ...xla_custom_kernel import XLACustomKernel
 from .validation import check_active_list, check_operand, validate_csr
@@ -357,6 +358,14 @@ def _jvp_straight_through(float_op, tangent, data, indices, indptr, *, outs, sha
                                    transpose=transpose, backend=backend)
 
 
+def _partition_matmul(data, indices, indptr, x, *, outs, **params):
+    # Y[:, c] = A X[:, c]: the columns c of a matrix operand are independent products, so each device
+    # multiplies its own columns with the whole matrix (the structure and weights are kept whole)
+    if x.ndim != 2:
+        return None
+    return PartitionRule(("w", "e", "r", "i c"), ("o c",), batch=("c",))
+
+
 # ===========================================================================
 # csrmv: y = A x (transpose=False) or y = A.T x, x a float vector
 # ===========================================================================
@@ -481,6 +490,7 @@ csrmm_p.def_reference(_csrmm_reference)
 csrmm_p.def_jvp_rule2(_csrmm_jvp_data, None, None, _csrmm_jvp_matrix)
 csrmm_p.def_transpose_rule(_csrmm_transpose)
 csrmm_p.def_batching_rule(_csrmm_batching)
+csrmm_p.def_partition_rule(_partition_matmul)
 
 
 # ===========================================================================
@@ -646,6 +656,7 @@ binary_csrmm_p.def_reference(_binary_csrmm_reference)
 binary_csrmm_p.def_jvp_rule2(_binary_csrmm_jvp_data, None, None, _binary_csrmm_jvp_events)
 binary_csrmm_p.def_transpose_rule(_binary_csrmm_transpose)
 binary_csrmm_p.def_batching_rule(_binary_csrmm_batching)
+binary_csrmm_p.def_partition_rule(_partition_matmul)
 
 
 # ===========================================================================
@@ -917,10 +928,19 @@ def _csr_sddmm_transpose(cts, indices, indptr, r, q, *, outs, shape, backend, we
     }, name="evjax_csr_sddmm")
 
 
+def _csr_sddmm_partition(indices, indptr, r, q, *, outs, **params):
+    # g_k = sum_c r[i_k, c] q[j_k, c]: each device sums its own columns c, and the partial sums are added
+    # over the devices (a psum of g); the structure is kept whole
+    if r.ndim != 2 or q.ndim != 2:
+        return None
+    return PartitionRule(("e", "r", "i c", "j c"), ("e",), reduced=("c",))
+
+
 csr_sddmm_p = XLACustomKernel("evjax_csr_sddmm")
 csr_sddmm_p.def_reference(_csr_sddmm_reference)
 csr_sddmm_p.def_jvp_rule2(None, None, _csr_sddmm_jvp_r, _csr_sddmm_jvp_q)
 csr_sddmm_p.def_transpose_rule(_csr_sddmm_transpose)
 csr_sddmm_p.def_batching_rule(_csr_sddmm_batching)
+csr_sddmm_p.def_partition_rule(_csr_sddmm_partition)
 
 OPS = (csrmv_p, csrmm_p, binary_csrmv_p, binary_csrmm_p, binary_csrmv_active_p, csr_sddmm_p)

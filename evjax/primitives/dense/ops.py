@@ -47,6 +47,7 @@ from ...dtypes import compute_dtype
 from ..._event_values import event_operand
 from ...rules import ad as ad_rules
 from ...rules import batching as batching_rules
+from ...rules.partitioning import PartitionRule
 from ...xla_custom_kernel import XLACustomKernel
 
 __all__ = [
@@ -262,11 +263,22 @@ def _binary_dense_matmul_batching(args, axes, *, outs, transpose, weighted, back
     return [y.reshape((y.shape[0],) + sb.shape[1:])], [1]
 
 
+def _binary_dense_matmul_partition(weights, spikes, *, outs, transpose, **params):
+    # y[o, c] = sum_i W(o, i) e(s)[i, c]: each output o and each event column c is an independent
+    # product, so a device computes its block (o, c) from its slice of W's outputs and of the columns;
+    # the contracted i is kept whole
+    w = "i o" if transpose else "o i"
+    if spikes.ndim == 1:
+        return PartitionRule((w, "i"), ("o",), batch=("o",))
+    return PartitionRule((w, "i c"), ("o c",), batch=("o", "c"))
+
+
 for _op in (binary_densemv_p, binary_densemm_p):
     _op.def_reference(_reference_matmul)
     _op.def_jvp_rule2(_binary_dense_matmul_jvp_weights, _binary_dense_matmul_jvp_events)
     _op.def_transpose_rule(_binary_dense_matmul_transpose)
     _op.def_batching_rule(_binary_dense_matmul_batching)
+    _op.def_partition_rule(_binary_dense_matmul_partition)
 
 
 # ===========================================================================
@@ -322,9 +334,19 @@ def _binary_dense_outer_transpose(cts, spikes, g, *, outs, transpose, weighted, 
     return ad_rules.linear_cotangents([spikes, g], {1: g_cotangent}, name="evjax_binary_dense_outer")
 
 
+def _binary_dense_outer_partition(spikes, g, *, outs, transpose, **params):
+    # W_bar[i, o] = sum_c e(s)[i, c] g[o, c]: the blocks (i, o) are independent; a device sums its own
+    # columns c, and the partial sums are added over the devices (psum)
+    out = "i o" if transpose else "o i"
+    if spikes.ndim == 1:
+        return PartitionRule(("i", "o"), (out,), batch=("i", "o"))
+    return PartitionRule(("i c", "o c"), (out,), batch=("i", "o"), reduced=("c",))
+
+
 binary_dense_outer_p.def_reference(_reference_outer)
 binary_dense_outer_p.def_jvp_rule2(_binary_dense_outer_jvp_events, _binary_dense_outer_jvp_g)
 binary_dense_outer_p.def_transpose_rule(_binary_dense_outer_transpose)
+binary_dense_outer_p.def_partition_rule(_binary_dense_outer_partition)
 
 OPS = (binary_densemv_p, binary_densemm_p, binary_dense_outer_p)
 

@@ -45,6 +45,7 @@ from ...dtypes import compute_dtype
 from ..._event_values import as_bool_events
 from ...rules import ad as ad_rules
 from ...rules import batching as batching_rules
+from ...rules.partitioning import PartitionRule
 from ...xla_custom_kernel import XLACustomKernel
 from .generation import dense_generated, streamed_product
 
@@ -272,6 +273,15 @@ def _matmul_batching(law: str, rank: int, event: bool, args, axes, *, outs, shap
     return [y.reshape((y.shape[0], size) + x.shape[2:])], [1]
 
 
+def _matmul_partition(law: str, rank: int, event: bool, *avals, outs, **params):
+    # Y[:, c] = M X[:, c]: the columns c of a matrix operand are independent products, so each device
+    # multiplies its own columns by the whole matrix, generated from the same parameters and seed
+    if rank != 2:
+        return None
+    whole = tuple(" ".join(f"p{i}d{d}" for d in range(a.ndim)) for i, a in enumerate(avals[:-1]))
+    return PartitionRule(whole + ("i c",), ("o c",), batch=("c",))
+
+
 def _matmul_op(law: str, rank: int, event: bool) -> XLACustomKernel:
     """The matmul primitive of ``law``, ``rank`` and ``event``, its rules registered."""
     op = XLACustomKernel(f"evjax_{'binary_' if event else ''}jit{_LETTER[law]}{'mv' if rank == 1 else 'mm'}")
@@ -280,6 +290,7 @@ def _matmul_op(law: str, rank: int, event: bool) -> XLACustomKernel:
     op.def_jvp_rule2(*param_jvps, None, functools.partial(_matmul_jvp_operand, law, rank, event))
     op.def_transpose_rule(functools.partial(_matmul_transpose, law, rank, event))
     op.def_batching_rule(functools.partial(_matmul_batching, law, rank, event))
+    op.def_partition_rule(functools.partial(_matmul_partition, law, rank, event))
     return op
 
 

@@ -1,0 +1,34 @@
+"""Several processes on JAX's distributed runtime (``jax.distributed``, CPU collectives over gloo):
+``examples/distributed_snn.py`` trains the main example data-parallel over 2 processes on this machine,
+and its loss curve equals the one-process run's for the same seed."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.helpers import HANG_GUARD_S, ROOT
+
+SMALL = ["--hidden", "64", "--n-steps", "8", "--batch", "8", "--train-steps", "3", "--seed", "3"]
+
+
+def _train(processes: int, out) -> dict:
+    proc = subprocess.run([sys.executable, str(ROOT / "examples" / "distributed_snn.py"), "--processes",
+                           str(processes), *SMALL, "--out", str(out), "--timeout", str(HANG_GUARD_S)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=HANG_GUARD_S)
+    assert proc.returncode == 0, f"STDOUT:\n{proc.stdout}\nSTDERR:\n{proc.stderr[-6000:]}"
+    return json.loads(out.read_text())
+
+
+@pytest.mark.slow
+def test_two_processes_train_like_one(tmp_path):
+    two = _train(2, tmp_path / "two.json")
+    one = _train(1, tmp_path / "one.json")
+    assert (two["processes"], two["devices"]) == (2, 2)
+    assert (one["processes"], one["devices"]) == (1, 1)
+    assert len(two["losses"]) == len(one["losses"]) == 3
+    assert len(set(one["losses"])) > 1  # the weights changed between steps
+    np.testing.assert_allclose(two["losses"], one["losses"], rtol=1e-5)

@@ -1,0 +1,159 @@
+"""Plain ``jax.jit`` over sharded inputs partitions the event ops (their sharding rules), on 4 virtual
+CPU devices: the compiled HLO has no all-gather of the weights or of the matrix, each device's kernel
+runs on its own slice, and the results equal one device's.
+
+Each scenario runs in a subprocess started with
+``XLA_FLAGS=--xla_force_host_platform_device_count=4`` (the flag must be set before JAX initialises);
+the families share one subprocess, so that JAX starts once.
+"""
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers import run_on_four_cpu_devices
+
+COMMON = """
+import jax, jax.numpy as jnp, numpy as np
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+import evjax
+
+assert len(jax.devices()) == 4, jax.devices()
+mesh = jax.make_mesh((4,), ("data",), axis_types=(AxisType.Explicit,))
+rng = np.random.default_rng(0)
+n, K = 96, 8
+
+
+def kernel_calls(hlo):
+    return [l.split("custom-call(")[0] for l in hlo.splitlines() if 'custom_call_target="evjax_' in l]
+
+
+def check(name, fn, args, sharded_args, *, local, collective_ok=()):
+    # fn jitted on the sharded arguments: no all-gather, every kernel on its slice, the same result
+    # as on one device (the unsharded arguments)
+    jitted = jax.jit(fn)
+    hlo = jitted.lower(*sharded_args).compile().as_text()
+    calls = kernel_calls(hlo)
+    assert calls, (name, hlo[:2000])
+    assert "all-gather" not in hlo, (name, [l for l in hlo.splitlines() if "all-gather" in l][:3])
+    for bad in ("all-to-all", "collective-permute"):
+        assert bad not in hlo, (name, bad)
+    assert any(local in c for c in calls), (name, local, calls)
+    got = jax.tree_util.tree_leaves(jitted(*sharded_args))
+    want = jax.tree_util.tree_leaves(jax.jit(fn)(*args))
+    for g, w in zip(got, want):
+        g, w = np.asarray(g), np.asarray(w)
+        assert np.abs(w).max() > 0, name
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5 * np.abs(w).max(), err_msg=name)
+    print("OK", name, calls[0].strip())
+
+
+batch = NamedSharding(mesh, P("data"))       # the trials split over the devices
+replicated = NamedSharding(mesh, P())
+S = jnp.asarray(rng.random((K, n)) < 0.3)    # K trials of n input spikes
+S_sharded = jax.device_put(S, batch)
+"""
+
+FAMILIES = {
+    "csr": """
+W = evjax.CSR.fromdense(((rng.random((n, 80)) < 0.2) * rng.standard_normal((n, 80))).astype(np.float32))
+data = jax.device_put(W.data, replicated)
+fwd = lambda s, d: s @ W.with_data(d)
+grad = jax.grad(lambda d, s: jnp.sum((s @ W.with_data(d)) ** 2))
+vgrad = jax.grad(lambda d, s: jnp.sum(jax.vmap(lambda x: x @ W.with_data(d))(s) ** 2))
+check("csr forward", fwd, (S, W.data), (S_sharded, data), local="[2,80]")
+check("csr weight gradient", grad, (W.data, S), (data, S_sharded), local="[2,80]")
+check("csr vmap gradient", vgrad, (W.data, S), (data, S_sharded), local="[2,80]")
+""",
+    "fixed": """
+C = evjax.FixedPostNumConn.random(jax.random.PRNGKey(0), n, 80, 12,
+                                  weight=jnp.asarray(rng.standard_normal((n, 12)).astype(np.float32)))
+data = jax.device_put(C.data, replicated)
+fwd = lambda s, d: s @ C.with_data(d)
+grad = jax.grad(lambda d, s: jnp.sum((s @ C.with_data(d)) ** 2))
+check("fixed forward", fwd, (S, C.data), (S_sharded, data), local="[2,80]")
+check("fixed weight gradient", grad, (C.data, S), (data, S_sharded), local="[2,80]")
+""",
+    "dense": """
+Wd = jnp.asarray(rng.standard_normal((n, 80)).astype(np.float32))
+fwd = lambda s, w: s @ evjax.Dense(w)
+grad = jax.grad(lambda w, s: jnp.sum((s @ evjax.Dense(w)) ** 2))
+check("dense forward", fwd, (S, Wd), (S_sharded, jax.device_put(Wd, replicated)), local="[2,80]")
+check("dense weight gradient", grad, (Wd, S), (jax.device_put(Wd, replicated), S_sharded), local="[96,80]")
+# model parallel: the weights split by output neuron, the spikes replicated; no gather of W
+W_out = jax.device_put(Wd, NamedSharding(mesh, P(None, "data")))
+check("dense forward, outputs split", fwd, (S, Wd), (jax.device_put(S, replicated), W_out), local="[8,20]")
+check("dense gradient, outputs split", grad, (Wd, S), (W_out, jax.device_put(S, replicated)), local="[96,20]")
+""",
+    "jitc": """
+loc = jnp.float32(0.05)
+fwd = lambda s, loc: s @ evjax.JITCNormalR(loc, 0.1, prob=0.1, seed=7, shape=(n, 80))
+grad = jax.grad(lambda loc, s: jnp.sum(fwd(s, loc) ** 2))
+check("jitc forward", fwd, (S, loc), (S_sharded, jax.device_put(loc, replicated)), local="[80,2]")
+check("jitc parameter gradient", grad, (loc, S), (jax.device_put(loc, replicated), S_sharded), local="[80,2]")
+""",
+}
+
+
+@pytest.mark.slow
+def test_plain_jit_partitions_every_family_over_the_batch():
+    out = run_on_four_cpu_devices(COMMON + "".join(FAMILIES.values()))
+    for name in ("csr forward", "csr weight gradient", "fixed forward", "dense forward, outputs split",
+                 "jitc parameter gradient"):
+        assert f"OK {name}" in out, out
+
+
+def test_partition_rule_is_idle_on_one_device():
+    # one device: the op lowers as it is, bit for bit (custom_partitioning is not in the HLO)
+    code = COMMON + """
+W = evjax.CSR.fromdense(((rng.random((n, 80)) < 0.2) * rng.standard_normal((n, 80))).astype(np.float32))
+fwd = jax.jit(lambda s, d: s @ W.with_data(d))
+one = jax.devices()[0]
+hlo = fwd.lower(jax.device_put(S, one), jax.device_put(W.data, one)).compile().as_text()
+assert "CustomSPMDPartitioning" not in hlo and "evjax_" in hlo
+print("OK idle")
+"""
+    assert "OK idle" in run_on_four_cpu_devices(code)
+
+
+TRAINING_STEP = """
+import importlib.util, sys
+import jax, jax.numpy as jnp, numpy as np, optax
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+spec = importlib.util.spec_from_file_location("train_sparse_snn", "examples/train_sparse_snn.py")
+snn = importlib.util.module_from_spec(spec); sys.modules[spec.name] = snn; spec.loader.exec_module(snn)
+cfg = snn.Config(n_in=40, n_hidden=96, n_classes=3, n_steps=16, p_in=0.3, p_rec=0.1, batch=16)
+params, s_in, s_rec = snn.init_params(cfg)
+x, y = snn.make_randman(cfg, cfg.batch, seed=7)
+loss = snn.make_loss(cfg, snn.make_trial(cfg, snn.make_synapses(s_in, s_rec, dense=False)))
+opt = optax.adam(1e-2)
+state = opt.init(params)
+
+def step(params, state, x, y):
+    (value, _), grads = jax.value_and_grad(loss, has_aux=True)(params, x, y)
+    updates, state = opt.update(grads, state, params)
+    return optax.apply_updates(params, updates), state, value
+
+mesh = jax.make_mesh((4,), ("data",), axis_types=(AxisType.Auto,))
+split, rep = NamedSharding(mesh, P("data")), NamedSharding(mesh, P())
+sharded = (jax.device_put(params, rep), jax.device_put(state, rep), jax.device_put(x, split),
+           jax.device_put(y, split))
+hlo = jax.jit(step).lower(*sharded).compile().as_text()
+assert "all-gather" not in hlo, [l for l in hlo.splitlines() if "all-gather" in l][:3]
+assert "all-reduce" in hlo  # the gradients of the replicated weights
+calls = [l.split("custom-call(")[0] for l in hlo.splitlines() if 'custom_call_target="evjax_' in l]
+batched = [c for c in calls if "[" in c and ",96]" in c or "[96," in c]
+assert batched and not any(",16]" in c or "[16," in c for c in calls), calls
+assert any("[4,96]" in c or "[96,4]" in c for c in calls), calls   # 4 trials per device
+p1, s1, v1 = jax.jit(step)(params, state, x, y)
+p4, s4, v4 = jax.jit(step)(*sharded)
+np.testing.assert_allclose(float(v4), float(v1), rtol=1e-5)
+for name in params:
+    np.testing.assert_allclose(p4[name], p1[name], rtol=1e-5, atol=1e-6)
+print("OK training step")
+"""
+
+
+def test_plain_jit_training_step_is_partitioned_by_the_batch():
+    # the main example's whole training step under plain jit, the batch split over 4 devices: the event
+    # ops run on 4 trials each, the only collectives are the gradients' all-reduces
+    assert "OK training step" in run_on_four_cpu_devices(TRAINING_STEP)
