@@ -79,6 +79,31 @@ def handler_count() -> int:
 # ===========================================================================
 # processes and pages
 # ===========================================================================
+# the main example's small network and one Adam step (``step(params, state, x, y) -> (params, state,
+# loss, grads)``), as code for run_on_four_cpu_devices: its tests run it on 4 devices in several ways
+EXAMPLE_TRAINING_STEP = """
+import importlib.util, sys
+import jax, jax.numpy as jnp, numpy as np, optax
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+
+assert len(jax.devices()) == 4, jax.devices()
+spec = importlib.util.spec_from_file_location("train_sparse_snn", "examples/train_sparse_snn.py")
+snn = importlib.util.module_from_spec(spec); sys.modules[spec.name] = snn; spec.loader.exec_module(snn)
+
+cfg = snn.Config(n_in=40, n_hidden=96, n_classes=3, n_steps=16, p_in=0.3, p_rec=0.1, batch=16)
+params, s_in, s_rec = snn.init_params(cfg)
+x, y = snn.make_randman(cfg, cfg.batch, seed=7)
+loss = snn.make_loss(cfg, snn.make_trial(cfg, snn.make_synapses(s_in, s_rec, dense=False)))
+opt = optax.adam(1e-2)
+state = opt.init(params)
+
+def step(params, state, x, y):
+    (value, (acc, spikes)), grads = jax.value_and_grad(loss, has_aux=True)(params, x, y)
+    updates, state = opt.update(grads, state, params)
+    return optax.apply_updates(params, updates), state, value, grads
+"""
+
+
 def run_on_four_cpu_devices(code: str, timeout: int = HANG_GUARD_S) -> str:
     """Run ``code`` in a fresh Python with ``XLA_FLAGS=--xla_force_host_platform_device_count=4``
     (the flag must be set before JAX initialises), the repository root as working directory and

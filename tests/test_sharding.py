@@ -6,29 +6,9 @@ before JAX initialises).
 """
 from __future__ import annotations
 
-from tests.helpers import run_on_four_cpu_devices
+from tests.helpers import EXAMPLE_TRAINING_STEP, run_on_four_cpu_devices
 
-SHARD_MAP_TRAINING = """
-import importlib.util, sys
-import jax, jax.numpy as jnp, numpy as np, optax
-from jax.sharding import AxisType, PartitionSpec as P
-
-assert len(jax.devices()) == 4, jax.devices()
-spec = importlib.util.spec_from_file_location("train_sparse_snn", "examples/train_sparse_snn.py")
-snn = importlib.util.module_from_spec(spec); sys.modules[spec.name] = snn; spec.loader.exec_module(snn)
-
-cfg = snn.Config(n_in=40, n_hidden=96, n_classes=3, n_steps=16, p_in=0.3, p_rec=0.1, batch=16)
-params, s_in, s_rec = snn.init_params(cfg)
-x, y = snn.make_randman(cfg, cfg.batch, seed=7)
-loss = snn.make_loss(cfg, snn.make_trial(cfg, snn.make_synapses(s_in, s_rec, dense=False)))
-opt = optax.adam(1e-2)
-state = opt.init(params)
-
-def step(params, state, x, y):
-    (value, (acc, spikes)), grads = jax.value_and_grad(loss, has_aux=True)(params, x, y)
-    updates, state = opt.update(grads, state, params)
-    return optax.apply_updates(params, updates), state, value, grads
-
+SHARD_MAP_TRAINING = EXAMPLE_TRAINING_STEP + """
 mesh = jax.make_mesh((4,), ("data",), axis_types=(AxisType.Auto,))
 
 def sharded_step(params, state, x, y):
