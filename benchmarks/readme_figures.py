@@ -289,8 +289,22 @@ def sparse_backward_figures() -> list[str]:
     return out
 
 
+def scaling_figures() -> list[str]:
+    path = RESULTS / "scaling.md"
+    if not path.exists():
+        return []
+    rows = {r["processes"]: r for r in table(path, "# Data-parallel scaling")}
+    if "2" not in rows:
+        return []
+    two = rows["2"]
+    column = next(c for c in two if c.startswith("throughput vs 1 process"))
+    return [f"- Data parallel over processes (`examples/distributed_snn.py`, 1 Numba thread each; "
+            f"`{path.relative_to(ROOT)}`, {run_line(path)}): 2 processes {two[column]} the throughput of 1 "
+            f"(goal >= 1.6x: {two['']}), {two['time per step']} per step."]
+
+
 SECTIONS = (ci_figures, example_figures, cold_start_figures, contention_figures, csr_event_figures, dense_figures,
-            fixed_figures, jitc_figures, plasticity_figures, compact_figures, sparse_backward_figures, gpu_figures,
+            fixed_figures, jitc_figures, plasticity_figures, compact_figures, sparse_backward_figures, scaling_figures, gpu_figures,
             import_time_figures)
 
 

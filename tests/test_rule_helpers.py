@@ -132,3 +132,45 @@ def test_general_batching_rule_called_directly():
     got, out_axes = evjax.general_batching_rule(lambda a, b: a * b, (x, y * 3), (0, None))
     assert out_axes == 0
     np.testing.assert_allclose(np.asarray(got), 3 * np.asarray(x))
+
+
+# ---------------------------------------------------------------------------
+# rules.partitioning: which mesh axes split which factor
+# ---------------------------------------------------------------------------
+def _shaped(shape, spec, mesh):
+    import types
+
+    from jax.sharding import NamedSharding
+
+    return types.SimpleNamespace(shape=shape, sharding=NamedSharding(mesh, spec))
+
+
+def test_partition_rule_strings_and_factors_kept_whole():
+    from evjax.rules.partitioning import PartitionRule
+
+    rule = PartitionRule(("w", "e", "r", "i c"), ("o c",), batch=("c",))
+    assert rule.sharding_rule == "w, e, r, i c -> o c"
+    assert rule.kept_whole == ("w", "e", "r", "i", "o")  # Shardy wants them in order of appearance
+    sddmm = PartitionRule(("e", "r", "i c", "j c"), ("e",), reduced=("c",))
+    assert sddmm.kept_whole == ("e", "r", "i", "j")
+
+
+def test_factor_axes_follow_the_operands_and_refuse_uneven_splits():
+    from jax.sharding import AbstractMesh, PartitionSpec as P
+
+    from evjax.rules.partitioning import PartitionRule, factor_axes
+
+    mesh = AbstractMesh((4, 2), ("data", "model"))
+    rule = PartitionRule(("i o", "i c"), ("o c",), batch=("o", "c"))
+    # the trials split 4 ways, the outputs 2 ways
+    args = [_shaped((10, 6), P(None, "model"), mesh), _shaped((10, 8), P(None, "data"), mesh)]
+    assert factor_axes(rule, mesh, args) == {"o": ("model",), "c": ("data",)}
+    # a factor kept whole is never split, even where its operand is sharded along it
+    args = [_shaped((8, 6), P("data", None), mesh), _shaped((8, 8), P(None, None), mesh)]
+    assert factor_axes(rule, mesh, args) == {}
+    # 6 trials do not divide among 4 devices: kept whole
+    args = [_shaped((10, 6), P(), mesh), _shaped((10, 6), P(None, "data"), mesh)]
+    assert factor_axes(rule, mesh, args) == {}
+    # one mesh axis splits at most one factor
+    args = [_shaped((10, 8), P(None, "data"), mesh), _shaped((10, 8), P(None, "data"), mesh)]
+    assert factor_axes(rule, mesh, args) == {"o": ("data",)}
