@@ -5,10 +5,14 @@
 
 Each process owns one CPU device and a slice of every batch; the network
 (``examples/train_sparse_snn.py``: LIF neurons, CSR input and recurrent
-weights) is replicated.  The training step is plain ``jax.jit`` over
-``NamedSharding`` arrays: the evjax ops carry sharding rules, so XLA splits
-each of them by the batch (every process runs its kernels on its own trials),
-and the only communication per step is the all-reduce of the gradients.  The
+weights) is replicated.  The training step is ``jax.shard_map`` over the
+batch: every process runs the network on its own trials, and the only
+communication per step is one all-reduce of the gradients (and the loss).
+``--plain-jit`` runs the same step as plain ``jax.jit`` over ``NamedSharding``
+arrays instead: the evjax ops' sharding rules split each op by the batch, but
+XLA then all-reduces each weight gradient at every time step of the backward
+scan (it cannot move a sum out of the loop), which costs more across
+processes.  The
 loss curve equals the one-process run's to float tolerance, for the same seed.
 
 On this machine the script starts the processes itself (``--processes N``).
@@ -56,6 +60,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=16, help="trials per step, all processes together (default 16)")
     p.add_argument("--train-steps", type=int, default=20, help="training steps (default 20)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--plain-jit", action="store_true",
+                   help="plain jax.jit over the sharded batch instead of shard_map (the weight gradients are then "
+                        "all-reduced at every time step of the backward scan: slower across processes)")
     p.add_argument("--out", default=None, help="JSON file for the loss curve and timings (process 0)")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds before the launcher gives up")
     return p.parse_args(argv)
@@ -128,9 +135,27 @@ def worker(args: argparse.Namespace) -> dict:
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, value
 
+    def local_step(params, opt_state, x, labels):
+        # this device's trials; the mean over devices of the local losses is the batch's loss, and the
+        # gradients of the replicated weights are summed over the devices once (shard_map's psum)
+        def global_loss(params):
+            # the weights are cast to "varying over devices" here, once: the transpose of that cast is the
+            # psum of their gradients, which then runs once per step, not at every time step of the
+            # backward scan (where the weights would otherwise meet the per-device spikes)
+            params = jax.lax.pcast(params, "data", to="varying")
+            return jax.lax.pmean(loss(params, x, labels)[0], "data")
+
+        value, grads = jax.value_and_grad(global_loss)(params)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, value
+
     params = jax.tree_util.tree_map(lambda a: global_array(a, replicated), params)
     opt_state = jax.tree_util.tree_map(lambda a: global_array(a, replicated), optimizer.init(params))
-    step = jax.jit(train_step, out_shardings=(replicated, replicated, replicated))
+    if args.plain_jit:  # XLA partitions every op (the evjax ops by their rules)
+        step = jax.jit(train_step, out_shardings=(replicated, replicated, replicated))
+    else:
+        step = jax.jit(jax.shard_map(local_step, mesh=mesh, in_specs=(P(), P(), P("data"), P("data")),
+                                     out_specs=(P(), P(), P())))
 
     losses, times = [], []
     for t in range(args.train_steps):
@@ -145,6 +170,7 @@ def worker(args: argparse.Namespace) -> dict:
             print(f"step {t:3d}  loss {value:.6f}  {times[-1] * 1e3:8.1f} ms", flush=True)
     steady = sorted(times[2:] or times)
     return {"processes": jax.process_count(), "devices": jax.device_count(), "threads": args.threads,
+            "mode": "plain jit" if args.plain_jit else "shard_map",
             "hidden": args.hidden, "n_steps": args.n_steps, "batch": args.batch, "losses": losses,
             "step_time_s": steady[len(steady) // 2], "first_step_s": times[0]}
 
