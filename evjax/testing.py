@@ -264,7 +264,7 @@ def check_all(spec: OpSpec, args: Sequence, *, skip: Sequence[str] = (), seed: i
 # ---------------------------------------------------------------------------
 # Hypothesis
 # ---------------------------------------------------------------------------
-PROFILES = {"default": 5, "thorough": 300}  # examples per test
+PROFILES = {"default": 3, "thorough": 300}  # examples per test
 
 
 def register_profiles(name: str | None = None) -> str:
