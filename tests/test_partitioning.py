@@ -91,6 +91,19 @@ grad = jax.grad(lambda loc, s: jnp.sum(fwd(s, loc) ** 2))
 check("jitc forward", fwd, (S, loc), (S_sharded, jax.device_put(loc, replicated)), local="[80,2]")
 check("jitc parameter gradient", grad, (loc, S), (jax.device_put(loc, replicated), S_sharded), local="[80,2]")
 """,
+    "sparse_backward": """
+Wsb = evjax.CSR.fromdense(((rng.random((n, 80)) < 0.2) * rng.standard_normal((n, 80))).astype(np.float32))
+Dsb = jnp.asarray(rng.standard_normal((n, 80)).astype(np.float32))
+Sf = jnp.asarray(rng.random((K, n)) < 0.3, jnp.float32)
+Sf_sharded = jax.device_put(Sf, batch)
+for label, make in (("csr", lambda d: Wsb.with_data(d)), ("dense", lambda d: d)):
+    d0 = Wsb.data if label == "csr" else Dsb
+    # both cotangents: the weights' (the grouped SDDMM / outer product, summed over the trials) and the
+    # spikes' (W @ y_bar over the nonzero entries, per trial)
+    grad = jax.grad(lambda d, s: jnp.sum(jnp.tanh(evjax.sparse_backward_matmul(s, make(d))) ** 2), argnums=(0, 1))
+    check(f"sparse backward {label} gradients", grad, (d0, Sf), (jax.device_put(d0, replicated), Sf_sharded),
+          local="[2,96]")
+""",
 }
 
 
@@ -98,7 +111,7 @@ check("jitc parameter gradient", grad, (loc, S), (jax.device_put(loc, replicated
 def test_plain_jit_partitions_every_family_over_the_batch():
     out = run_on_four_cpu_devices(COMMON + "".join(FAMILIES.values()))
     for name in ("csr forward", "csr weight gradient", "fixed forward", "dense forward, outputs split",
-                 "jitc parameter gradient"):
+                 "jitc parameter gradient", "sparse backward csr gradients", "sparse backward dense gradients"):
         assert f"OK {name}" in out, out
 
 

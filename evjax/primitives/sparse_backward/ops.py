@@ -41,6 +41,7 @@ import numpy as np
 
 from ...rules import ad as ad_rules
 from ...rules.batching import broadcast_batch, move_batch_axis, sequential_batch
+from ...rules.partitioning import PartitionRule
 from ...xla_custom_kernel import XLACustomKernel
 from ..grouping import entry_rows
 
@@ -190,10 +191,17 @@ def _csrmv_nonzero_batching(args, axes, *, outs, **params):
     return [out.reshape((size, rows, out.shape[1]))], [0]
 
 
+def _csrmv_nonzero_partition(data, indices, indptr, t_indices, t_indptr, perm, v, *, outs, **params):
+    # y[b] = A v[b]: the rows b of the batch are independent products, so each device computes its own
+    # rows with the whole matrix and its column view
+    return PartitionRule(("w", "e", "r", "te", "tr", "p", "b i"), ("b o",), batch=("b",))
+
+
 csrmv_nonzero_p.def_reference(_csrmv_nonzero_reference)
 csrmv_nonzero_p.def_jvp_rule2(_csrmv_nonzero_jvp_data, None, None, None, None, None, _csrmv_nonzero_jvp_vector)
 csrmv_nonzero_p.def_transpose_rule(_csrmv_nonzero_transpose)
 csrmv_nonzero_p.def_batching_rule(_csrmv_nonzero_batching)
+csrmv_nonzero_p.def_partition_rule(_csrmv_nonzero_partition)
 
 
 # ===========================================================================
@@ -302,10 +310,17 @@ def _ordered_sum(terms, out):
                              jnp.zeros(out.shape, out.dtype))
 
 
+def _csr_sddmm_nonzero_partition(indices, indptr, t_indices, t_indptr, perm, r, q, *, outs, **params):
+    # g[grp, k] = sum_b r[grp, b, i_k] q[grp, b, j_k]: the groups are independent, the rows b of the batch
+    # are summed (each device sums its own rows, then a psum)
+    return PartitionRule(("e", "r", "te", "tr", "p", "g b i", "g b j"), ("g e",), batch=("g",), reduced=("b",))
+
+
 csr_sddmm_nonzero_p.def_reference(_csr_sddmm_nonzero_reference)
 csr_sddmm_nonzero_p.def_jvp_rule2(None, None, None, None, None, _csr_sddmm_nonzero_jvp_r, _csr_sddmm_nonzero_jvp_q)
 csr_sddmm_nonzero_p.def_transpose_rule(_csr_sddmm_nonzero_transpose)
 csr_sddmm_nonzero_p.def_batching_rule(_csr_sddmm_nonzero_batching)
+csr_sddmm_nonzero_p.def_partition_rule(_csr_sddmm_nonzero_partition)
 
 
 # ===========================================================================
@@ -388,10 +403,16 @@ def _densemv_nonzero_batching(args, axes, *, outs, **params):
     return [out.reshape((size, rows, out.shape[1]))], [0]
 
 
+def _densemv_nonzero_partition(w, v, *, outs, transpose, **params):
+    # y[b, o] = sum_i W(o, i) v[b, i]: each row b of the batch and each output o is independent
+    return PartitionRule(("i o" if transpose else "o i", "b i"), ("b o",), batch=("b", "o"))
+
+
 densemv_nonzero_p.def_reference(_densemv_nonzero_reference)
 densemv_nonzero_p.def_jvp_rule2(_densemv_nonzero_jvp_w, _densemv_nonzero_jvp_v)
 densemv_nonzero_p.def_transpose_rule(_densemv_nonzero_transpose)
 densemv_nonzero_p.def_batching_rule(_densemv_nonzero_batching)
+densemv_nonzero_p.def_partition_rule(_densemv_nonzero_partition)
 
 
 # ===========================================================================
@@ -465,9 +486,16 @@ def _dense_outer_nonzero_batching(args, axes, *, outs, **params):
     return [g.reshape((size, -1) + g.shape[1:])], [0]
 
 
+def _dense_outer_nonzero_partition(r, q, *, outs, **params):
+    # g[grp, i, j] = sum_b r[grp, b, i] q[grp, b, j]: groups and blocks (i, j) are independent, the rows b
+    # of the batch are summed (each device sums its own rows, then a psum)
+    return PartitionRule(("g b i", "g b j"), ("g i j",), batch=("g", "i", "j"), reduced=("b",))
+
+
 dense_outer_nonzero_p.def_reference(_dense_outer_nonzero_reference)
 dense_outer_nonzero_p.def_jvp_rule2(_dense_outer_nonzero_jvp_r, _dense_outer_nonzero_jvp_q)
 dense_outer_nonzero_p.def_transpose_rule(_dense_outer_nonzero_transpose)
 dense_outer_nonzero_p.def_batching_rule(_dense_outer_nonzero_batching)
+dense_outer_nonzero_p.def_partition_rule(_dense_outer_nonzero_partition)
 
 OPS = (csrmv_nonzero_p, csr_sddmm_nonzero_p, densemv_nonzero_p, dense_outer_nonzero_p)
