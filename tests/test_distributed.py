@@ -1,6 +1,7 @@
 """Several processes on JAX's distributed runtime (``jax.distributed``, CPU collectives over gloo):
 ``examples/distributed_snn.py`` trains the main example data-parallel over 2 processes on this machine,
-and its loss curve equals the one-process run's for the same seed."""
+and its loss curve equals the one-process run's for the same seed, with a shard_map step and with a
+plain-jit step (the ops partitioned by their sharding rules)."""
 from __future__ import annotations
 
 import json
@@ -15,9 +16,9 @@ from tests.helpers import HANG_GUARD_S, ROOT
 SMALL = ["--hidden", "64", "--n-steps", "8", "--batch", "8", "--train-steps", "3", "--seed", "3"]
 
 
-def _train(processes: int, out) -> dict:
+def _train(processes: int, out, *extra: str) -> dict:
     proc = subprocess.run([sys.executable, str(ROOT / "examples" / "distributed_snn.py"), "--processes",
-                           str(processes), *SMALL, "--out", str(out), "--timeout", str(HANG_GUARD_S)],
+                           str(processes), *SMALL, *extra, "--out", str(out), "--timeout", str(HANG_GUARD_S)],
                           cwd=ROOT, capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert proc.returncode == 0, f"STDOUT:\n{proc.stdout}\nSTDERR:\n{proc.stderr[-6000:]}"
     return json.loads(out.read_text())
@@ -32,3 +33,7 @@ def test_two_processes_train_like_one(tmp_path):
     assert len(two["losses"]) == len(one["losses"]) == 3
     assert len(set(one["losses"])) > 1  # the weights changed between steps
     np.testing.assert_allclose(two["losses"], one["losses"], rtol=1e-5)
+    # plain jit over the two processes' devices: the ops split by their sharding rules, the same curve
+    plain = _train(2, tmp_path / "plain.json", "--plain-jit")
+    assert plain["mode"] == "plain jit" and two["mode"] == "shard_map"
+    np.testing.assert_allclose(plain["losses"], one["losses"], rtol=1e-5)
