@@ -205,3 +205,46 @@ def test_sharded_csr_splits_the_matrix_by_postsynaptic_block():
     # model parallelism: each device holds the synapses onto its quarter of the neurons and computes that
     # quarter of spikes @ W, bit for bit the whole CSR's; no collective moves the matrix
     assert "OK sharded csr" in run_on_four_cpu_devices(SHARDED_CSR)
+
+
+JITC_OUTPUT_SLICES = """
+import jax, jax.numpy as jnp, numpy as np
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+import evjax
+
+mesh = jax.make_mesh((4,), ("model",), axis_types=(AxisType.Auto,))
+rng = np.random.default_rng(0)
+n = 96
+laws = {"normal": lambda c: evjax.JITCNormalR(0.05, 0.1, prob=0.1, seed=7, shape=(n, 80), corder=c),
+        "uniform": lambda c: evjax.JITCUniformR(-0.1, 0.2, prob=0.1, seed=7, shape=(n, 80), corder=c),
+        "scalar": lambda c: evjax.JITCScalarR(0.3, prob=0.1, seed=7, shape=(n, 80), corder=c)}
+spikes = jnp.asarray(rng.random(n) < 0.3)
+batch = jnp.asarray(rng.random((80, 8)) < 0.3, jnp.float32)   # M @ batch: (96, 8), the outputs split
+for backend in ("numba", "warp", "reference"):
+    for law, make in laws.items():
+        for corder in (False, True):
+            M = make(corder)
+            with evjax.use_backend(backend):
+                split = jax.jit(lambda s, M: s @ M, out_shardings=NamedSharding(mesh, P("model")))
+                whole = jax.jit(lambda s, M: s @ M)
+                y = split(spikes, M)
+                np.testing.assert_array_equal(np.asarray(y), np.asarray(whole(spikes, M)))  # the same bits
+                hlo = split.lower(spikes, M).compile().as_text()
+                calls = [l for l in hlo.splitlines() if 'custom_call_target="evjax_' in l]
+                assert "all-gather" not in hlo, (backend, law, corder)
+                if backend != "reference":  # (the reference is XLA's own ops: no custom call)
+                    # the class's corder=False generates each output's synapses (the op's gather): a device
+                    # generates only its 20 outputs' streams; corder=True scatters the active inputs'
+                    # streams into every output, kept whole
+                    assert calls and ("[20]" in calls[0]) == (not corder), (backend, law, corder, calls[:1])
+                mm = jax.jit(lambda x, M: M @ x, out_shardings=NamedSharding(mesh, P("model", None)))
+                np.testing.assert_array_equal(np.asarray(mm(batch, make(corder))),
+                                              np.asarray(jax.jit(lambda x, M: M @ x)(batch, make(corder))))
+print("OK jitc slices")
+"""
+
+
+def test_jitc_outputs_split_generate_only_their_streams():
+    # model parallelism for JITC: a device computing a slice of the outputs generates only their streams,
+    # keyed by their global index, so the result has the whole matrix's bits on every backend
+    assert "OK jitc slices" in run_on_four_cpu_devices(JITC_OUTPUT_SLICES)

@@ -51,12 +51,18 @@ class PartitionRule:
         batch: factors that each device may hold a slice of, in operands and results alike.
         reduced: factors that the op sums over (absent from the results): each device sums its
             slice, then the partial results are added over the devices (``psum``).
+        localize: ``localize(operands, firsts) -> operands`` for an op whose kernel must know
+            where its slice starts: ``firsts`` maps each split batch factor to the global index of
+            the device's first element along it (a traced integer); the operands it returns are
+            what the op is bound with on the device (e.g. a generated matrix keyed by global
+            indices).
     """
 
     operands: tuple[str, ...]
     results: tuple[str, ...]
     batch: tuple[str, ...] = ()
     reduced: tuple[str, ...] = ()
+    localize: Callable | None = None
 
     @property
     def sharding_rule(self) -> str:
@@ -86,22 +92,25 @@ def _spec_entries(sharding, rank: int) -> list[tuple[str, ...]]:
     return [_axes_of(spec[d]) if d < len(spec) else () for d in range(rank)]
 
 
-def _factor_sizes(rule: PartitionRule, shapes: Sequence[Sequence[int]]) -> dict[str, int]:
+def _factor_sizes(values: Sequence[str], shapes: Sequence[Sequence[int]]) -> dict[str, int]:
     sizes = {}
-    for value, shape in zip(rule.operands, shapes):
+    for value, shape in zip(values, shapes):
         for factor, size in zip(value.split(), shape):
             sizes.setdefault(factor, size)
     return sizes
 
 
-def factor_axes(rule: PartitionRule, mesh, arg_shapes) -> dict[str, tuple[str, ...]]:
-    """The mesh axes that split each splittable factor: those of the first operand sharded along it,
-    if the factor's size divides evenly among them and no other factor uses them; else none."""
-    sizes = _factor_sizes(rule, [s.shape for s in arg_shapes])
+def factor_axes(rule: PartitionRule, mesh, arg_shapes, result_shapes=()) -> dict[str, tuple[str, ...]]:
+    """The mesh axes that split each splittable factor: those of the first operand (then result)
+    sharded along it, if the factor's size divides evenly among them and no other factor uses them;
+    else none."""
+    values = rule.operands + rule.results[:len(result_shapes)]
+    shaped = list(arg_shapes) + list(result_shapes)
+    sizes = _factor_sizes(values, [s.shape for s in shaped])
     found: dict[str, tuple[str, ...]] = {}
     used: set[str] = set()
-    for value, arg in zip(rule.operands, arg_shapes):
-        for factor, axes in zip(value.split(), _spec_entries(arg.sharding, len(arg.shape))):
+    for value, arg in zip(values, shaped):
+        for factor, axes in zip(value.split(), _spec_entries(getattr(arg, "sharding", None), len(arg.shape))):
             if factor not in rule.batch + rule.reduced or factor in found or not axes:
                 continue
             count = math.prod(mesh.shape[a] for a in axes)
@@ -131,21 +140,36 @@ def _result_shardings(rule: PartitionRule, mesh, axes) -> list[NamedSharding]:
     return [NamedSharding(mesh, _spec(value, axes, rule.batch)) for value in rule.results]
 
 
+def _firsts(rule: PartitionRule, axes, mesh, local_sizes: dict[str, int]) -> dict:
+    """Per split batch factor, the global index of this device's first element along it."""
+    return {f: jax.lax.axis_index(axes[f] if len(axes[f]) > 1 else axes[f][0]) * local_sizes[f]
+            for f in rule.batch if f in axes}
+
+
 def _partition(rule: PartitionRule, bind_local: Callable, outs, mesh, arg_shapes, result_shape):
-    axes = factor_axes(rule, mesh, arg_shapes)
+    axes = factor_axes(rule, mesh, arg_shapes, _as_list(result_shape))
     arg_shardings = tuple(NamedSharding(mesh, _spec(value, axes, rule.batch + rule.reduced))
                           for value in rule.operands)
     local_outs = [jax.ShapeDtypeStruct(_local_shape(value, o.shape, axes, mesh), o.dtype)
                   for value, o in zip(rule.results, outs)]
     summed = tuple(a for f in rule.reduced for a in axes.get(f, ()))
 
+    sizes = _factor_sizes(rule.operands + rule.results, [a.shape for a in arg_shapes] + [o.shape for o in outs])
+    local_sizes = {f: sizes[f] // math.prod(mesh.shape[a] for a in names) for f, names in axes.items()}
+
     def lower_fn(*args):
+        if rule.localize is not None and any(f in axes for f in rule.batch):
+            args = rule.localize(args, _firsts(rule, axes, mesh, local_sizes))
         results = list(bind_local(args, local_outs))
         if summed:  # each device summed its slice of a reduced factor: add the partial sums
             results = [jax.lax.psum(r, summed) for r in results]
         return results
 
     return mesh, lower_fn, _result_shardings(rule, mesh, axes), arg_shardings
+
+
+def _as_list(result_shape) -> list:
+    return list(result_shape) if isinstance(result_shape, (list, tuple)) else [result_shape]
 
 
 def _infer(rule: PartitionRule, mesh, arg_shapes, result_shape):

@@ -281,7 +281,8 @@ STREAM_BLOCK_ENTRIES = 1 << 20  # rows x synapses x columns of one block (bounds
 
 
 def streamed_product(law: str, params, seed, prob: float, n_outer: int, n_inner: int, x, term, *,
-                     scatter: bool, dtype, outer_active=None, width: int | None = None, rows: int | None = None):
+                     scatter: bool, dtype, outer_active=None, width: int | None = None, rows: int | None = None,
+                     first_outer=0):
     """``G @ x`` (gather) or ``G.T @ x`` (``scatter``), generating only the synapses.
 
     The same streams as :func:`dense_generated`, walked ``width`` synapses at a
@@ -296,6 +297,8 @@ def streamed_product(law: str, params, seed, prob: float, n_outer: int, n_inner:
             (active events): only their streams are generated, the others contribute nothing.
         width: synapses per stream and step (default: a few standard deviations past the mean fan-out).
         rows: outer indices per block (default: ``STREAM_BLOCK_ENTRIES`` entries per block).
+        first_outer: the global index of outer index 0 (a slice ``[first, first + n_outer)`` of a
+            larger matrix's outer indices: their streams are keyed by their global index).
     """
     n_out = n_inner if scatter else n_outer
     y = jnp.zeros((n_out,) + x.shape[1:], dtype)
@@ -317,7 +320,7 @@ def streamed_product(law: str, params, seed, prob: float, n_outer: int, n_inner:
         slot = b * rows + jnp.arange(rows)
         live = slot < count  # the last block is padded
         outer = order[jnp.minimum(slot, n_outer - 1)]
-        ka, kb = keys(seed, outer.astype(jnp.uint32))
+        ka, kb = keys(seed, (outer + first_outer).astype(jnp.uint32))
         ka, kb = ka[:, None], kb[:, None]
         x_outer = x[outer][:, None] if scatter else None
 

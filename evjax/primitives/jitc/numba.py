@@ -68,15 +68,23 @@ _KERNEL = dict(parallel=_PARALLEL, cache=True, nogil=True)
 # row loops (inlined into the kernels): one outer index's synapses
 # ---------------------------------------------------------------------------
 @numba.njit(**_INLINE)
+def _first_outer(seed):
+    """The global index of the first outer index a gather computes: ``seed[1]`` when the seed operand
+    carries it (a device's slice of the outputs, see ``ops._matmul_partition``), else 0."""
+    return np.int64(seed[1]) if seed.shape[0] > 1 else np.int64(0)
+
+
+@numba.njit(**_INLINE)
 def _gather_rows(weights, params, seed, cfg, x, out, lo, hi):
     """``out[o] = sum_{i in row o} w_oi x[i]`` for o in [lo, hi); skip zero x when cfg[2]."""
     n_inner = x.shape[0]
     r, s, skip = np.uint64(cfg[0]), np.uint64(cfg[1]), cfg[2] != 0
     sd = np.uint64(seed[0])
+    first = _first_outer(seed)
     p0, p1 = params[0], params[1]
     at, w = _scratch(out)
     for o in range(lo, hi):
-        ka, kb = _keys(sd, o)
+        ka, kb = _keys(sd, first + o)
         acc = out.dtype.type(0)
         pos, k, count = np.int64(-1), np.uint64(0), BLOCK
         while count == BLOCK:
@@ -124,6 +132,7 @@ def _gather_mm_rows(weights, params, seed, cfg, x, out, lo, hi):
     n_inner = x.shape[0]
     r, s, skip = np.uint64(cfg[0]), np.uint64(cfg[1]), cfg[2] != 0
     sd = np.uint64(seed[0])
+    first = _first_outer(seed)
     p0, p1 = params[0], params[1]
     width = x.shape[1]
     at, w = _scratch(out)
@@ -131,7 +140,7 @@ def _gather_mm_rows(weights, params, seed, cfg, x, out, lo, hi):
         row = out[o]
         for c in range(width):
             row[c] = 0
-        ka, kb = _keys(sd, o)
+        ka, kb = _keys(sd, first + o)
         pos, k, count = np.int64(-1), np.uint64(0), BLOCK
         while count == BLOCK:
             count, pos = _next_block(weights, ka, kb, k, pos, r, s, n_inner, p0, p1, at, w)

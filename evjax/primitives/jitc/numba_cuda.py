@@ -127,7 +127,7 @@ def kernels(law: str) -> dict:
         o = cuda.grid(1)
         if o >= out.shape[0]:
             return
-        ka, kb = _keys(np.uint64(seed[0]), o)
+        ka, kb = _keys(np.uint64(seed[0]), (np.int64(seed[1]) if seed.shape[0] > 1 else 0) + o)
         n = x.shape[0]
         r, s, skip = np.uint64(cfg[0]), np.uint64(cfg[1]), cfg[2] != 0
         acc = zeros[o]  # 0 in the output's dtype
@@ -148,7 +148,7 @@ def kernels(law: str) -> dict:
         o = cuda.grid(1)
         if o >= out.shape[0]:
             return
-        ka, kb = _keys(np.uint64(seed[0]), o)
+        ka, kb = _keys(np.uint64(seed[0]), (np.int64(seed[1]) if seed.shape[0] > 1 else 0) + o)
         n = x.shape[0]
         r, s, skip = np.uint64(cfg[0]), np.uint64(cfg[1]), cfg[2] != 0
         pos = np.int64(-1)
@@ -256,8 +256,9 @@ def matmul_generator(law: str, event: bool):
         kernel = kernels(law)[("gather_" if corder else "scatter_") + ("mv" if rank == 1 else "mm")]
         cfg = config(prob, event, n_inner)
         out_shape = tuple(int(d) for d in out.shape)
+        # a gather: one thread per output asked for (all, or a device's slice); a scatter: per input
         call = numba_cuda_kernel(kernel, jax.ShapeDtypeStruct(out_shape, dtype), input_output_aliases={4: 0},
-                                 **_blocks(n_outer))
+                                 **_blocks(out_shape[0] if corder else n_outer))
 
         def run(*args):
             x = operand_values(args[n + 1], event, weighted, dtype)

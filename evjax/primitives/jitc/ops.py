@@ -105,11 +105,15 @@ def _reference_matmul(*args, outs, law, mode, shape, prob, transpose, corder):
     params, seed, x = args[:-2], args[-2], args[-1]
     n_outer, n_inner = generated_shape(shape, transpose, corder)
     scatter = not corder  # corder: the output index is outer (gather); else the input's (scatter)
+    if corder:  # the outputs asked for: all, or a device's slice of them (_matmul_partition)
+        n_outer = out.shape[0]
     active = None
     if scatter and mode != "float":  # event-driven: only the streams of active events are generated
         active = as_bool_events(x) if x.ndim == 1 else jnp.any(as_bool_events(x), axis=1)
-    y = streamed_product(law, params, seed.reshape(()), prob, n_outer, n_inner, x, _term(mode, dtype),
-                         scatter=scatter, dtype=dtype, outer_active=active)
+    # a second seed entry: the global index of this slice's first outer index (_matmul_partition)
+    first = seed.reshape(-1)[1].astype(jnp.int32) if seed.size > 1 else 0
+    y = streamed_product(law, params, seed.reshape(-1)[0], prob, n_outer, n_inner, x, _term(mode, dtype),
+                         scatter=scatter, dtype=dtype, outer_active=active, first_outer=first)
     return [y.astype(out.dtype)]
 
 
@@ -273,13 +277,29 @@ def _matmul_batching(law: str, rank: int, event: bool, args, axes, *, outs, shap
     return [y.reshape((y.shape[0], size) + x.shape[2:])], [1]
 
 
-def _matmul_partition(law: str, rank: int, event: bool, *avals, outs, **params):
+def _matmul_partition(law: str, rank: int, event: bool, *avals, outs, corder, **params):
     # Y[:, c] = M X[:, c]: the columns c of a matrix operand are independent products, so each device
-    # multiplies its own columns by the whole matrix, generated from the same parameters and seed
-    if rank != 2:
-        return None
+    # multiplies its own columns by the whole matrix, generated from the same parameters and seed.
+    # corder (the output index o is outer, each output's synapses one stream keyed by (seed, o)): a
+    # device may also compute a slice of the outputs, generating only their streams; it keys them by
+    # their global index, which _seed_with_first appends to the seed operand
     whole = tuple(" ".join(f"p{i}d{d}" for d in range(a.ndim)) for i, a in enumerate(avals[:-1]))
-    return PartitionRule(whole + ("i c",), ("o c",), batch=("c",))
+    x, y = ("i c", "o c") if rank == 2 else ("i", "o")
+    batch = (("c",) if rank == 2 else ()) + (("o",) if corder else ())
+    if not batch:
+        return None
+    return PartitionRule(whole + (x,), (y,), batch=batch,
+                         localize=functools.partial(_seed_with_first, LAWS[law]) if corder else None)
+
+
+def _seed_with_first(n: int, operands, firsts):
+    # the seed operand (params[:n], seed, x, ...) as (seed, first output index of this device)
+    if "o" not in firsts:
+        return operands
+    seed = operands[n].reshape(-1)[:1]
+    first = jnp.asarray(firsts["o"], jnp.uint32).reshape(1)
+    return (*operands[:n], jnp.concatenate([seed.astype(jnp.uint32), first]).astype(operands[n].dtype),
+            *operands[n + 1:])
 
 
 def _matmul_op(law: str, rank: int, event: bool) -> XLACustomKernel:

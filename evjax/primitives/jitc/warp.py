@@ -135,7 +135,10 @@ def _kernels(t, weight):
     @wp.kernel(**t.opts)
     def gather_mv(params: t.F1, seed: t.U1, cfg: t.U1, log2t: t.U1, cost: t.U1, x: t.F1, out: t.F1):
         o = wp.tid()
-        ka, kb = keys(seed[0], o)
+        first = int(0)
+        if seed.shape[0] > 1:  # a device's slice of the outputs: its first outer index
+            first = int(seed[1])
+        ka, kb = keys(seed[0], first + o)
         n = x.shape[0]
         acc = t.F(0.0)
         pos = int(-1)
@@ -153,7 +156,10 @@ def _kernels(t, weight):
     @wp.kernel(**t.opts)
     def gather_mm(params: t.F1, seed: t.U1, cfg: t.U1, log2t: t.U1, cost: t.U1, x: t.F2, out: t.F2):
         o = wp.tid()
-        ka, kb = keys(seed[0], o)
+        first = int(0)
+        if seed.shape[0] > 1:  # a device's slice of the outputs: its first outer index
+            first = int(seed[1])
+        ka, kb = keys(seed[0], first + o)
         n = x.shape[0]
         pos = int(-1)
         k = int(0)
@@ -266,7 +272,9 @@ def matmul_generator(law: str, event: bool):
             kernel = jitc_kernels(law, str(np.dtype(dtype)))[name]
         cfg = config(prob, event, n_inner)
         out_shape = tuple(int(d) for d in out.shape)
-        call = warp_kernel(kernel, [], launch_dims=(n_outer,), in_out_argnames=("out",))
+        # a gather: one thread per output asked for (all, or a device's slice); a scatter: per input
+        launch = out_shape[0] if corder else n_outer
+        call = warp_kernel(kernel, [], launch_dims=(launch,), in_out_argnames=("out",))
 
         def run(*args):
             x = operand_values(args[n + 1], event, weighted, dtype)
