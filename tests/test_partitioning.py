@@ -148,12 +148,6 @@ print("OK training step")
 """
 
 
-def test_plain_jit_training_step_is_partitioned_by_the_batch():
-    # the main example's whole training step under plain jit, the batch split over 4 devices: the event
-    # ops run on 4 trials each, the only collectives are the gradients' all-reduces
-    assert "OK training step" in run_on_four_cpu_devices(TRAINING_STEP)
-
-
 SHARDED_CSR = """
 import jax, jax.numpy as jnp, numpy as np
 from jax.sharding import AxisType, PartitionSpec as P
@@ -201,12 +195,6 @@ print("OK sharded csr")
 """
 
 
-def test_sharded_csr_splits_the_matrix_by_postsynaptic_block():
-    # model parallelism: each device holds the synapses onto its quarter of the neurons and computes that
-    # quarter of spikes @ W, bit for bit the whole CSR's; no collective moves the matrix
-    assert "OK sharded csr" in run_on_four_cpu_devices(SHARDED_CSR)
-
-
 JITC_OUTPUT_SLICES = """
 import jax, jax.numpy as jnp, numpy as np
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
@@ -244,7 +232,19 @@ print("OK jitc slices")
 """
 
 
-def test_jitc_outputs_split_generate_only_their_streams():
+SCENARIOS = {
+    # the main example's whole training step under plain jit, the batch split over 4 devices: the event
+    # ops run on 4 trials each, the only collectives are the gradients' all-reduces
+    "training step": TRAINING_STEP,
+    # model parallelism: each device holds the synapses onto its quarter of the neurons and computes that
+    # quarter of spikes @ W, bit for bit the whole CSR's; no collective moves the matrix
+    "sharded csr": SHARDED_CSR,
     # model parallelism for JITC: a device computing a slice of the outputs generates only their streams,
     # keyed by their global index, so the result has the whole matrix's bits on every backend
-    assert "OK jitc slices" in run_on_four_cpu_devices(JITC_OUTPUT_SLICES)
+    "jitc slices": JITC_OUTPUT_SLICES,
+}
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_four_device_scenario(name):
+    assert f"OK {name}" in run_on_four_cpu_devices(SCENARIOS[name])
