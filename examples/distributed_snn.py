@@ -29,10 +29,11 @@ import argparse
 import importlib.util
 import json
 import os
-import socket
-import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # examples/, also when loaded by path
+import launch  # noqa: E402  (examples/launch.py: starts the processes on this machine)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -48,13 +49,7 @@ def _load_example():
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--processes", type=int, default=2, help="number of processes (default 2)")
-    p.add_argument("--process-id", type=int, default=None,
-                   help="this process's rank (set it on each host; without it, start all processes here)")
-    p.add_argument("--process-id-from-env", action="store_true",
-                   help="read the rank from SLURM_PROCID (or OMPI_COMM_WORLD_RANK, PMI_RANK)")
-    p.add_argument("--coordinator", default=None, help="host:port of process 0 (default: a free local port)")
-    p.add_argument("--threads", type=int, default=1, help="Numba threads per process (default 1)")
+    launch.add_arguments(p, processes=2)
     p.add_argument("--hidden", type=int, default=500, help="recurrent LIF neurons (default 500)")
     p.add_argument("--n-steps", type=int, default=30, help="time steps per trial (default 30)")
     p.add_argument("--batch", type=int, default=16, help="trials per step, all processes together (default 16)")
@@ -64,51 +59,15 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="plain jax.jit over the sharded batch instead of shard_map (the weight gradients are then "
                         "all-reduced at every time step of the backward scan: slower across processes)")
     p.add_argument("--out", default=None, help="JSON file for the loss curve and timings (process 0)")
-    p.add_argument("--timeout", type=float, default=1800.0, help="seconds before the launcher gives up")
     return p.parse_args(argv)
-
-
-# ---------------------------------------------------------------------------
-# the launcher: N processes on this machine
-# ---------------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def launch(args: argparse.Namespace, argv: list[str]) -> int:
-    """Start ``args.processes`` copies of this script with their ranks; wait for all of them."""
-    coordinator = args.coordinator or f"127.0.0.1:{_free_port()}"
-    env = dict(os.environ, NUMBA_NUM_THREADS=str(args.threads))
-    procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), *argv, "--process-id", str(i),
-                               "--coordinator", coordinator], env=env)
-             for i in range(args.processes)]
-    deadline = time.monotonic() + args.timeout
-    status = 0
-    try:
-        for proc in procs:
-            status = status or proc.wait(timeout=max(1.0, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        print(f"distributed_snn: the processes did not finish within {args.timeout:g} s", file=sys.stderr)
-        status = 1
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-    return status
 
 
 # ---------------------------------------------------------------------------
 # one process
 # ---------------------------------------------------------------------------
 def worker(args: argparse.Namespace) -> dict:
+    launch.initialize(args)
     import jax
-
-    if args.processes > 1:  # CPU collectives between processes
-        jax.config.update("jax_cpu_collectives_implementation", "gloo")
-        jax.distributed.initialize(coordinator_address=args.coordinator, num_processes=args.processes,
-                                   process_id=args.process_id)
     import numpy as np
     import optax
     from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
@@ -175,23 +134,12 @@ def worker(args: argparse.Namespace) -> dict:
             "step_time_s": steady[len(steady) // 2], "first_step_s": times[0]}
 
 
-def _rank_from_env() -> int:
-    for name in ("SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"):
-        if name in os.environ:
-            return int(os.environ[name])
-    raise SystemExit("--process-id-from-env: none of SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK is set")
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
-    if args.process_id_from_env:
-        args.process_id = _rank_from_env()
-    if args.process_id is None and args.processes > 1:
-        return launch(args, argv)
-    if args.process_id is None:
-        args.process_id = 0
-        os.environ.setdefault("NUMBA_NUM_THREADS", str(args.threads))
+    status = launch.resolve(__file__, args, argv)
+    if status is not None:
+        return status
     result = worker(args)
     if args.process_id == 0:
         print(f"{result['processes']} process(es): median step {result['step_time_s'] * 1e3:.1f} ms, "
