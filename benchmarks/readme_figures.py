@@ -302,7 +302,18 @@ def scaling_figures() -> list[str]:
             best = max(best, float(rows["2 processes"][column].rstrip("x")))
             parts.append(f"batch {line.split()[-1]}: {rows['2 processes'][column]} "
                          f"(the machine's ceiling, two unrelated jobs: {ceiling[column]})")
-    return [f"- Data parallel over 2 processes against 1 (`examples/distributed_snn.py`, 1 Numba thread each; "
+    out = []
+    model = RESULTS / "scaling_model.md"
+    if model.exists():
+        rows = {r["run"]: r for r in table(model, "# Model-parallel scaling")}
+        big = next(r for name, r in rows.items() if name.startswith("10^7"))
+        event = next(r for name, r in rows.items() if "event-driven" in name)
+        line = next(ln for ln in model.read_text().splitlines() if ln.startswith("- 10^6 neurons over 2"))
+        out.append(f"- Model parallel (`examples/large_network.py --processes N`, JITC generated output by output; "
+                   f"`{model.relative_to(ROOT)}`, {run_line(model)}): {line[2:]} 10^7 neurons x 1000 synapses over "
+                   f"4 processes: {big['time per step']} per step, peak RSS {big['peak RSS per process (MB)']} MB. "
+                   f"(The event-driven one-process run of 10^6 neurons: {event['time per step']} per step.)")
+    return out + [f"- Data parallel over 2 processes against 1 (`examples/distributed_snn.py`, 1 Numba thread each; "
             f"`{path.relative_to(ROOT)}`, {run_line(path)}): throughput {'; '.join(parts)}; goal >= 1.6x: "
             f"{'met' if best >= 1.6 else 'not met'}."]
 

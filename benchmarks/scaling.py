@@ -14,6 +14,12 @@ one-process jobs of half the batch at the same time: what the machine gives
 two jobs at once, the ceiling of any split.  Wall time; a busy machine
 distorts it.
 
+``--model`` runs the model-parallel part instead: ``examples/large_network.py``
+(JITC connectivity generated output by output) in 1 and 2 processes at 10^6
+neurons x 1000 synapses, the event-driven one-process run beside them, and
+10^7 neurons x 1000 synapses over 4 processes; time per step and peak RSS
+of every process.  Writes ``benchmarks/results/scaling_model.md``.
+
 Writes ``benchmarks/results/scaling.{md,png}``.
 """
 from __future__ import annotations
@@ -91,8 +97,61 @@ def table(batch: int, args, results: dict) -> list[str]:
                             "final loss", ""], rows), ""]
 
 
+def simulate(processes: int, n: int, k: int, steps: int, by_output: bool = True) -> list[dict]:
+    """One run of ``examples/large_network.py``; every process's JSON record (process 0 first)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "run.json")
+        cmd = [sys.executable, os.path.join(ROOT, "examples", "large_network.py"), "--n", str(n), "--k", str(k),
+               "--duration", str(steps * 0.5), "--png", "", "--processes", str(processes), "--threads", "1",
+               "--out", out, "--timeout", "7200"] + (["--by-output"] if by_output else [])
+        proc = subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, NUMBA_NUM_THREADS="1"), capture_output=True,
+                              text=True, timeout=7200)
+        if proc.returncode:
+            raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        records = []
+        for i in range(processes):
+            with open(out if i == 0 else f"{out}.{i}") as f:
+                records.append(json.load(f))
+        return records
+
+
+def model_parallel(argv, steps: int) -> None:
+    rows = []
+    cases = [("10^6 x 1000, input by input (event-driven), 1 process", 1, 10**6, False),
+             ("10^6 x 1000, output by output, 1 process", 1, 10**6, True),
+             ("10^6 x 1000, output by output, 2 processes", 2, 10**6, True),
+             ("10^7 x 1000, output by output, 4 processes", 4, 10**7, True)]
+    per_step = {}
+    for label, processes, n, by_output in cases:
+        records = simulate(processes, n, 1000, steps, by_output)
+        t = max(r["per_step_s"] for r in records)
+        per_step[label] = t
+        rss = ", ".join(f"{r['peak_rss_mb']:.0f}" for r in records)
+        rows.append([label, f"{t:.2f} s", rss, f"{records[0]['compile_s']:.1f} s",
+                     str(sum(records[0]["counts"]))])
+        print(label, f"{t:.2f} s per step", flush=True)
+    one = per_step["10^6 x 1000, output by output, 1 process"]
+    two = per_step["10^6 x 1000, output by output, 2 processes"]
+    ratio = two / (one / 2)
+    lines = [provenance(argv), "# Model-parallel scaling over processes", "",
+             f"`examples/large_network.py`: the CUBA network with JITC connectivity, {steps} steps of 0.5 ms; "
+             f"1 Numba thread and one CPU device per process (2 cores). Output by output (`--by-output`, "
+             f"`corder=False`): each process generates only its own neurons' input synapses, every synapse each "
+             f"step; the spikes are all-gathered every step. Peak RSS per process (process 0 first).", "",
+             markdown_table(["run", "time per step", "peak RSS per process (MB)", "compile", "spikes"], rows), "",
+             f"- 10^6 neurons over 2 processes: {two:.2f} s per step, {ratio:.2f}x the ideal split of the "
+             f"1-process time ({one / 2:.2f} s); goal <= 1.3x: {'met' if ratio <= 1.3 else 'NOT met'}.",
+             "- 10^7 neurons x 1000 synapses (10^10) over 4 processes: it runs (row above).",
+             f"- Load average at the end: {os.getloadavg()[0]:.2f}."]
+    with open(os.path.join(RESULTS, "scaling_model.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", action="store_true", help="the model-parallel runs (scaling_model.md)")
+    p.add_argument("--model-steps", type=int, default=2, help="time steps of each model-parallel run")
     p.add_argument("--processes", type=int, nargs="+", default=[1, 2])
     p.add_argument("--batches", type=int, nargs="+", default=[16, 64])
     p.add_argument("--rounds", type=int, default=2)
@@ -100,6 +159,9 @@ def main(argv=None) -> None:
     p.add_argument("--n-steps", type=int, default=50)
     p.add_argument("--train-steps", type=int, default=10)
     args = p.parse_args(argv)
+    if args.model:
+        model_parallel(argv, args.model_steps)
+        return
 
     lines = [provenance(argv), "# Data-parallel scaling over processes", "",
              f"`examples/distributed_snn.py` (shard_map over the batch, one gradient all-reduce per step): the main "
