@@ -24,7 +24,8 @@ def add_arguments(p: argparse.ArgumentParser, processes: int) -> None:
     p.add_argument("--process-id-from-env", action="store_true",
                    help="read the rank from SLURM_PROCID (or OMPI_COMM_WORLD_RANK, PMI_RANK)")
     p.add_argument("--coordinator", default=None, help="host:port of process 0 (default: a free local port)")
-    p.add_argument("--threads", type=int, default=1, help="Numba threads per process (default 1)")
+    p.add_argument("--threads", type=int, default=1, help="Numba threads of each process started here (default 1; "
+                   "a single process keeps its environment's NUMBA_NUM_THREADS)")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds before the launcher gives up")
 
 
@@ -69,9 +70,8 @@ def resolve(script: str, args: argparse.Namespace, argv: list[str]) -> int | Non
         args.process_id = rank_from_env()
     if args.process_id is None and args.processes > 1:
         return launch(script, args, argv)
-    if args.process_id is None:
+    if args.process_id is None:  # one process: this one, with the threads the environment gives it
         args.process_id = 0
-        os.environ.setdefault("NUMBA_NUM_THREADS", str(args.threads))
     return None
 
 
