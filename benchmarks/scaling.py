@@ -77,7 +77,7 @@ def run_independent(copies: int, batch: int, args) -> dict:
     return dict(slowest, processes=copies)
 
 
-def table(batch: int, args, results: dict) -> list[str]:
+def table(batch: int, results: dict) -> list[str]:
     """The markdown rows of one batch size."""
     base = min(x["step_time_s"] for x in results[1])
     rows = []
@@ -182,7 +182,7 @@ def main(argv=None) -> None:
             results["independent"].append(run_independent(2, batch, args))
             print(f"batch {batch}, round {r}: 2 unrelated: {results['independent'][-1]['step_time_s'] * 1e3:.1f} ms",
                   flush=True)
-        lines += table(batch, args, results)
+        lines += table(batch, results)
         for label, runs in results.items():
             plot_labels.append(f"b{batch} {label}")
             plot_times.append(min(x["step_time_s"] for x in runs) * 1e3)

@@ -89,10 +89,13 @@ def worker(args: argparse.Namespace) -> dict:
     loss = snn.make_loss(cfg, snn.make_trial(cfg, snn.make_synapses(s_in, s_rec, dense=False)))
     optimizer = optax.adam(cfg.lr)
 
-    def train_step(params, opt_state, x, labels):
-        (value, _), grads = jax.value_and_grad(loss, has_aux=True)(params, x, labels)
+    def update(params, opt_state, grads, value):
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, value
+
+    def train_step(params, opt_state, x, labels):
+        (value, _), grads = jax.value_and_grad(loss, has_aux=True)(params, x, labels)
+        return update(params, opt_state, grads, value)
 
     def local_step(params, opt_state, x, labels):
         # this device's trials; the mean over devices of the local losses is the batch's loss, and the
@@ -105,8 +108,7 @@ def worker(args: argparse.Namespace) -> dict:
             return jax.lax.pmean(loss(params, x, labels)[0], "data")
 
         value, grads = jax.value_and_grad(global_loss)(params)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, value
+        return update(params, opt_state, grads, value)
 
     params = jax.tree_util.tree_map(lambda a: global_array(a, replicated), params)
     opt_state = jax.tree_util.tree_map(lambda a: global_array(a, replicated), optimizer.init(params))

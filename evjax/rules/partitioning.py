@@ -128,11 +128,6 @@ def _spec(value: str, axes: dict[str, tuple[str, ...]], keep: Sequence[str]) -> 
     return PartitionSpec(*entries)
 
 
-def _local_shape(value: str, shape: Sequence[int], axes: dict[str, tuple[str, ...]], mesh) -> tuple[int, ...]:
-    return tuple(size // math.prod(mesh.shape[a] for a in axes.get(factor, ()))
-                 for factor, size in zip(value.split(), shape))
-
-
 # ---------------------------------------------------------------------------
 # the custom_partitioning callbacks
 # ---------------------------------------------------------------------------
@@ -140,7 +135,7 @@ def _result_shardings(rule: PartitionRule, mesh, axes) -> list[NamedSharding]:
     return [NamedSharding(mesh, _spec(value, axes, rule.batch)) for value in rule.results]
 
 
-def _firsts(rule: PartitionRule, axes, mesh, local_sizes: dict[str, int]) -> dict:
+def _firsts(rule: PartitionRule, axes, local_sizes: dict[str, int]) -> dict:
     """Per split batch factor, the global index of this device's first element along it."""
     return {f: jax.lax.axis_index(axes[f] if len(axes[f]) > 1 else axes[f][0]) * local_sizes[f]
             for f in rule.batch if f in axes}
@@ -150,16 +145,16 @@ def _partition(rule: PartitionRule, bind_local: Callable, outs, mesh, arg_shapes
     axes = factor_axes(rule, mesh, arg_shapes, _as_list(result_shape))
     arg_shardings = tuple(NamedSharding(mesh, _spec(value, axes, rule.batch + rule.reduced))
                           for value in rule.operands)
-    local_outs = [jax.ShapeDtypeStruct(_local_shape(value, o.shape, axes, mesh), o.dtype)
+    sizes = _factor_sizes(rule.operands + rule.results, [a.shape for a in arg_shapes] + [o.shape for o in outs])
+    local_sizes = {f: sizes[f] // math.prod(mesh.shape[a] for a in names) for f, names in axes.items()}
+    local_outs = [jax.ShapeDtypeStruct(tuple(local_sizes.get(f, size) for f, size in zip(value.split(), o.shape)),
+                                       o.dtype)
                   for value, o in zip(rule.results, outs)]
     summed = tuple(a for f in rule.reduced for a in axes.get(f, ()))
 
-    sizes = _factor_sizes(rule.operands + rule.results, [a.shape for a in arg_shapes] + [o.shape for o in outs])
-    local_sizes = {f: sizes[f] // math.prod(mesh.shape[a] for a in names) for f, names in axes.items()}
-
     def lower_fn(*args):
         if rule.localize is not None and any(f in axes for f in rule.batch):
-            args = rule.localize(args, _firsts(rule, axes, mesh, local_sizes))
+            args = rule.localize(args, _firsts(rule, axes, local_sizes))
         results = list(bind_local(args, local_outs))
         if summed:  # each device summed its slice of a reduced factor: add the partial sums
             results = [jax.lax.psum(r, summed) for r in results]

@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from ..grouping import entry_rows
 from .matrix import CSR
 from .ops import binary_csrmv, csrmv
 
@@ -29,7 +30,7 @@ def _split_columns(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, n_
     """Per column block: ``(data, local indices, indptr)``, padded to the largest block's synapses."""
     n_rows = indptr.shape[0] - 1
     width = n_cols // parts
-    rows = np.repeat(np.arange(n_rows), np.diff(indptr))
+    rows = entry_rows(indptr, indices.shape[0], np)
     block_of = indices // width
     homogeneous = data.shape[0] != indices.shape[0]
     blocks = []

@@ -58,6 +58,13 @@ def _draw(ka, kb, c):
 
 
 @_device
+def _first_outer(seed):
+    """The global index of the first outer index a gather computes: ``seed[1]`` when the seed operand
+    carries it (a device's slice of the outputs, see ``ops._matmul_partition``), else 0."""
+    return np.int64(seed[1]) if seed.shape[0] > 1 else np.int64(0)
+
+
+@_device
 def _keys(seed, o):
     s = _mix32(seed)
     ka = _mix32((np.uint64(o) * np.uint64(0x9E3779B9) + s) & _M32)
@@ -127,7 +134,7 @@ def kernels(law: str) -> dict:
         o = cuda.grid(1)
         if o >= out.shape[0]:
             return
-        ka, kb = _keys(np.uint64(seed[0]), (np.int64(seed[1]) if seed.shape[0] > 1 else 0) + o)
+        ka, kb = _keys(np.uint64(seed[0]), _first_outer(seed) + o)
         n = x.shape[0]
         r, s, skip = np.uint64(cfg[0]), np.uint64(cfg[1]), cfg[2] != 0
         acc = zeros[o]  # 0 in the output's dtype
@@ -148,7 +155,7 @@ def kernels(law: str) -> dict:
         o = cuda.grid(1)
         if o >= out.shape[0]:
             return
-        ka, kb = _keys(np.uint64(seed[0]), (np.int64(seed[1]) if seed.shape[0] > 1 else 0) + o)
+        ka, kb = _keys(np.uint64(seed[0]), _first_outer(seed) + o)
         n = x.shape[0]
         r, s, skip = np.uint64(cfg[0]), np.uint64(cfg[1]), cfg[2] != 0
         pos = np.int64(-1)

@@ -127,6 +127,13 @@ def _kernels(t, weight):
     U = wp.uint32
 
     @wp.func(module=t.module)
+    def first_outer(seed: t.U1):  # the first outer index of a device's slice of the outputs (seed[1]), else 0
+        first = int(0)
+        if seed.shape[0] > 1:
+            first = int(seed[1])
+        return first
+
+    @wp.func(module=t.module)
     def keys(seed: wp.uint32, o: int):
         s = mix32(seed)
         ka = mix32(U(o) * U(0x9E3779B9) + s)
@@ -135,10 +142,7 @@ def _kernels(t, weight):
     @wp.kernel(**t.opts)
     def gather_mv(params: t.F1, seed: t.U1, cfg: t.U1, log2t: t.U1, cost: t.U1, x: t.F1, out: t.F1):
         o = wp.tid()
-        first = int(0)
-        if seed.shape[0] > 1:  # a device's slice of the outputs: its first outer index
-            first = int(seed[1])
-        ka, kb = keys(seed[0], first + o)
+        ka, kb = keys(seed[0], first_outer(seed) + o)
         n = x.shape[0]
         acc = t.F(0.0)
         pos = int(-1)
@@ -156,10 +160,7 @@ def _kernels(t, weight):
     @wp.kernel(**t.opts)
     def gather_mm(params: t.F1, seed: t.U1, cfg: t.U1, log2t: t.U1, cost: t.U1, x: t.F2, out: t.F2):
         o = wp.tid()
-        first = int(0)
-        if seed.shape[0] > 1:  # a device's slice of the outputs: its first outer index
-            first = int(seed[1])
-        ka, kb = keys(seed[0], first + o)
+        ka, kb = keys(seed[0], first_outer(seed) + o)
         n = x.shape[0]
         pos = int(-1)
         k = int(0)
