@@ -161,7 +161,9 @@ _intrinsics_lock = threading.Lock()
 
 def raised_intrinsic():
     """A Numba intrinsic ``raised(kernel, args) -> int64``: call the ``@numba.njit`` function
-    ``kernel`` on the tuple ``args``; 1 if it raised an exception, else 0.
+    ``kernel`` on the tuple ``args``; 1 if it raised an exception, else 0; for a kernel that
+    returns an int64 (a serial tier: see :func:`evjax.backends.numba_cpu.call`), -1 if it raised,
+    else what it returned.
 
     What ``try: kernel(*args) except Exception: ...`` does in a handler, without
     Numba's ``try``/``except``, whose front end cost a generated handler some
@@ -200,10 +202,13 @@ def _make_raised():
             status, result = context.call_conv.call_function(
                 builder, function, compiled.fndesc.restype, compiled.fndesc.argtypes, values)
             returned = compiled.signature.return_type
+            i64 = ir.IntType(64)
+            if returned == types.int64:  # a serial tier's outcome, or -1
+                return builder.select(status.is_error, i64(-1), result)
             if context.enable_nrt and not isinstance(returned, (types.NoneType, types.Optional)):
                 with builder.if_then(status.is_ok):
                     context.nrt.decref(builder, returned, result)
-            return builder.zext(status.is_error, ir.IntType(64))
+            return builder.zext(status.is_error, i64)
 
         return types.int64(kernel, args), codegen
 

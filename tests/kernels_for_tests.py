@@ -116,3 +116,38 @@ add_one_kernel = make_add_one()
 def report_threads(threads, x, out):
     """Writes the thread count its handler passed (plus x[0]): evjax.set_num_threads reaches it."""
     out[0] = threads + x[0]
+
+
+# A kernel and a serial tier of it that tell apart which one ran (a real tier gives the same bits; these
+# differ on purpose): the tier doubles, declines (2) inputs longer than 10 and reports work longer than 5
+# as splittable (1); the full kernel triples.
+@numba.njit(cache=True, nogil=True)
+def tripling_kernel(threads, x, out):
+    for i in range(out.size):
+        out[i] = x[i] * 3
+
+
+@numba.njit(cache=True, nogil=True)
+def doubling_tier(threads, x, out):
+    if x.size > 10:
+        return np.int64(2)
+    for i in range(out.size):
+        out[i] = x[i] * 2
+    return np.int64(1) if x.size > 5 else np.int64(0)
+
+
+@numba.njit(cache=True, nogil=True)
+def mistyped_kernel(threads, x, out):
+    out[0] = x  # an array into a scalar: does not compile
+
+
+@numba.njit(cache=True, nogil=True)
+def raising_tier(threads, x, out):
+    if x.size >= 0:
+        raise ValueError("the tier raised")
+    return np.int64(0)
+
+
+@numba.njit(cache=True, nogil=True)
+def bool_tier(threads, x, out):
+    return True

@@ -304,6 +304,63 @@ def report(frame, key, detail, errc):
 
 
 # ---------------------------------------------------------------------------
+# Tiers: a handler that asks Python for the handler that takes over from it
+# ---------------------------------------------------------------------------
+_upgraders: dict[int, Callable[[], int]] = {}
+_upgrade_errors: dict[int, BaseException] = {}
+
+
+def register_upgrader(key: int, upgrade: Callable[[], int]) -> None:
+    """Register ``upgrade() -> address`` for the handler of key ``key``: it compiles (or loads) the
+    handler that takes over from that one and returns its address (see :func:`upgrade`)."""
+    _upgraders[int(key)] = upgrade
+
+
+def upgrade_error(key: int) -> BaseException | None:
+    """Why the last upgrade of the handler of key ``key`` failed (None if it did not)."""
+    return _upgrade_errors.get(int(key))
+
+
+def _upgrade_address(key: int) -> int:
+    """The address of the handler that takes over from the one of key ``key``; 0 if it could not be made
+    (the error is kept for :func:`upgrade_error`).  Called from compiled code through
+    :data:`UPGRADE_SYMBOL` (a ctypes callback, which takes the GIL): it never raises."""
+    try:
+        address = int(_upgraders[key]())
+        _upgrade_errors.pop(key, None)
+        return address
+    except BaseException as exc:  # noqa: BLE001 - must not unwind into compiled code; reported by the handler
+        _upgrade_errors[key] = exc
+        return 0
+
+
+UPGRADE_SYMBOL = "evjax_upgrade_handler"
+_UPGRADE_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64)(_upgrade_address)
+llvm.add_symbol(UPGRADE_SYMBOL, ctypes.cast(_UPGRADE_CALLBACK, ctypes.c_void_p).value)
+
+
+@intrinsic
+def _call_upgrader(typingctx, key):
+    """``_upgrade_address(key)``, called through :data:`UPGRADE_SYMBOL` (takes the GIL)."""
+    def codegen(context, builder, signature, args):
+        i64 = ir.IntType(64)
+        function = builder.module.globals.get(UPGRADE_SYMBOL)
+        if function is None:
+            function = ir.Function(builder.module, ir.FunctionType(i64, [i64]), UPGRADE_SYMBOL)
+        return builder.call(function, args)
+
+    return types.int64(types.int64), codegen
+
+
+@numba.njit(nogil=True, cache=True, **_kernel_compat.COMPILED_CODE_ONLY)
+def upgrade(key):
+    """The address of the handler that takes over from the handler of key ``key`` (compiled or loaded
+    by the Python function registered with :func:`register_upgrader`; the call takes the GIL), or 0
+    if that failed.  Called once per handler and process: the caller keeps the address."""
+    return _call_upgrader(key)
+
+
+# ---------------------------------------------------------------------------
 # Handler modules
 # ---------------------------------------------------------------------------
 _TEMPLATE = '''\
@@ -311,7 +368,7 @@ _TEMPLATE = '''\
 import numba
 from numba import types
 from evjax.backends.intrinsics import *  # noqa: F403
-from evjax.backends.ffi_core import prologue, PROCEED, create_error, report, query_stream, \\
+from evjax.backends.ffi_core import prologue, PROCEED, create_error, report, upgrade, query_stream, \\
     query_device_ordinal, scalar_attribute, array_attribute
 {imports}
 {preamble}

@@ -16,7 +16,7 @@ from numba.extending import intrinsic
 __all__ = [
     "load_i64", "load_i32", "load_i64_unaligned", "store_i64", "store_i32", "store_u16",
     "as_int", "as_voidptr", "typed_pointer", "stack_bytes", "cstring",
-    "call_ptr_ptr", "call_void_ptr_ptr", "call_i32_ptr",
+    "call_ptr_ptr", "call_void_ptr_ptr", "call_i32_ptr", "own_slot", "load_acquire_i64", "store_release_i64", "fetch_add_i64",
 ]
 
 I8 = ir.IntType(8)
@@ -70,6 +70,67 @@ def load_i64_unaligned(typingctx, address):
 store_i64 = _storer(I64, types.int64, "``*(int64*)address = value``.")
 store_i32 = _storer(I32, types.int32, "``*(int32*)address = value``.")
 store_u16 = _storer(I16, types.int64, "``*(uint16*)address = (uint16)value``.")
+
+
+@intrinsic
+def load_acquire_i64(typingctx, address):
+    """``*(int64*)address``, an atomic load with acquire ordering (what another thread released)."""
+
+    def codegen(context, builder, signature, args):
+        return builder.load_atomic(_pointer(builder, args[0], I64), "acquire", 8)
+
+    return types.int64(types.int64), codegen
+
+
+@intrinsic
+def store_release_i64(typingctx, address, value):
+    """``*(int64*)address = value``, an atomic store with release ordering."""
+
+    def codegen(context, builder, signature, args):
+        builder.store_atomic(args[1], _pointer(builder, args[0], I64), "release", 8)
+
+    return types.void(types.int64, types.int64), codegen
+
+
+@intrinsic
+def fetch_add_i64(typingctx, address, value):
+    """``*(int64*)address += value``, atomically; the value before."""
+
+    def codegen(context, builder, signature, args):
+        return builder.atomic_rmw("add", _pointer(builder, args[0], I64), args[1], "monotonic")
+
+    return types.int64(types.int64, types.int64), codegen
+
+
+OWN_SLOT = "evjax_own_slot"
+OWN_SLOT_WORDS = 2
+
+
+@intrinsic
+def own_slot(typingctx):
+    """The int64 address of :data:`OWN_SLOT_WORDS` int64 of the calling function's own module, 0 when
+    its code is loaded.
+
+    A private global (internal linkage) of the module being compiled: each
+    compiled handler that calls this gets a slot of its own, fresh in every
+    process (also when its machine code comes from Numba's disk cache).  Call it
+    in the handler's own body, not in a helper compiled separately (that
+    helper's module would own the slot, shared by every caller).
+    """
+
+    def codegen(context, builder, signature, args):
+        module = builder.module
+        try:
+            variable = module.get_global(OWN_SLOT)
+        except KeyError:
+            kind = ir.ArrayType(I64, OWN_SLOT_WORDS)
+            variable = ir.GlobalVariable(module, kind, name=OWN_SLOT)
+            variable.linkage = "internal"
+            variable.initializer = ir.Constant(kind, [I64(0)] * OWN_SLOT_WORDS)
+            variable.align = 8
+        return builder.ptrtoint(variable, I64)
+
+    return types.int64(), codegen
 
 
 @intrinsic

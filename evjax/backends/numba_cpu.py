@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 import jax
+import numba
 import numpy as np
 
 from .. import _kernel_compat
@@ -42,6 +43,7 @@ _lock = threading.RLock()
 _handlers: "weakref.WeakKeyDictionary[Any, dict[tuple, CompiledHandler]]" = weakref.WeakKeyDictionary()
 _by_target: dict[str, "CompiledHandler"] = {}  # content-named target -> handler
 _jobs: dict[str, "_Job"] = {}  # content-named target -> its compile, until registered (shared by threads)
+_tier_upgrades: dict[str, Any] = {}  # a serial tier's content-named target -> compiles (or loads) its full handler
 
 
 def cache_dir() -> str:
@@ -76,6 +78,8 @@ class CompiledHandler:
     key: int
     module: Any
     kernel_name: str
+    threads: bool = False  # the kernel takes the thread count first
+    full_kernel_name: str | None = None  # a serial tier's: the kernel that takes over from it
 
     @property
     def address(self) -> int:
@@ -134,7 +138,7 @@ def _option_text(value) -> str:
     return repr(value)
 
 
-def _handler_source(in_types, out_types, threads: bool) -> str:
+def _handler_source(in_types, out_types, threads: bool, tiered: bool = False) -> str:
     """The body of a handler calling ``KERNEL`` on the frame's buffers.
 
     With ``threads``, the kernel's first argument is the number of threads it
@@ -144,10 +148,28 @@ def _handler_source(in_types, out_types, threads: bool) -> str:
     :func:`evjax.backends.ffi_core.report` composes.  There is no other
     generated function (no ``try``/``except``, whose front end costs a compile
     some 0.2 s of CPU; see ``benchmarks/handler_compile.py``).
+
+    With ``tiered``, ``KERNEL`` is a serial tier (see :func:`call`): the
+    handler first reads its own slot (:func:`evjax.backends.intrinsics.own_slot`:
+    the full handler's address, and a count); once it holds the full kernel's
+    handler, every call goes there.  Until then the serial tier runs.  Where it
+    declines a call (:data:`DECLINED`), or at the :data:`UPGRADE_AFTER`-th call
+    that it did but the full kernel would have split across threads
+    (:data:`SPLITTABLE`), the handler asks Python for the full handler
+    (:func:`evjax.backends.ffi_core.upgrade`, once per process) and keeps its
+    address in the slot; a declined call is then passed to it.
     """
     names = [f"a{i}" for i in range(len(in_types))] + [f"r{i}" for i in range(len(out_types))]
     params = ("threads, " if threads else "") + ", ".join(names)
-    body = [
+    body = []
+    if tiered:
+        body += [
+            "    slot = own_slot()",
+            "    full = load_acquire_i64(slot)",
+            "    if full != 0:",
+            "        return as_voidptr(call_ptr_ptr(full, frame))",
+        ]
+    body += [
         f"    args = load_i64(frame + {ffi_abi.FRAME_ARGS})",
         f"    rets = load_i64(frame + {ffi_abi.FRAME_RETS})",
     ]
@@ -162,25 +184,56 @@ def _handler_source(in_types, out_types, threads: bool) -> str:
             f"    {name} = array_view(load_i64({name}_buf + {ffi_abi.BUFFER_DATA}), "
             f"load_i64({name}_buf + {ffi_abi.BUFFER_DIMS}), types.{NUMBA_TYPE_NAMES[dtype]}, {rank})",
         ]
+    failed = (f"as_voidptr(report(frame, numba.int64(HANDLER_KEY), numba.int64({{detail}}), "
+              f"numba.int64({ffi_abi.ERRC_INTERNAL})))")
+    if not tiered:
+        body += [
+            f"    if raised(KERNEL, ({params},)):",
+            f"        return {failed.format(detail=KERNEL_RAISED)}",
+            "    return as_voidptr(0)",
+        ]
+        return "\n".join(body)
     body += [
-        f"    if raised(KERNEL, ({params},)):",
-        f"        return as_voidptr(report(frame, numba.int64(HANDLER_KEY), numba.int64(0), "
-        f"numba.int64({ffi_abi.ERRC_INTERNAL})))",
-        "    return as_voidptr(0)",
+        f"    outcome = raised(KERNEL, ({params},))",
+        f"    if outcome == {DONE}:",
+        "        return as_voidptr(0)",
+        "    if outcome < 0:",
+        f"        return {failed.format(detail=KERNEL_RAISED)}",
+        f"    if outcome == {SPLITTABLE} and fetch_add_i64(slot + 8, numba.int64(1)) + 1 < {UPGRADE_AFTER}:",
+        "        return as_voidptr(0)",
+        "    full = upgrade(numba.int64(HANDLER_KEY))",
+        "    if full == 0:",
+        f"        return {failed.format(detail=UPGRADE_FAILED)}",
+        "    store_release_i64(slot, full)",
+        f"    if outcome == {SPLITTABLE}:",
+        "        return as_voidptr(0)",
+        "    return as_voidptr(call_ptr_ptr(full, frame))",
     ]
     return "\n".join(body)
+
+
+KERNEL_RAISED, UPGRADE_FAILED = 0, 1  # what a handler's error report says went wrong
+# What a serial tier returns (an int64): it did the call; it did, but the full kernel would have split
+# the work across threads (same bits, only slower); it declined (wrote nothing: the full kernel's bits
+# differ there, e.g. a sum split into parts).
+DONE, SPLITTABLE, DECLINED = 0, 1, 2
+# The full kernel is compiled at the UPGRADE_AFTER-th splittable call: a first script's lone call stays
+# on the serial tier; a loop pays the full kernel's compile within its first calls, and runs it after.
+UPGRADE_AFTER = 3
 
 
 class _Job:
     """The compile of one handler: its module (handler not compiled yet) and, once done, its error."""
 
-    def __init__(self, module, digest: str, kernel_name: str, what: str, signature: str, cached: bool):
+    def __init__(self, module, digest: str, kernel_name: str, what: str, signature: str, cached: bool,
+                 threads: bool = False):
         self.module = module
         self.target = f"evjax_numba_{kernel_name}_{digest}"  # named by content
         self.kernel_name = kernel_name
         self.what = what
         self.signature = signature
         self.cached = cached  # in Numba's disk cache: loading it takes milliseconds
+        self.threads = threads
         self.done = False
         self.error: BaseException | None = None
         self.lock = threading.Lock()  # held while compiling
@@ -193,10 +246,12 @@ def _signature_text(in_types, out_types) -> str:
     return f"({', '.join(one(*t) for t in in_types)}) -> ({', '.join(one(*t) for t in out_types)})"
 
 
-def _new_job(kernel, in_types, out_types, traits, threads: bool) -> _Job:
+def _new_job(kernel, in_types, out_types, traits, threads: bool, full=None) -> _Job:
     compiled = prepare_kernel(kernel)
     fingerprint, cacheable = _kernel_fingerprint(compiled)
-    body = _handler_source(in_types, out_types, threads)
+    if full is not None:  # a serial tier: named for both kernels (its upgrader compiles the full one)
+        fingerprint = fingerprint + ":" + _kernel_fingerprint(full)[0]
+    body = _handler_source(in_types, out_types, threads, tiered=full is not None)
     imports = ("from evjax._kernel_compat import array_view_intrinsic, raised_intrinsic\n"
                "array_view, raised = array_view_intrinsic(), raised_intrinsic()")
     if threads:
@@ -209,7 +264,7 @@ def _new_job(kernel, in_types, out_types, traits, threads: bool) -> _Job:
     op = compile_log.current_op()
     what = f"{op} (numba kernel '{name}')" if op else f"numba kernel '{name}'"
     cached = cacheable and _kernel_compat.cfunc_in_disk_cache(module.handler)
-    return _Job(module, digest, name, what, _signature_text(in_types, out_types), cached)
+    return _Job(module, digest, name, what, _signature_text(in_types, out_types), cached, threads)
 
 
 def _compile(job: _Job) -> None:
@@ -230,7 +285,7 @@ def _compile(job: _Job) -> None:
 
 
 def get_handler(kernel, in_types: Sequence[tuple[np.dtype, int]], out_types, traits: int = 0, *,
-                threads: bool = False):
+                threads: bool = False, serial=None):
     """The (cached) compiled handler of ``kernel`` for these argument types.
 
     Compiled (or loaded from Numba's disk cache) on the calling thread, once
@@ -244,15 +299,20 @@ def get_handler(kernel, in_types: Sequence[tuple[np.dtype, int]], out_types, tra
         traits: FFI handler traits to declare (0 on CPU).
         threads: pass the kernel the number of threads it may use now as its
             first argument (an int64, read at every call; see :mod:`evjax.backends.threads`).
+        serial: a serial tier of ``kernel`` (see :func:`call`): the handler
+            runs it, and compiles ``kernel``'s own handler only for a call it declines.
     """
-    signature = (tuple(in_types), tuple(out_types), traits, threads)
+    signature = (tuple(in_types), tuple(out_types), traits, threads, serial)
     with _lock:
         known = _handlers.setdefault(kernel, {})
         handler = known.get(signature)
         if handler is not None:
             return handler
         fast_exit.register()  # Numba's compiler state would slow the exit down (see fast_exit)
-        job = _new_job(kernel, in_types, out_types, traits, threads)
+        if serial is None:
+            job = _new_job(kernel, in_types, out_types, traits, threads)
+        else:
+            job = _new_job(serial, in_types, out_types, traits, threads, full=kernel)
         handler = _by_target.get(job.target)
         if handler is not None:  # a kernel of the same content shares the handler registered first
             known[signature] = handler
@@ -264,13 +324,38 @@ def get_handler(kernel, in_types: Sequence[tuple[np.dtype, int]], out_types, tra
             if _jobs.get(job.target) is job:
                 del _jobs[job.target]  # the next call tries again
             raise job.error
-        handler = _handlers.setdefault(kernel, {})[signature] = _register(job)
+        upgrade = None
+        if serial is not None:
+            returned = {sig.return_type for sig in serial.nopython_signatures}  # (none: loaded from the disk cache)
+            if returned and returned != {numba.int64}:
+                raise TypeError(f"evjax: the serial tier '{serial.__name__}' of kernel '{kernel.__name__}' returns "
+                                f"{sorted(map(str, returned))}; a serial tier returns an int64, one of "
+                                f"numba_cpu.DONE, SPLITTABLE or DECLINED")
+            def upgrade():  # the full handler, compiled (or loaded) when a call needs it
+                return get_handler(kernel, in_types, out_types, traits, threads=threads).address
+            _tier_upgrades.setdefault(job.target, upgrade)
+        handler = _handlers.setdefault(kernel, {})[signature] = _register(
+            job, upgrade, None if serial is None else getattr(kernel, "__name__", "kernel"))
         _jobs.pop(job.target, None)
         return handler
 
 
+def compile_full_kernels() -> int:
+    """Compile (or load from the disk cache) the full kernel behind every serial tier this process has
+    used, without handing any call over (a handler does that itself); the number of tiers.
+
+    What ``python -m evjax.precompile`` does after running the families' ops on tiny inputs, which
+    only ever reach the serial tiers.
+    """
+    with _lock:
+        upgrades = list(_tier_upgrades.values())
+    for upgrade in upgrades:
+        upgrade()
+    return len(upgrades)
+
+
 def call(kernel, args: Sequence, out_shape: Sequence[int], out_dtype, *, threads: bool = True,
-         bool_as_bytes: bool = False, in_place: int | None = None):
+         bool_as_bytes: bool = False, in_place: int | None = None, serial=None):
     """Call ``kernel(threads, *args, out)`` (or ``kernel(*args, out)``) through its FFI handler.
 
     The one call path of the operator families' Numba CPU kernels: the
@@ -291,21 +376,32 @@ def call(kernel, args: Sequence, out_shape: Sequence[int], out_dtype, *, threads
             them there.  XLA writes in place where the input is not used
             afterwards (a weight carried through ``jax.lax.scan``, a donated
             argument) and copies it first where it is.
+        serial: a serial tier of ``kernel``: a small ``@numba.njit`` function of
+            the same arguments that returns an int64: :data:`DONE` where it has
+            computed the call with the same bits as ``kernel`` (tests prove it);
+            :data:`SPLITTABLE` where it has, but ``kernel`` would have split the
+            work across threads; :data:`DECLINED`, before writing anything,
+            where ``kernel``'s bits would differ from its own (a sum split into
+            parts).  It compiles in a fraction of ``kernel``'s time; ``kernel``
+            itself is compiled (or loaded from the disk cache) inside the first
+            declined call or the :data:`UPGRADE_AFTER`-th splittable one, and
+            from then on serves every call of the handler: no retrace, the same bits.
 
     Returns:
         The output array.
     """
     return call_outputs(kernel, args, [(out_shape, out_dtype)], threads=threads, bool_as_bytes=bool_as_bytes,
-                        in_place=in_place)[0]
+                        in_place=in_place, serial=serial)[0]
 
 
 def call_outputs(kernel, args: Sequence, outs: Sequence[tuple[Sequence[int], object]], *, threads: bool = True,
-                 bool_as_bytes: bool = False, in_place: int | None = None) -> list:
+                 bool_as_bytes: bool = False, in_place: int | None = None, serial=None) -> list:
     """:func:`call` for a kernel of several outputs, ``kernel(threads, *args, *outs)``.
 
     Args:
         outs: ``(shape, dtype)`` of each output, in the kernel's order.
         in_place: as in :func:`call`, aliasing the first output.
+        serial: as in :func:`call`.
 
     Returns:
         The output arrays.
@@ -313,22 +409,35 @@ def call_outputs(kernel, args: Sequence, outs: Sequence[tuple[Sequence[int], obj
     in_types = [(np.dtype(np.uint8) if bool_as_bytes and a.dtype == np.bool_ else np.dtype(a.dtype), a.ndim)
                 for a in args]
     out_types = [(np.dtype(dtype), len(shape)) for shape, dtype in outs]
-    handler = get_handler(kernel, in_types, out_types, threads=threads)
+    handler = get_handler(kernel, in_types, out_types, threads=threads, serial=serial)
     ffi = jax.ffi.ffi_call(handler.target_name, [jax.ShapeDtypeStruct(tuple(shape), dtype) for shape, dtype in outs],
                            input_output_aliases=None if in_place is None else {in_place: 0})
     return list(ffi(*args))
 
 
-def _register(job: _Job) -> CompiledHandler:
-    """Register a compiled handler with XLA (once per content-named target)."""
+def _register(job: _Job, upgrade=None, full_kernel_name: str | None = None) -> CompiledHandler:
+    """Register a compiled handler with XLA (once per content-named target), and the upgrader of a serial tier."""
     handler = _by_target.get(job.target)
     if handler is None:
         module = job.module
-        handler = CompiledHandler(module.KERNEL, job.target, module.HANDLER_KEY, module, job.kernel_name)
-        ffi_core.register_describer(lambda frame, detail: _describe_kernel_error(handler, frame), key=handler.key)
+        handler = CompiledHandler(module.KERNEL, job.target, module.HANDLER_KEY, module, job.kernel_name, job.threads,
+                                  full_kernel_name)
+        ffi_core.register_describer(lambda frame, detail: _describe_failure(handler, frame, detail), key=handler.key)
+        if upgrade is not None:
+            ffi_core.register_upgrader(handler.key, upgrade)
         jax.ffi.register_ffi_target(job.target, jax.ffi.pycapsule(handler.address), platform="cpu")
         _by_target[job.target] = handler
     return handler
+
+
+def _describe_failure(handler: CompiledHandler, frame: int, detail: int) -> str:
+    """The message of a handler's failure: its kernel raised, or (a serial tier) the full kernel's
+    handler could not be made."""
+    if detail == UPGRADE_FAILED:
+        error = ffi_core.upgrade_error(handler.key)
+        return (f"evjax: numba kernel '{handler.full_kernel_name}' failed to compile (its serial tier "
+                f"'{handler.kernel_name}' passed this call on to it): {type(error).__name__}: {error}")
+    return _describe_kernel_error(handler, frame)
 
 
 def _describe_kernel_error(handler: CompiledHandler, frame: int) -> str:
@@ -337,7 +446,7 @@ def _describe_kernel_error(handler: CompiledHandler, frame: int) -> str:
     try:
         ins, outs = ffi_abi.decode_frame(frame)
         arrays = [b.as_numpy() for b in ins] + [b.as_numpy() for b in outs]
-        handler.kernel(*arrays)
+        handler.kernel(*([np.int64(1)] if handler.threads else []), *arrays)
     except Exception as exc:  # noqa: BLE001 - reported to the caller
         return f"evjax: numba kernel '{name}' raised {type(exc).__name__}: {exc}"
     return (

@@ -81,7 +81,6 @@ from .numba_rows import (  # the row loops the drivers run, and the parallel thr
     _gather_rows,
     _listed_count,
     _listed_work,
-    _scatter_listed,
     _scatter_listed_part,
     _scatter_part,
     _scatter_rows,
@@ -92,6 +91,7 @@ from .numba_rows import (  # the row loops the drivers run, and the parallel thr
     _split_active_work,
     _split_listed_work,
     _vector_scatter_parts,
+    _vector_scatter_serial,
     _width,
     _zero,
 )
@@ -109,6 +109,80 @@ I0 = np.int64(0)
 
 
 # ---------------------------------------------------------------------------
+# serial parts: what a kernel does where it runs on one thread in one part
+#
+# Each returns what a serial tier returns (evjax.backends.numba_cpu: DONE,
+# SPLITTABLE, DECLINED).  A kernel's driver calls its serial part first, with
+# ``tier=False`` (decline whatever it would split), and goes on only where it
+# was declined; the kernel's serial tier (``SERIAL_TIERS``) is the same function
+# alone, with ``tier=True`` (also do the work the kernel would split across
+# threads, where that gives the same bits).  The tier compiles in a fraction
+# of the kernel's time and, running the same code, gives the same bits.
+# ---------------------------------------------------------------------------
+DONE, SPLITTABLE, DECLINED = numba_cpu.DONE, numba_cpu.SPLITTABLE, numba_cpu.DECLINED
+
+
+@numba.njit(cache=True, nogil=True)
+def _serial_gather(threads, data, indices, indptr, x, out, selects, tier):
+    """``out = A @ x`` on this thread; splittable (rows in parts, each row one part's own sum: the
+    same bits) from ``PARALLEL_MIN_WORK`` synapses on several threads."""
+    split = threads >= 2 and indices.shape[0] * max(_width(x), 1) >= PARALLEL_MIN_WORK
+    if split and not tier:
+        return DECLINED
+    _gather_rows(data, indices, indptr, x, out, I0, np.int64(out.shape[0]), selects)
+    return SPLITTABLE if split else DONE
+
+
+@numba.njit(cache=True, nogil=True)
+def _serial_scatter(threads, data, indices, indptr, x, out, selects, ids, count):
+    """``out = A.T @ x`` for a vector ``x`` (or the listed rows ``ids[:count]``) in one pass, where the
+    first estimate of the work (the visited rows at twice the mean row length) keeps the sum in one
+    part (:func:`_vector_scatter_parts`; always with a pool of one); declined elsewhere (a sum in
+    parts has other bits)."""
+    n_rows = indptr.shape[0] - 1
+    n = out.shape[0]
+    if ids is None:
+        rows = np.int64(x.shape[0])
+    else:
+        rows = _listed_count(ids, count)
+    if pool_chunks() > 1:
+        if ids is None:
+            visited = _count_visited(x, selects)
+        else:
+            visited = rows
+        if not _vector_scatter_serial(2 * visited * (indices.shape[0] // max(n_rows, 1)), n):
+            return DECLINED
+    _zero(out, I0, np.int64(n))
+    _scatter_rows(data, indices, indptr, x, out, I0, rows, selects, ids)
+    return DONE
+
+
+@numba.njit(cache=True, nogil=True)
+def _serial_sddmm(threads, indices, indptr, r, q, g, r_selects, q_selects, tier):
+    """The weight gradient on this thread; splittable (rows in parts: each entry is one product,
+    the same bits) on several threads where the computed entries plus a quarter of all are many
+    (``_sddmm_serial``).  Where rows may be skipped (``r`` selects, or ``q`` is events) the
+    all-zero rows of ``r`` are zero-filled, not computed."""
+    n_rows = r.shape[0]
+    nnz = indices.shape[0]
+    split = False
+    if threads >= 2:
+        active = n_rows
+        if r_selects or _selects(q):
+            active = 0
+            for i in range(n_rows):
+                active += _any(r[i])
+        split = not _sddmm_serial(active * (nnz // max(n_rows, 1)) * max(_width(r), 1), nnz)
+    if split and not tier:
+        return DECLINED
+    if n_rows == 0 or indptr[0] != 0 or indptr[n_rows] != nnz:
+        _zero(g, I0, np.int64(nnz))  # malformed (or no rows): some entries may belong to no row
+    if n_rows:
+        _sddmm_rows(indices, indptr, r, q, g, I0, np.int64(n_rows), r_selects, q_selects)
+    return SPLITTABLE if split else DONE
+
+
+# ---------------------------------------------------------------------------
 # drivers: split the rows into parts, run the row loops serially or in parallel
 #
 # Each parallel region is a small function of its own (``*_parallel``): Numba's
@@ -120,8 +194,7 @@ def _gather(threads, data, indices, indptr, x, out, selects):
     count, one per thread, above ``PARALLEL_MIN_WORK``; every output row is one part's own sum."""
     n_rows = out.shape[0]
     nnz = indices.shape[0]
-    if threads < 2 or nnz * max(_width(x), 1) < PARALLEL_MIN_WORK:
-        _gather_rows(data, indices, indptr, x, out, I0, np.int64(n_rows), selects)
+    if _serial_gather(threads, data, indices, indptr, x, out, selects, False) != DECLINED:
         return
     _gather_parallel(data, indices, indptr, x, out, _balanced_rows(indptr, n_rows, nnz, threads), selects)
 
@@ -147,15 +220,12 @@ def _scatter_vector(threads, data, indices, indptr, x, out, selects):
     """
     n_rows = x.shape[0]
     n = out.shape[0]
-    nnz = indices.shape[0]
+    # an estimate first (cheap: the active rows only, allowing rows twice the mean): one pass
+    if _serial_scatter(threads, data, indices, indptr, x, out, selects, None, 0) != DECLINED:
+        return
     _zero(out, I0, np.int64(n))
-    # an estimate first (cheap: the active rows only), allowing rows twice the mean
-    expected = _count_visited(x, selects) * (nnz // max(n_rows, 1)) if pool_chunks() > 1 else 0
-    parts = _vector_scatter_parts(2 * expected, n)
-    work = 0
-    if parts > 1:
-        work = _active_work(indptr, x, selects)  # exact: the synapses of the visited rows
-        parts = _vector_scatter_parts(work, n)
+    work = _active_work(indptr, x, selects)  # exact: the synapses of the visited rows
+    parts = _vector_scatter_parts(work, n)
     if parts == 1:
         _scatter_rows(data, indices, indptr, x, out, I0, np.int64(n_rows), selects)
         return
@@ -200,19 +270,15 @@ def _scatter_active(threads, data, indices, indptr, ids, count, out):
     """``out = A.T @ e`` for events ``e`` given as the list of their active rows ``ids[:count]``:
     :func:`_scatter_vector` with the list in place of the scan over ``e``, the same estimate, the
     same parts (of the same rows) and the same sums, so the same bits."""
-    n_rows = indptr.shape[0] - 1
     n = out.shape[0]
-    nnz = indices.shape[0]
+    if _serial_scatter(threads, data, indices, indptr, ids, out, True, ids, count) != DECLINED:
+        return
     m = _listed_count(ids, count)
     _zero(out, I0, np.int64(n))
-    expected = m * (nnz // max(n_rows, 1)) if pool_chunks() > 1 else 0
-    parts = _vector_scatter_parts(2 * expected, n)
-    work = 0
-    if parts > 1:
-        work = _listed_work(indptr, ids, m)
-        parts = _vector_scatter_parts(work, n)
+    work = _listed_work(indptr, ids, m)
+    parts = _vector_scatter_parts(work, n)
     if parts == 1:
-        _scatter_listed(data, indices, indptr, ids, I0, m, out)
+        _scatter_rows(data, indices, indptr, ids, out, I0, m, True, ids)
         return
     bounds = _split_listed_work(indptr, ids, m, work, parts)
     private = np.zeros((parts - 1, n), out.dtype)
@@ -279,22 +345,11 @@ def _sddmm(threads, indices, indptr, r, q, g, r_selects, q_selects):
     quarter of all are many (``_sddmm_serial``)."""
     n_rows = r.shape[0]
     nnz = indices.shape[0]
-    skips = r_selects or _selects(q)
-    width = max(_width(r), 1)
-    active = n_rows
-    if skips:
-        active = 0
-        for i in range(n_rows):
-            active += _any(r[i])
-    if n_rows == 0 or indptr[0] != 0 or indptr[n_rows] != nnz:
-        _zero(g, I0, np.int64(nnz))  # malformed (or no rows): some entries may belong to no row
-    computed = active * (nnz // max(n_rows, 1)) * width
-    parts = 1 if threads < 2 or _sddmm_serial(computed, nnz) else threads
-    bounds = _balanced_rows(indptr, n_rows, nnz, parts)
-    if parts == 1:
-        if n_rows:
-            _sddmm_rows(indices, indptr, r, q, g, I0, np.int64(n_rows), r_selects, q_selects)
+    if _serial_sddmm(threads, indices, indptr, r, q, g, r_selects, q_selects, False) != DECLINED:
         return
+    if indptr[0] != 0 or indptr[n_rows] != nnz:
+        _zero(g, I0, np.int64(nnz))  # malformed: some entries may belong to no row
+    bounds = _balanced_rows(indptr, n_rows, nnz, threads)
     _sddmm_parallel(indices, indptr, r, q, g, bounds, r_selects, q_selects)
 
 
@@ -391,6 +446,52 @@ def sddmm_q_weighted(threads, indices, indptr, r, q, g):
     _sddmm(threads, indices, indptr, r, q, g, False, True)
 
 
+# ---------------------------------------------------------------------------
+# serial tiers: a kernel's serial part alone, what a first call compiles (numba_cpu.call's ``serial``)
+# ---------------------------------------------------------------------------
+@numba.njit(cache=True, nogil=True)
+def serial_gather_mv(threads, data, indices, indptr, x, out):
+    """The serial tier of :func:`gather_mv`."""
+    return _serial_gather(threads, data, indices, indptr, x, out, _selects(x), True)
+
+
+@numba.njit(cache=True, nogil=True)
+def serial_weighted_gather_mv(threads, data, indices, indptr, v, out):
+    """The serial tier of :func:`weighted_gather_mv`."""
+    return _serial_gather(threads, data, indices, indptr, v, out, True, True)
+
+
+@numba.njit(cache=True, nogil=True)
+def serial_scatter_mv(threads, data, indices, indptr, x, out):
+    """The serial tier of :func:`scatter_mv`."""
+    return _serial_scatter(threads, data, indices, indptr, x, out, _selects(x), None, 0)
+
+
+@numba.njit(cache=True, nogil=True)
+def serial_weighted_scatter_mv(threads, data, indices, indptr, v, out):
+    """The serial tier of :func:`weighted_scatter_mv`."""
+    return _serial_scatter(threads, data, indices, indptr, v, out, True, None, 0)
+
+
+@numba.njit(cache=True, nogil=True)
+def serial_scatter_active_mv(threads, data, indices, indptr, ids, count, out):
+    """The serial tier of :func:`scatter_active_mv`."""
+    return _serial_scatter(threads, data, indices, indptr, ids, out, True, ids, count)
+
+
+@numba.njit(cache=True, nogil=True)
+def serial_sddmm_mv(threads, indices, indptr, r, q, g):
+    """The serial tier of :func:`sddmm_mv`."""
+    return _serial_sddmm(threads, indices, indptr, r, q, g, _selects(r), _selects(q), True)
+
+
+# kernel -> its serial tier (the vector kernels: a first script's calls)
+SERIAL_TIERS = {
+    gather_mv: serial_gather_mv, weighted_gather_mv: serial_weighted_gather_mv,
+    scatter_mv: serial_scatter_mv, weighted_scatter_mv: serial_weighted_scatter_mv,
+    scatter_active_mv: serial_scatter_active_mv, sddmm_mv: serial_sddmm_mv,
+}
+
 # (batched, transpose, weighted) -> kernel
 MATMUL_KERNELS = {
     (False, False, False): gather_mv, (False, True, False): scatter_mv,
@@ -431,7 +532,8 @@ def _matmul_generator(outs, transpose: bool, event: bool, batched: bool, weighte
             y = numba_cpu.call(kernel_fn, (data, indices, indptr, x.T), out.shape[::-1], dtype,
                                bool_as_bytes=True).T
         else:
-            y = numba_cpu.call(kernel_fn, (data, indices, indptr, x), out.shape, dtype, bool_as_bytes=True)
+            y = numba_cpu.call(kernel_fn, (data, indices, indptr, x), out.shape, dtype, bool_as_bytes=True,
+                               serial=SERIAL_TIERS.get(kernel_fn))
         return [y.astype(out.dtype)]
 
     return kernel
@@ -466,7 +568,7 @@ def binary_csrmv_active_generator(outs, ins, shape):
 
     def kernel(data, indices, indptr, active_ids, n_active, v):
         y = numba_cpu.call(scatter_active_mv, (_as_compute(data, dtype), indices, indptr, active_ids, n_active),
-                           out.shape, dtype)
+                           out.shape, dtype, serial=serial_scatter_active_mv)
         return [y.astype(out.dtype)]
 
     return kernel
@@ -481,7 +583,8 @@ def sddmm_generator(outs, ins, shape, weighted):
 
     def kernel(indices, indptr, r, q):
         args = (indices, indptr, _as_compute(r, dtype), _as_compute(q, dtype))
-        return [numba_cpu.call(kernel_fn, args, out.shape, dtype, bool_as_bytes=True).astype(out.dtype)]
+        return [numba_cpu.call(kernel_fn, args, out.shape, dtype, bool_as_bytes=True,
+                               serial=SERIAL_TIERS.get(kernel_fn)).astype(out.dtype)]
 
     return kernel
 

@@ -323,87 +323,84 @@ def _eight_zero_overload(x, i):
 
 
 @numba.njit(cache=True, nogil=True)
-def _scatter_rows(data, indices, indptr, x, target, lo, hi, selects):
-    """``target[indices[k]] += data[k] * x[i]`` for the synapses of rows ``i`` in ``[lo, hi)``.
+def _scatter_rows(data, indices, indptr, x, target, lo, hi, selects, ids=None):
+    """``target[indices[k]] += data[k] * s_i`` for the synapses ``k`` of the visited rows ``i``
+    (``data[0] * s_i`` when homogeneous): the rows ``[lo, hi)`` with ``s_i = x[i]``, or, given
+    ``ids``, the listed rows ``ids[lo:hi]`` (events as the list of their active rows, ascending;
+    ``s_i = 1``; ``x`` unused; a row outside the matrix adds nothing).
 
     Selecting operands (events, weighted events): rows with ``x[i] == 0`` are
     skipped, eight aligned rows tested at once where all are zero, so the cost
     follows the synapses of the active rows.  Values: every row, ``x[i] == 0``
-    included (IEEE).  Each visited row is :func:`_scatter_row`.
+    included (IEEE).  A listed row adds what its row adds in the range form, in
+    the same order: the same bits.  Per row, eight synapses per step, their
+    columns checked together (the independent read-modify-writes overlap); a
+    block with a column out of range goes one by one.
+
+    One function, no helpers but the eight-zero test: it is the whole serial
+    tier of the vector scatter, and a first call compiles it in about a third
+    of a second (nested helpers cost Numba a compile and a link each).
     """
-    numba.literally(selects)  # a constant of each compiled loop: LLVM drops the unused rule
-    i = lo
-    while i < hi:
-        if selects and i % 8 == 0 and i + 8 <= hi and _eight_zero(x, i):
-            i += 8
-            continue
-        s = data.dtype.type(x[i])
-        if selects and s == 0:
-            i += 1
-            continue
-        _scatter_row(data, indices, indptr, i, s, target)
-        i += 1
-
-
-@numba.njit(cache=True, nogil=True)
-def _scatter_listed(data, indices, indptr, ids, lo, hi, target):
-    """``target[indices[k]] += data[k]`` for the synapses of the listed rows ``ids[lo:hi]`` (events
-    given as the list of their active rows, ascending): the rows :func:`_scatter_rows` visits for
-    the same events, in the same order, so the same bits; a row outside the matrix adds nothing."""
-    n_rows = np.int64(indptr.shape[0] - 1)
-    one = data.dtype.type(1)
-    for a in range(lo, hi):
-        i = np.int64(ids[a])
-        if 0 <= i < n_rows:
-            _scatter_row(data, indices, indptr, i, one, target)
-
-
-@numba.njit(cache=True, nogil=True)
-def _scatter_row(data, indices, indptr, i, s, target):
-    """``target[indices[k]] += data[k] * s`` for the synapses ``k`` of row ``i`` (``data[0] * s`` when
-    homogeneous).  Eight synapses per step, their columns checked together: the independent
-    read-modify-writes overlap; a block with a column out of range goes one by one."""
     n = np.uint64(target.shape[0])
-    nnz = indices.shape[0]
+    nnz = np.int64(indices.shape[0])
+    n_rows = np.int64(indptr.shape[0] - 1)
     homogeneous = data.shape[0] != nnz
-    a, b = _span(indptr, i, nnz)
-    w = data[0] * s if homogeneous else s  # (per-synapse data may be empty: no data[0] then)
-    k = a
-    while k + U8 <= b:
-        j0 = np.uint64(np.int64(indices[k]))
-        j1 = np.uint64(np.int64(indices[k + U1]))
-        j2 = np.uint64(np.int64(indices[k + U2]))
-        j3 = np.uint64(np.int64(indices[k + U3]))
-        j4 = np.uint64(np.int64(indices[k + U4]))
-        j5 = np.uint64(np.int64(indices[k + U5]))
-        j6 = np.uint64(np.int64(indices[k + U6]))
-        j7 = np.uint64(np.int64(indices[k + U7]))
-        if not ((j0 < n) & (j1 < n) & (j2 < n) & (j3 < n) & (j4 < n) & (j5 < n) & (j6 < n) & (j7 < n)):
-            break  # one by one from here
-        if homogeneous:
-            target[j0] += w
-            target[j1] += w
-            target[j2] += w
-            target[j3] += w
-            target[j4] += w
-            target[j5] += w
-            target[j6] += w
-            target[j7] += w
+    p = lo
+    while p < hi:
+        if ids is None:
+            i = np.int64(p)
+            if selects and i % 8 == 0 and i + 8 <= hi and _eight_zero(x, i):
+                p += 8
+                continue
+            s = data.dtype.type(x[i])
+            p += 1
+            if selects and s == 0:
+                continue
         else:
-            target[j0] += data[k] * s
-            target[j1] += data[k + U1] * s
-            target[j2] += data[k + U2] * s
-            target[j3] += data[k + U3] * s
-            target[j4] += data[k + U4] * s
-            target[j5] += data[k + U5] * s
-            target[j6] += data[k + U6] * s
-            target[j7] += data[k + U7] * s
-        k += U8
-    while k < b:
-        j = np.uint64(np.int64(indices[k]))
-        if j < n:
-            target[j] += w if homogeneous else data[k] * s
-        k += U1
+            i = np.int64(ids[p])
+            p += 1
+            if i < 0 or i >= n_rows:
+                continue
+            s = data.dtype.type(1)
+        a = np.uint64(min(max(np.int64(indptr[i]), np.int64(0)), nnz))
+        b = np.uint64(min(max(np.int64(indptr[i + 1]), np.int64(0)), nnz))
+        w = data[0] * s if homogeneous else s  # (per-synapse data may be empty: no data[0] then)
+        k = a
+        while k + U8 <= b:
+            j0 = np.uint64(np.int64(indices[k]))
+            j1 = np.uint64(np.int64(indices[k + U1]))
+            j2 = np.uint64(np.int64(indices[k + U2]))
+            j3 = np.uint64(np.int64(indices[k + U3]))
+            j4 = np.uint64(np.int64(indices[k + U4]))
+            j5 = np.uint64(np.int64(indices[k + U5]))
+            j6 = np.uint64(np.int64(indices[k + U6]))
+            j7 = np.uint64(np.int64(indices[k + U7]))
+            if not ((j0 < n) & (j1 < n) & (j2 < n) & (j3 < n) & (j4 < n) & (j5 < n) & (j6 < n) & (j7 < n)):
+                break  # one by one from here
+            if homogeneous:
+                target[j0] += w
+                target[j1] += w
+                target[j2] += w
+                target[j3] += w
+                target[j4] += w
+                target[j5] += w
+                target[j6] += w
+                target[j7] += w
+            else:
+                target[j0] += data[k] * s
+                target[j1] += data[k + U1] * s
+                target[j2] += data[k + U2] * s
+                target[j3] += data[k + U3] * s
+                target[j4] += data[k + U4] * s
+                target[j5] += data[k + U5] * s
+                target[j6] += data[k + U6] * s
+                target[j7] += data[k + U7] * s
+            k += U8
+        while k < b:
+            j = np.uint64(np.int64(indices[k]))
+            if j < n:
+                target[j] += w if homogeneous else data[k] * s
+            k += U1
 
 
 @numba.njit(cache=True, nogil=True)
@@ -507,7 +504,7 @@ def _split_listed_work(indptr, ids, m, work, parts):
 def _scatter_listed_part(data, indices, indptr, ids, out, private, bounds, part):
     """Part ``part`` of a split listed scatter, as :func:`_scatter_part`."""
     target = out if part == 0 else private[part - 1]
-    _scatter_listed(data, indices, indptr, ids, bounds[part], bounds[part + 1], target)
+    _scatter_rows(data, indices, indptr, ids, target, bounds[part], bounds[part + 1], True, ids)
 
 # ---------------------------------------------------------------------------
 # the weight gradient (SDDMM): g[k] = <r[row k], q[indices[k]]>

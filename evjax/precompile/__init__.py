@@ -16,7 +16,10 @@ caches, seconds when they are full)::
 
 or from Python, :func:`precompile`.  It compiles for the CPU backends
 installed here (the default backend of each op on CPU); GPU kernels compile
-on the GPU machine at their first call.
+on the GPU machine at their first call.  The tiny inputs reach the kernels'
+serial tiers only (see :func:`evjax.backends.numba_cpu.call`); the full kernels
+behind them are compiled after them, so that a later large call loads its
+kernel too.
 """
 from __future__ import annotations
 
@@ -33,11 +36,11 @@ def _api():
     """The public types and ops the cases use, from their home modules (``evjax`` imports this module)."""
     from types import SimpleNamespace
 
-    from .events import WeightedArray
-    from .primitives.csr import CSR
-    from .primitives.dense import Dense
-    from .primitives.fixed import FixedPostNumConn, FixedPreNumConn
-    from .primitives.jitc import JITCNormalR, JITCScalarR, JITCUniformR
+    from ..events import WeightedArray
+    from ..primitives.csr import CSR
+    from ..primitives.dense import Dense
+    from ..primitives.fixed import FixedPostNumConn, FixedPreNumConn
+    from ..primitives.jitc import JITCNormalR, JITCScalarR, JITCUniformR
 
     return SimpleNamespace(**{k: v for k, v in locals().items() if k != "SimpleNamespace"})
 
@@ -228,6 +231,8 @@ def precompile(families: Iterable[str] = FAMILIES, dtypes: Iterable[str] = DTYPE
     Example:
         >>> evjax.precompile(["csr"])     # the CSR kernels, float32
     """
+    from ..backends import numba_cpu
+
     todo = cases(tuple(families), tuple(dtypes))
     stream = sys.stderr if stream is None else stream
     started = time.perf_counter()
@@ -240,6 +245,9 @@ def precompile(families: Iterable[str] = FAMILIES, dtypes: Iterable[str] = DTYPE
             if progress:
                 _progress(done, len(todo), label, started, stream)
             run()
+        if progress:
+            _progress(len(todo), len(todo), "full kernels behind the serial tiers", started, stream)
+        numba_cpu.compile_full_kernels()  # the tiny inputs reached the serial tiers only
     finally:
         logger.setLevel(level)
     if progress:
@@ -254,12 +262,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dtype", action="append", dest="dtypes", help="float32 (default) and/or float64")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
-    from .backends import ffi_core
+    from ..backends import ffi_core
 
     count = precompile(args.families, args.dtypes or DTYPES, progress=not args.quiet)
     print(f"evjax: {count} cases compiled or loaded; caches in {ffi_core.cache_dir()} and Numba's cache folder")
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,0 +1,209 @@
+"""Serial tiers (``numba_cpu.call(..., serial=...)``): what a first call compiles, and the handover to
+the full kernel inside the handler.
+
+* the mechanism, with toy kernels that tell apart which one ran: the tier serves the calls it does; a
+  declined call, or the third splittable one, compiles the full kernel inside that call and hands
+  every later call to it; no retrace; failures name the kernel;
+* the CSR tiers give the full kernels' bits, bit for bit (NaN payloads included), wherever they do a
+  call, on one and two threads, for well-formed and malformed structures; they write nothing where
+  they decline; and through jit, a function whose calls move from the tier to the full kernel returns
+  the same bits for the same input before and after.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import evjax
+from evjax.backends import numba_cpu, threads as evjax_threads
+from evjax.primitives.csr import numba as csr_numba
+
+from . import kernels_for_tests as kft
+
+
+def _call(x, kernel=kft.tripling_kernel, serial=kft.doubling_tier):
+    return numba_cpu.call(kernel, (x,), x.shape, x.dtype, serial=serial)
+
+
+def _full_compiled(kernel, dtype) -> bool:
+    """Whether this process holds the full handler of ``kernel`` for a vector of ``dtype``."""
+    sig = (((np.dtype(dtype), 1),), ((np.dtype(dtype), 1),), 0, True, None)
+    return sig in numba_cpu._handlers.get(kernel, {})
+
+
+# ---------------------------------------------------------------------------
+# the mechanism
+# ---------------------------------------------------------------------------
+def test_a_declined_call_compiles_the_full_kernel_and_hands_over_for_good():
+    traces = []
+
+    @jax.jit
+    def f(x):
+        traces.append(x.shape)
+        return _call(x)
+
+    small = jnp.arange(4, dtype=jnp.float32)
+    big = jnp.arange(12, dtype=jnp.float32)
+    np.testing.assert_array_equal(f(small), 2 * np.arange(4))  # the tier
+    np.testing.assert_array_equal(f(big), 3 * np.arange(12))  # declined: the full kernel, in this call
+    np.testing.assert_array_equal(f(small), 3 * np.arange(4))  # the full kernel from now on
+    assert len(traces) == 2  # one per shape: the handover retraces nothing
+    # a new jitted function over the same handler finds the full kernel too
+    np.testing.assert_array_equal(jax.jit(lambda x: _call(x) + 0)(small), 3 * np.arange(4))
+
+
+def test_the_third_splittable_call_compiles_the_full_kernel():
+    x = jnp.arange(8, dtype=jnp.float64) if jax.config.jax_enable_x64 else None
+    if x is None:  # a signature of its own (no other test upgrades it): int32 vectors of 8
+        x = jnp.arange(8, dtype=jnp.int32)
+    f = jax.jit(_call)
+    for _ in range(2):
+        np.testing.assert_array_equal(f(x), 2 * np.asarray(x))  # done by the tier, splittable
+    assert not _full_compiled(kft.tripling_kernel, x.dtype)
+    np.testing.assert_array_equal(f(x), 2 * np.asarray(x))  # the third: the tier's result, then the upgrade
+    assert _full_compiled(kft.tripling_kernel, x.dtype)
+    np.testing.assert_array_equal(f(x), 3 * np.asarray(x))
+
+
+def test_a_full_kernel_that_does_not_compile_is_named_in_the_error():
+    f = jax.jit(lambda x: _call(x, kernel=kft.mistyped_kernel))
+    np.testing.assert_array_equal(f(jnp.ones(3, jnp.float32)), 2 * np.ones(3))  # the tier alone: fine
+    with pytest.raises(Exception, match="mistyped_kernel. failed to compile .its serial tier .doubling_tier"):
+        f(jnp.ones(11, jnp.float32)).block_until_ready()
+
+
+def test_a_raising_tier_is_reported():
+    with pytest.raises(Exception, match="raising_tier.*raised ValueError: the tier raised"):
+        jax.jit(lambda x: _call(x, serial=kft.raising_tier))(jnp.ones(3, jnp.float32)).block_until_ready()
+
+
+def test_a_tier_must_return_an_int64():
+    with pytest.raises(TypeError, match="serial tier 'bool_tier'.*returns an int64"):
+        jax.jit(lambda x: _call(x, serial=kft.bool_tier))(jnp.ones(3, jnp.float32))
+
+
+# ---------------------------------------------------------------------------
+# the CSR tiers: the same bits as their full kernels
+# ---------------------------------------------------------------------------
+def _structure(rng, n_rows, n_cols, per_row, malformed):
+    counts = rng.integers(0, 2 * per_row + 1, n_rows)
+    indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    nnz = int(indptr[-1])
+    indices = rng.integers(0, n_cols, nnz).astype(np.int32)
+    if malformed and nnz:
+        indices[rng.integers(0, nnz, max(nnz // 20, 1))] = n_cols + 3  # columns out of range
+        indptr[n_rows // 2] = indptr[n_rows // 2] + 5  # a row pointer out of order
+    return indices, indptr, nnz
+
+
+def _data(rng, nnz, homogeneous, dtype):
+    data = rng.standard_normal(1 if homogeneous else nnz).astype(dtype)
+    if data.size > 4:
+        data[rng.integers(0, data.size, 3)] = [np.nan, np.inf, -np.inf]
+    return data
+
+
+def _operand(rng, n, kind, activity, dtype):
+    active = rng.random(n) < activity
+    if kind == "events":
+        return active.astype(np.uint8)
+    values = rng.standard_normal(n).astype(dtype) * active  # weighted events and values: zeros included
+    if n > 4:
+        values[rng.integers(0, n, 2)] = [np.nan, -0.0]
+    return values
+
+
+def _bits(a):
+    return np.ascontiguousarray(a).view(np.uint8)
+
+
+CASES = [  # (n_rows, n_cols, synapses per row, activity): serial-sized and split-sized work
+    (50, 40, 3, 0.3), (1000, 800, 10, 0.05), (4000, 4000, 80, 0.1), (20000, 20000, 40, 0.2), (3000, 50, 30, 0.9),
+]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c)))
+@pytest.mark.parametrize("malformed", [False, True])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_csr_tiers_give_the_full_kernels_bits(threads, case, malformed, dtype):
+    rng = np.random.default_rng(hash((case, malformed, threads)) % 2**32)
+    n_rows, n_cols, per_row, activity = case
+    indices, indptr, nnz = _structure(rng, n_rows, n_cols, per_row, malformed)
+    t = np.int64(threads)
+    seen = set()
+    for homogeneous in (False, True):
+        data = _data(rng, nnz, homogeneous, dtype)
+        for kind in ("events", "weighted", "values"):
+            x_rows = _operand(rng, n_rows, kind, activity, dtype)  # scatter: one entry per row
+            x_cols = _operand(rng, n_cols, kind, activity, dtype)  # gather: one per column
+            scatter, gather = {
+                "events": (csr_numba.scatter_mv, csr_numba.gather_mv),
+                "values": (csr_numba.scatter_mv, csr_numba.gather_mv),
+                "weighted": (csr_numba.weighted_scatter_mv, csr_numba.weighted_gather_mv),
+            }[kind]
+            calls = [(scatter, (data, indices, indptr, x_rows), n_cols),
+                     (gather, (data, indices, indptr, x_cols), n_rows)]
+            if kind != "weighted":
+                r = x_rows
+                q = rng.standard_normal(n_cols).astype(dtype)
+                calls.append((csr_numba.sddmm_mv, (indices, indptr, r, q), nnz))
+            for kernel, args, n_out in calls:
+                tier = csr_numba.SERIAL_TIERS[kernel]
+                expected = np.full(n_out, 7, dtype)
+                kernel(t, *args, expected)
+                got = np.full(n_out, 7, dtype)
+                outcome = tier(t, *args, got)
+                seen.add(outcome)
+                if outcome == numba_cpu.DECLINED:
+                    assert (got == 7).all(), f"{tier.__name__} wrote before declining"
+                    continue
+                assert np.array_equal(_bits(got), _bits(expected)), f"{tier.__name__}, {kind}, homogeneous={homogeneous}"
+    assert seen <= {numba_cpu.DONE, numba_cpu.SPLITTABLE, numba_cpu.DECLINED}
+
+
+def test_csr_tiers_decline_or_split_where_the_kernels_split():
+    """The large cases above reach the other outcomes (so that test compares something there)."""
+    if evjax_threads.pool_size() < 2:
+        pytest.skip("a pool of one thread never splits")
+    rng = np.random.default_rng(0)
+    indices, indptr, nnz = _structure(rng, 20000, 20000, 40, False)
+    data = _data(rng, nnz, False, np.float32)
+    x = _operand(rng, 20000, "events", 0.2, np.float32)
+    out = np.zeros(20000, np.float32)
+    assert csr_numba.serial_scatter_mv(np.int64(2), data, indices, indptr, x, out) == numba_cpu.DECLINED
+    assert csr_numba.serial_gather_mv(np.int64(2), data, indices, indptr, x, out) == numba_cpu.SPLITTABLE
+    assert csr_numba.serial_gather_mv(np.int64(1), data, indices, indptr, x, out) == numba_cpu.DONE
+    g = np.zeros(nnz, np.float32)
+    q = rng.standard_normal(20000).astype(np.float32)
+    assert csr_numba.serial_sddmm_mv(np.int64(2), indices, indptr, x, q, g) == numba_cpu.SPLITTABLE
+
+
+def test_a_jitted_op_returns_the_same_bits_before_and_after_the_handover():
+    """``spikes @ W`` at 1 % (the tier) and 30 % activity (declined: the full kernel takes over) in one
+    jitted function: one trace, and the 1 % input gives the same bits before and after."""
+    rng = np.random.default_rng(1)
+    n = 20000
+    indices, indptr, nnz = _structure(rng, n, n, 40, False)
+    W = evjax.CSR((jnp.asarray(rng.standard_normal(nnz).astype(np.float32)), jnp.asarray(indices),
+                   jnp.asarray(indptr)), shape=(n, n))
+    traces = []
+
+    @jax.jit
+    def f(spikes, data):
+        traces.append(1)
+        return spikes @ W.with_data(data)
+
+    quiet = jnp.asarray(rng.random(n) < 0.01)
+    busy = jnp.asarray(rng.random(n) < 0.3)
+    before = np.asarray(f(quiet, W.data))
+    f(busy, W.data).block_until_ready()
+    after = np.asarray(f(quiet, W.data))
+    assert len(traces) == 1
+    assert np.array_equal(_bits(before), _bits(after))
+    dense = np.zeros((n, n), np.float32)
+    rows = np.repeat(np.arange(n), np.diff(indptr))
+    np.add.at(dense, (rows, indices), np.asarray(W.data))
+    np.testing.assert_allclose(after, np.asarray(quiet, np.float32) @ dense, rtol=1e-4, atol=1e-4)
