@@ -91,7 +91,8 @@ from .numba_rows import (  # the row loops the drivers run, and the parallel thr
     _split_active_work,
     _split_listed_work,
     _vector_scatter_parts,
-    _vector_scatter_serial,
+    VECTOR_SCATTER_PARALLEL_MIN_WORK,
+    VECTOR_SCATTER_WORK_PER_OUTPUT,
     _width,
     _zero,
 )
@@ -138,21 +139,25 @@ def _serial_scatter(threads, data, indices, indptr, x, out, selects, ids, count)
     """``out = A.T @ x`` for a vector ``x`` (or the listed rows ``ids[:count]``) in one pass, where the
     first estimate of the work (the visited rows at twice the mean row length) keeps the sum in one
     part (:func:`_vector_scatter_parts`; always with a pool of one); declined elsewhere (a sum in
-    parts has other bits)."""
+    parts has other bits).  Its counts and the zero-fill are written out here, not called: each
+    called function costs a first call a compile of its own."""
     n_rows = indptr.shape[0] - 1
     n = out.shape[0]
     if ids is None:
         rows = np.int64(x.shape[0])
     else:
-        rows = _listed_count(ids, count)
+        rows = min(max(np.int64(count[0]), I0), np.int64(ids.shape[0]))  # (as _listed_count)
     if pool_chunks() > 1:
-        if ids is None:
-            visited = _count_visited(x, selects)
-        else:
-            visited = rows
-        if not _vector_scatter_serial(2 * visited * (indices.shape[0] // max(n_rows, 1)), n):
-            return DECLINED
-    _zero(out, I0, np.int64(n))
+        visited = rows
+        if ids is None and selects:  # (as _count_visited)
+            visited = 0
+            for i in range(rows):
+                visited += x[i] != 0
+        work = 2 * visited * (indices.shape[0] // max(n_rows, 1))
+        if not (work < VECTOR_SCATTER_PARALLEL_MIN_WORK or work < VECTOR_SCATTER_WORK_PER_OUTPUT * n):
+            return DECLINED  # (not _vector_scatter_serial)
+    for j in range(n):
+        out[j] = 0
     _scatter_rows(data, indices, indptr, x, out, I0, rows, selects, ids)
     return DONE
 

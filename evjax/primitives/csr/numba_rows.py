@@ -119,6 +119,7 @@ _PARALLEL = prange_only()
 # wrap-around of negative indices, which otherwise costs a compare per access
 # and keeps LLVM from turning zero-fills into memsets.  (uint64 + int64 is
 # float64 in Numba, hence the U1..U8 constants.)
+I0 = np.int64(0)
 U0, U1, U2, U3, U4 = np.uint64(0), np.uint64(1), np.uint64(2), np.uint64(3), np.uint64(4)
 U5, U6, U7, U8 = np.uint64(5), np.uint64(6), np.uint64(7), np.uint64(8)
 
@@ -528,27 +529,27 @@ def _sddmm_rows(indices, indptr, r, q, g, lo, hi, r_selects, q_selects):
     """Rows ``[lo, hi)`` of ``g[k] = term(r[i], q[indices[k]])`` (``r``, ``q`` vectors) or
     ``<r[i, :], q[indices[k], :]>`` (matrices, :func:`_dot`).  Where ``r`` selects or ``q`` is
     events (which never multiply), the rows where ``r`` is all zero give zeros: they are not
-    computed but zero-filled, in runs."""
-    numba.literally(r_selects)  # constants of each compiled loop
-    numba.literally(q_selects)
+    computed but zero-filled, in runs.  Spans and zero-fills are written out here, not called
+    (each called function costs a first call a compile of its own)."""
     skips = r_selects or _selects(q)
     n = np.uint64(q.shape[0])
-    nnz = indices.shape[0]
+    nnz = np.int64(indices.shape[0])
     zero = g.dtype.type(0)
-    zero_from, _ = _span(indptr, lo, nnz)
+    zero_from = np.uint64(min(max(np.int64(indptr[lo]), I0), nnz))
     for i in range(lo, hi):
         ri = r[i]
         if not skips or _any(ri):
-            a, b = _span(indptr, i, nnz)
-            if a > zero_from:
-                _zero(g, zero_from, a)
+            a = np.uint64(min(max(np.int64(indptr[i]), I0), nnz))
+            b = np.uint64(min(max(np.int64(indptr[i + 1]), I0), nnz))
+            for k in range(zero_from, a):
+                g[k] = zero
             for k in range(a, b):
                 j = np.uint64(np.int64(indices[k]))
                 g[k] = _sddmm_term(ri, q, j, n, zero, r_selects, q_selects)
             zero_from = max(zero_from, b)
-    _, end = _span(indptr, hi - 1, nnz)
-    if end > zero_from:
-        _zero(g, zero_from, end)
+    end = np.uint64(min(max(np.int64(indptr[hi]), I0), nnz)) if hi > lo else zero_from
+    for k in range(zero_from, end):
+        g[k] = zero
 
 
 def _any(u):
