@@ -155,15 +155,13 @@ def launch_numba_threads() -> None:
 COMPILED_CODE_ONLY = {"no_cpython_wrapper": True, "no_cfunc_wrapper": True}
 
 
-_RAISED = _ARRAY_VIEW = None
+_RAISED = _OUTCOME = _ARRAY_VIEW = None
 _intrinsics_lock = threading.Lock()
 
 
 def raised_intrinsic():
     """A Numba intrinsic ``raised(kernel, args) -> int64``: call the ``@numba.njit`` function
-    ``kernel`` on the tuple ``args``; 1 if it raised an exception, else 0; for a kernel that
-    returns an int64 (a serial tier: see :func:`evjax.backends.numba_cpu.call`), -1 if it raised,
-    else what it returned.
+    ``kernel`` on the tuple ``args``; 1 if it raised an exception, else 0.
 
     What ``try: kernel(*args) except Exception: ...`` does in a handler, without
     Numba's ``try``/``except``, whose front end cost a generated handler some
@@ -176,11 +174,22 @@ def raised_intrinsic():
     global _RAISED
     with _intrinsics_lock:
         if _RAISED is None:
-            _RAISED = _make_raised()
+            _RAISED = _make_raised(tier=False)
     return _RAISED
 
 
-def _make_raised():
+def outcome_intrinsic():
+    """A Numba intrinsic ``outcome(tier, args) -> int64``: :func:`raised_intrinsic` for a serial tier
+    (see :func:`evjax.backends.numba_cpu.call`), which returns an int64: -1 if it raised, else what
+    it returned.  A tier of another return type does not compile (a clear typing error)."""
+    global _OUTCOME
+    with _intrinsics_lock:
+        if _OUTCOME is None:
+            _OUTCOME = _make_raised(tier=True)
+    return _OUTCOME
+
+
+def _make_raised(tier: bool):
     from llvmlite import ir
     from numba.core import cgutils, types
     from numba.extending import intrinsic
@@ -192,6 +201,12 @@ def _make_raised():
         call = typingctx.resolve_function_type(kernel, tuple(args.types), {})  # compiles the kernel
         if call is None:
             return None
+        if tier and call.return_type != types.int64:
+            from numba.core.errors import TypingError
+
+            name = getattr(kernel.dispatcher, "__name__", "kernel")
+            raise TypingError(f"evjax: the serial tier '{name}' returns {call.return_type}; a serial tier "
+                              f"returns an int64, one of numba_cpu.DONE, SPLITTABLE or DECLINED")
 
         def codegen(context, builder, signature, llargs):
             compiled = kernel.dispatcher.overloads[tuple(call.args)]
@@ -203,7 +218,7 @@ def _make_raised():
                 builder, function, compiled.fndesc.restype, compiled.fndesc.argtypes, values)
             returned = compiled.signature.return_type
             i64 = ir.IntType(64)
-            if returned == types.int64:  # a serial tier's outcome, or -1
+            if tier:  # the tier's outcome, or -1
                 return builder.select(status.is_error, i64(-1), result)
             if context.enable_nrt and not isinstance(returned, (types.NoneType, types.Optional)):
                 with builder.if_then(status.is_ok):

@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 import jax
-import numba
 import numpy as np
 
 from .. import _kernel_compat
@@ -194,7 +193,7 @@ def _handler_source(in_types, out_types, threads: bool, tiered: bool = False) ->
         ]
         return "\n".join(body)
     body += [
-        f"    outcome = raised(KERNEL, ({params},))",
+        f"    outcome = outcome_of(KERNEL, ({params},))",
         f"    if outcome == {DONE}:",
         "        return as_voidptr(0)",
         "    if outcome < 0:",
@@ -252,8 +251,8 @@ def _new_job(kernel, in_types, out_types, traits, threads: bool, full=None) -> _
     if full is not None:  # a serial tier: named for both kernels (its upgrader compiles the full one)
         fingerprint = fingerprint + ":" + _kernel_fingerprint(full)[0]
     body = _handler_source(in_types, out_types, threads, tiered=full is not None)
-    imports = ("from evjax._kernel_compat import array_view_intrinsic, raised_intrinsic\n"
-               "array_view, raised = array_view_intrinsic(), raised_intrinsic()")
+    imports = ("from evjax._kernel_compat import array_view_intrinsic, raised_intrinsic, outcome_intrinsic\n"
+               "array_view, raised, outcome_of = array_view_intrinsic(), raised_intrinsic(), outcome_intrinsic()")
     if threads:
         imports += "\nfrom evjax.backends.threads import threads_now"
     module, digest = ffi_core.compile_handler(
@@ -326,11 +325,6 @@ def get_handler(kernel, in_types: Sequence[tuple[np.dtype, int]], out_types, tra
             raise job.error
         upgrade = None
         if serial is not None:
-            returned = {sig.return_type for sig in serial.nopython_signatures}  # (none: loaded from the disk cache)
-            if returned and returned != {numba.int64}:
-                raise TypeError(f"evjax: the serial tier '{serial.__name__}' of kernel '{kernel.__name__}' returns "
-                                f"{sorted(map(str, returned))}; a serial tier returns an int64, one of "
-                                f"numba_cpu.DONE, SPLITTABLE or DECLINED")
             def upgrade():  # the full handler, compiled (or loaded) when a call needs it
                 return get_handler(kernel, in_types, out_types, traits, threads=threads).address
             _tier_upgrades.setdefault(job.target, upgrade)
