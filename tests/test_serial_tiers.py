@@ -2,8 +2,9 @@
 the full kernel inside the handler.
 
 * the mechanism, with toy kernels that tell apart which one ran: the tier serves the calls it does; a
-  declined call, or the third splittable one, compiles the full kernel inside that call and hands
-  every later call to it; no retrace; failures name the kernel;
+  declined call compiles the full kernel inside that call and hands every later call to it; a
+  splittable call takes the full kernel at once where that costs no compile, else once the tier has
+  been busy with such calls for ``HOT_NS``; no retrace; failures name the kernel;
 * the CSR tiers give the full kernels' bits, bit for bit (NaN payloads included), wherever they do a
   call, on one and two threads, for well-formed and malformed structures; they write nothing where
   they decline; and through jit, a function whose calls move from the tier to the full kernel returns
@@ -27,12 +28,6 @@ def _call(x, kernel=kft.tripling_kernel, serial=kft.doubling_tier):
     return numba_cpu.call(kernel, (x,), x.shape, x.dtype, serial=serial)
 
 
-def _full_compiled(kernel, dtype) -> bool:
-    """Whether this process holds the full handler of ``kernel`` for a vector of ``dtype``."""
-    sig = (((np.dtype(dtype), 1),), ((np.dtype(dtype), 1),), 0, True, None)
-    return sig in numba_cpu._handlers.get(kernel, {})
-
-
 # ---------------------------------------------------------------------------
 # the mechanism
 # ---------------------------------------------------------------------------
@@ -54,17 +49,39 @@ def test_a_declined_call_compiles_the_full_kernel_and_hands_over_for_good():
     np.testing.assert_array_equal(jax.jit(lambda x: _call(x) + 0)(small), 3 * np.arange(4))
 
 
-def test_the_third_splittable_call_compiles_the_full_kernel():
-    x = jnp.arange(8, dtype=jnp.float64) if jax.config.jax_enable_x64 else None
-    if x is None:  # a signature of its own (no other test upgrades it): int32 vectors of 8
-        x = jnp.arange(8, dtype=jnp.int32)
-    f = jax.jit(_call)
-    for _ in range(2):
-        np.testing.assert_array_equal(f(x), 2 * np.asarray(x))  # done by the tier, splittable
-    assert not _full_compiled(kft.tripling_kernel, x.dtype)
-    np.testing.assert_array_equal(f(x), 2 * np.asarray(x))  # the third: the tier's result, then the upgrade
-    assert _full_compiled(kft.tripling_kernel, x.dtype)
-    np.testing.assert_array_equal(f(x), 3 * np.asarray(x))
+_SPLITTABLE_SCRIPT = """
+import sys
+import jax, jax.numpy as jnp, numpy as np
+from evjax.backends import numba_cpu
+sys.path.insert(0, {tests!r})
+import kernels_for_tests as kft
+numba_cpu.HOT_NS = {hot}
+if {full_first}:  # the full kernel compiled in this process before the first splittable call
+    numba_cpu.get_handler(kft.tripling_kernel, [(np.dtype(np.float32), 1)], [(np.dtype(np.float32), 1)],
+                          threads=True)
+f = jax.jit(lambda x: numba_cpu.call(kft.tripling_kernel, (x,), x.shape, x.dtype, serial=kft.doubling_tier))
+x = jnp.arange(8, dtype=jnp.float32)  # splittable for the toy tier
+print([int(f(x)[1]) for _ in range(4)])
+"""
+
+
+@pytest.mark.parametrize("hot, full_first, expected", [
+    (10**15, False, [2, 2, 2, 2]),  # never hot, no full kernel to take: the tier serves every call
+    (1, False, [2, 2, 3, 3]),  # hot at the second call (its result is the tier's), then compiled and taken
+    (10**15, True, [2, 3, 3, 3]),  # the full kernel costs no compile: taken at the first splittable call
+])
+def test_splittable_calls_take_the_full_kernel_when_free_or_hot(tmp_path, hot, full_first, expected):
+    """In a fresh process with empty caches (nothing compiled is found on disk)."""
+    import os
+    import subprocess
+    import sys
+
+    tests = os.path.dirname(os.path.abspath(__file__))
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba"), "EVJAX_CACHE_DIR": str(tmp_path / "evjax")}
+    script = _SPLITTABLE_SCRIPT.format(tests=tests, hot=hot, full_first=full_first)
+    res = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.strip().splitlines()[-1] == str(expected)
 
 
 def test_a_full_kernel_that_does_not_compile_is_named_in_the_error():
@@ -207,3 +224,71 @@ def test_a_jitted_op_returns_the_same_bits_before_and_after_the_handover():
     rows = np.repeat(np.arange(n), np.diff(indptr))
     np.add.at(dense, (rows, indices), np.asarray(W.data))
     np.testing.assert_allclose(after, np.asarray(quiet, np.float32) @ dense, rtol=1e-4, atol=1e-4)
+
+
+# ---------------------------------------------------------------------------
+# the dense and JITC tiers: the same bits as their full kernels
+# ---------------------------------------------------------------------------
+def _compare(kernel, tier, threads, args, out_shape, dtype):
+    """Run the kernel and its tier on the same inputs; the tier's outcome (its output checked)."""
+    expected = np.full(out_shape, 7, dtype)
+    kernel(np.int64(threads), *args, expected)
+    got = np.full(out_shape, 7, dtype)
+    outcome = tier(np.int64(threads), *args, got)
+    if outcome == numba_cpu.DECLINED:
+        assert (got == 7).all(), f"{tier.__name__} wrote before declining"
+    else:
+        assert np.array_equal(_bits(got), _bits(expected)), tier.__name__
+    return outcome
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("size", ["small", "large"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_dense_tiers_give_the_full_kernels_bits(threads, size, weighted):
+    from evjax.primitives.dense import numba as dense_numba
+
+    rng = np.random.default_rng(3)
+    k, n, m = (40, 1, 30) if size == "small" else (1500, 3, 800)
+    dtype = np.float32
+    active = rng.random((k, n)) < 0.4
+    x = (rng.standard_normal((k, n)).astype(dtype) * active) if weighted else active.astype(np.uint8)
+    w = rng.standard_normal((k, m)).astype(dtype)
+    w[rng.integers(0, k, 3), rng.integers(0, m, 3)] = [np.nan, np.inf, -np.inf]
+    g = rng.standard_normal((n, m)).astype(dtype)
+    outcomes = {
+        _compare(dense_numba.scatter, dense_numba.serial_scatter, threads, (w, x), (n, m), dtype),
+        _compare(dense_numba.gather, dense_numba.serial_gather, threads, (np.ascontiguousarray(w.T), x), (m, n), dtype),
+        _compare(dense_numba.outer_rows, dense_numba.serial_outer_rows, threads, (x, g), (k, m), dtype),
+        _compare(dense_numba.outer_cols, dense_numba.serial_outer_cols, threads, (x, np.ascontiguousarray(g.T)),
+                 (m, k), dtype),
+    }
+    if size == "large" and threads == 2 and evjax_threads.pool_size() >= 2:
+        assert numba_cpu.SPLITTABLE in outcomes  # the comparison covers the kernels' parallel paths
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("size", ["small", "large"])
+@pytest.mark.parametrize("law", ["scalar", "normal", "uniform"])
+def test_jitc_tiers_give_the_full_kernels_bits(threads, size, law):
+    from evjax.primitives.jitc import numba as jitc_numba
+    from evjax.primitives.jitc.kernel_args import config
+
+    rng = np.random.default_rng(4)
+    n_outer, n_inner, prob = (30, 40, 0.2) if size == "small" else (3000, 2500, 0.05)
+    dtype = np.float32
+    params = np.array([0.5, 0.2], dtype)
+    seed = np.array([11], np.uint32)
+    outcomes = set()
+    for event in (True, False):
+        cfg = config(prob, event, n_inner)
+        for kind, x_shape, out_shape in (("gather_mv", (n_inner,), (n_outer,)), ("gather_mm", (n_inner, 3), (n_outer, 3)),
+                                         ("scatter_mv", (n_outer,), (n_inner,)), ("scatter_mm", (n_outer, 3), (n_inner, 3))):
+            x = rng.standard_normal(x_shape).astype(dtype) * (rng.random(x_shape) < 0.3)
+            if event:
+                x = (x != 0).astype(dtype)
+            kernel = jitc_numba.KERNELS[(kind, law)]
+            outcomes.add(_compare(kernel, jitc_numba.SERIAL_TIERS[kernel], threads, (params, seed, cfg, x),
+                                  out_shape, dtype))
+    if size == "large" and threads == 2 and evjax_threads.pool_size() >= 2:
+        assert numba_cpu.SPLITTABLE in outcomes and numba_cpu.DECLINED in outcomes

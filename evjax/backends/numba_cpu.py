@@ -152,11 +152,13 @@ def _handler_source(in_types, out_types, threads: bool, tiered: bool = False) ->
     handler first reads its own slot (:func:`evjax.backends.intrinsics.own_slot`:
     the full handler's address, and a count); once it holds the full kernel's
     handler, every call goes there.  Until then the serial tier runs.  Where it
-    declines a call (:data:`DECLINED`), or at the :data:`UPGRADE_AFTER`-th call
-    that it did but the full kernel would have split across threads
-    (:data:`SPLITTABLE`), the handler asks Python for the full handler
-    (:func:`evjax.backends.ffi_core.upgrade`, once per process) and keeps its
-    address in the slot; a declined call is then passed to it.
+    declines a call (:data:`DECLINED`), the handler asks Python for the full
+    handler (:func:`evjax.backends.ffi_core.upgrade`), keeps its address in the
+    slot and passes it the call.  Where the tier did a call that the full kernel
+    would have split across threads (:data:`SPLITTABLE`), the handler takes the
+    full handler at once if that costs no compile (compiled in this process,
+    or in the disk cache), else only once such calls have kept the tier busy
+    for :data:`HOT_NS` (then the compile is worth it).
     """
     names = [f"a{i}" for i in range(len(in_types))] + [f"r{i}" for i in range(len(out_types))]
     params = ("threads, " if threads else "") + ", ".join(names)
@@ -193,14 +195,23 @@ def _handler_source(in_types, out_types, threads: bool, tiered: bool = False) ->
         ]
         return "\n".join(body)
     body += [
+        "    start = now_ns()",
         f"    outcome = outcome_of(KERNEL, ({params},))",
         f"    if outcome == {DONE}:",
         "        return as_voidptr(0)",
         "    if outcome < 0:",
         f"        return {failed.format(detail=KERNEL_RAISED)}",
-        f"    if outcome == {SPLITTABLE} and fetch_add_i64(slot + 8, numba.int64(1)) + 1 < {UPGRADE_AFTER}:",
-        "        return as_voidptr(0)",
-        "    full = upgrade(numba.int64(HANDLER_KEY))",
+        f"    if outcome == {SPLITTABLE}:",
+        "        spent = max(now_ns() - start, numba.int64(1))",
+        "        before = fetch_add_i64(slot + 8, spent)",  # the tier's time on splittable calls so far
+        "        if before == 0:",  # the first one: the full kernel now, if that costs no compile
+        "            full = upgrade(numba.int64(HANDLER_KEY), numba.int64(0))",
+        "            if full != 0:",
+        "                store_release_i64(slot, full)",
+        "            return as_voidptr(0)",
+        f"        if before + spent < {HOT_NS}:",
+        "            return as_voidptr(0)",
+        "    full = upgrade(numba.int64(HANDLER_KEY), numba.int64(1))",
         "    if full == 0:",
         f"        return {failed.format(detail=UPGRADE_FAILED)}",
         "    store_release_i64(slot, full)",
@@ -216,9 +227,10 @@ KERNEL_RAISED, UPGRADE_FAILED = 0, 1  # what a handler's error report says went 
 # the work across threads (same bits, only slower); it declined (wrote nothing: the full kernel's bits
 # differ there, e.g. a sum split into parts).
 DONE, SPLITTABLE, DECLINED = 0, 1, 2
-# The full kernel is compiled at the UPGRADE_AFTER-th splittable call: a first script's lone call stays
-# on the serial tier; a loop pays the full kernel's compile within its first calls, and runs it after.
-UPGRADE_AFTER = 3
+# Splittable calls run on the tier until they have kept it busy this long (ns), unless the full kernel
+# costs no compile (then it takes over at the first): on several threads the full kernel would have
+# saved at most about this much, the price of its compile (1 to 3 s of CPU for the built-in kernels).
+HOT_NS = 1_000_000_000
 
 
 class _Job:
@@ -255,6 +267,8 @@ def _new_job(kernel, in_types, out_types, traits, threads: bool, full=None) -> _
                "array_view, raised, outcome_of = array_view_intrinsic(), raised_intrinsic(), outcome_intrinsic()")
     if threads:
         imports += "\nfrom evjax.backends.threads import threads_now"
+    if full is not None:
+        imports += "\nfrom evjax.backends.threads import now_ns"
     module, digest = ffi_core.compile_handler(
         body, traits=traits, imports=imports, namespace={"KERNEL": compiled},
         cache=cacheable, fingerprint=fingerprint, lazy=True, depends=(_kernel_compat,),  # its intrinsics
@@ -299,7 +313,7 @@ def get_handler(kernel, in_types: Sequence[tuple[np.dtype, int]], out_types, tra
         threads: pass the kernel the number of threads it may use now as its
             first argument (an int64, read at every call; see :mod:`evjax.backends.threads`).
         serial: a serial tier of ``kernel`` (see :func:`call`): the handler
-            runs it, and compiles ``kernel``'s own handler only for a call it declines.
+            runs it, and compiles ``kernel``'s own handler only when a call needs it.
     """
     signature = (tuple(in_types), tuple(out_types), traits, threads, serial)
     with _lock:
@@ -325,13 +339,25 @@ def get_handler(kernel, in_types: Sequence[tuple[np.dtype, int]], out_types, tra
             raise job.error
         upgrade = None
         if serial is not None:
-            def upgrade():  # the full handler, compiled (or loaded) when a call needs it
+            def upgrade(compile: bool) -> int:  # the full handler, compiled (or loaded) when a call needs it
+                if not compile and not _available(kernel, in_types, out_types, traits, threads):
+                    return 0
                 return get_handler(kernel, in_types, out_types, traits, threads=threads).address
             _tier_upgrades.setdefault(job.target, upgrade)
         handler = _handlers.setdefault(kernel, {})[signature] = _register(
             job, upgrade, None if serial is None else getattr(kernel, "__name__", "kernel"))
         _jobs.pop(job.target, None)
         return handler
+
+
+def _available(kernel, in_types, out_types, traits, threads: bool) -> bool:
+    """Whether the handler of ``kernel`` at this signature costs no compile: compiled in this process,
+    or in Numba's disk cache."""
+    with _lock:
+        if (tuple(in_types), tuple(out_types), traits, threads, None) in _handlers.get(kernel, {}):
+            return True
+        job = _new_job(kernel, in_types, out_types, traits, threads)
+        return job.target in _by_target or job.cached
 
 
 def compile_full_kernels() -> int:
@@ -344,7 +370,7 @@ def compile_full_kernels() -> int:
     with _lock:
         upgrades = list(_tier_upgrades.values())
     for upgrade in upgrades:
-        upgrade()
+        upgrade(True)
     return len(upgrades)
 
 
@@ -378,8 +404,9 @@ def call(kernel, args: Sequence, out_shape: Sequence[int], out_dtype, *, threads
             where ``kernel``'s bits would differ from its own (a sum split into
             parts).  It compiles in a fraction of ``kernel``'s time; ``kernel``
             itself is compiled (or loaded from the disk cache) inside the first
-            declined call or the :data:`UPGRADE_AFTER`-th splittable one, and
-            from then on serves every call of the handler: no retrace, the same bits.
+            declined call, or a splittable one once the full kernel costs no compile or
+            the tier has spent :data:`HOT_NS` on such calls, and from then on serves
+            every call of the handler: no retrace, the same bits.
 
     Returns:
         The output array.

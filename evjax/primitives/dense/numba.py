@@ -78,6 +78,7 @@ _DENSE_GATHER = 12
 # Only explicit ``prange`` loops run on the pool (see evjax/primitives/csr/numba.py).
 _PARALLEL = prange_only()
 I0, I1 = np.int64(0), np.int64(1)
+DONE, SPLITTABLE = numba_cpu.DONE, numba_cpu.SPLITTABLE
 # The helpers below the kernels are only called from compiled code: no Python entry point is built for them.
 _HELPER = dict(cache=True, nogil=True, **COMPILED_CODE_ONLY)
 
@@ -404,9 +405,52 @@ def _outer_cols_part(x, idx, ptr, rows, n_rows, g, out, t, parts):
             row[j] = acc
 
 
+# ---------------------------------------------------------------------------
+# serial tiers (numba_cpu.call's ``serial``): each kernel's one-part path alone, what a first call
+# compiles; the kernel's parallel function is compiled at the third call it would split
+# (SPLITTABLE: any split gives the same bits here)
+# ---------------------------------------------------------------------------
+@numba.njit(cache=True, nogil=True)
+def serial_scatter(threads, w, x, out_t):
+    """The serial tier of :func:`scatter`."""
+    idx, total = _active(x)
+    _scatter_part(w, x, idx, total, out_t, I0, I1)
+    return SPLITTABLE if threads >= 2 and total * out_t.shape[1] >= PARALLEL_MIN_WORK else DONE
+
+
+@numba.njit(cache=True, nogil=True)
+def serial_gather(threads, w, x, out):
+    """The serial tier of :func:`gather`."""
+    idx, total = _active(x)
+    ptr, rows = _by_sample(idx, total, np.int64(x.shape[1]))
+    _gather_part(w, x, ptr, rows, out, total * _DENSE_GATHER < x.size, I0, I1)
+    return SPLITTABLE if threads >= 2 and total * out.shape[0] * _GATHER_COST >= PARALLEL_MIN_WORK else DONE
+
+
+@numba.njit(cache=True, nogil=True)
+def serial_outer_rows(threads, x, g_t, out):
+    """The serial tier of :func:`outer_rows`."""
+    idx, total = _active(x)
+    ptr, _, _ = _by_row(idx, total, np.int64(x.shape[1]), np.int64(x.shape[0]))
+    _outer_rows_part(x, idx, ptr, g_t, out, I0, I1)
+    return SPLITTABLE if threads >= 2 and out.size >= PARALLEL_MIN_WORK else DONE
+
+
+@numba.njit(cache=True, nogil=True)
+def serial_outer_cols(threads, x, g, out):
+    """The serial tier of :func:`outer_cols`."""
+    idx, total = _active(x)
+    ptr, rows, n_rows = _by_row(idx, total, np.int64(x.shape[1]), np.int64(x.shape[0]))
+    _outer_cols_part(x, idx, ptr, rows, n_rows, g, out, I0, I1)
+    return SPLITTABLE if threads >= 2 and out.size >= PARALLEL_MIN_WORK else DONE
+
+
 # (kind, transpose) -> kernel
 KERNELS = {("matmul", True): scatter, ("matmul", False): gather,
            ("outer", True): outer_rows, ("outer", False): outer_cols}
+# kernel -> its serial tier
+SERIAL_TIERS = {scatter: serial_scatter, gather: serial_gather, outer_rows: serial_outer_rows,
+                outer_cols: serial_outer_cols}
 
 
 # ---------------------------------------------------------------------------
@@ -434,9 +478,9 @@ def matmul_generator(outs, ins, transpose: bool, weighted: bool):
         x2 = x if x.ndim == 2 else x.reshape(x.shape[0], 1)
         m, n = (w.shape[1] if transpose else w.shape[0]), x2.shape[1]
         if transpose:  # batch-major inside; the transposes cancel with callers' ``S (n, k) @ W``
-            y = numba_cpu.call(kernel_fn, (w, x2), (n, m), dtype, bool_as_bytes=True).T
+            y = numba_cpu.call(kernel_fn, (w, x2), (n, m), dtype, bool_as_bytes=True, serial=SERIAL_TIERS[kernel_fn]).T
         else:
-            y = numba_cpu.call(kernel_fn, (w, x2), (m, n), dtype, bool_as_bytes=True)
+            y = numba_cpu.call(kernel_fn, (w, x2), (m, n), dtype, bool_as_bytes=True, serial=SERIAL_TIERS[kernel_fn])
         return [y.reshape(out.shape).astype(out.dtype)]
 
     return kernel
@@ -454,7 +498,7 @@ def outer_generator(outs, ins, transpose: bool, weighted: bool):
         x2 = x if x.ndim == 2 else x.reshape(x.shape[0], 1)
         g2 = g if g.ndim == 2 else g.reshape(g.shape[0], 1)
         y = numba_cpu.call(kernel_fn, (x2, g2.T if transpose else g2), out.shape, dtype,
-                           bool_as_bytes=True)
+                           bool_as_bytes=True, serial=SERIAL_TIERS[kernel_fn])
         return [y.astype(out.dtype)]
 
     return kernel

@@ -60,6 +60,7 @@ __all__ = ["KERNELS", "matmul_generator", "dense_generator", "generated_structur
 # Below this many synapses (expected) a kernel stays on the calling thread.
 PARALLEL_MIN_WORK = 65536
 _PARALLEL = prange_only()  # a ParallelOptions: Numba would empty a shared dict on the first compile
+DONE, SPLITTABLE, DECLINED = numba_cpu.DONE, numba_cpu.SPLITTABLE, numba_cpu.DECLINED
 _INLINE = dict(cache=True, nogil=True, inline="always")
 _KERNEL = dict(parallel=_PARALLEL, cache=True, nogil=True)
 
@@ -273,18 +274,43 @@ def _scatter_part(rows, weight, params, seed, cfg, x, out, private, bounds, part
 
 
 @numba.njit(**_INLINE)
+def _gather_serially(rows, weight, threads, params, seed, cfg, x, out):
+    """A gather on this thread: DONE, or SPLITTABLE where :func:`_gather` would split it (each
+    output is one row's own sum: the same bits)."""
+    n_outer = out.shape[0]
+    rows(weight, params, seed, cfg, x, out, 0, n_outer)
+    width = x.size // max(x.shape[0], 1)
+    return SPLITTABLE if _threads(threads, n_outer * np.int64(cfg[3]) * width) > 1 else DONE
+
+
+@numba.njit(**_INLINE)
+def _scatter_serially(rows, is_active, weight, threads, params, seed, cfg, x, out):
+    """A scatter in one pass (DONE), or DECLINED (nothing written) where :func:`_scatter` splits its
+    sum into parts (other bits)."""
+    flat = out.reshape(-1)
+    pool = np.int64(pool_chunks())
+    active = _active_count(is_active, x, cfg[2] != 0)
+    work = active * np.int64(cfg[3]) * (x.size // max(x.shape[0], 1))
+    if not (_threads(pool, work) == 1 or 4 * work < flat.shape[0]):  # (else private copies would dominate)
+        return DECLINED
+    _fill_zero(flat)
+    rows(weight, params, seed, cfg, x, out, 0, x.shape[0])
+    return DONE
+
+
+@numba.njit(**_INLINE)
 def _scatter(rows, is_active, weight, threads, params, seed, cfg, x, out):
-    """A scatter over the active outer indices; above the thresholds its sum is split into parts
-    (Numba's pool size at most: a function of the inputs and the pool, never of the threads that run
-    them, so one thread gives the same bits), each part into its own copy of ``out``, summed in order."""
+    """A scatter over the active outer indices: in one pass (:func:`_scatter_serially`), or above
+    the thresholds its sum split into parts (Numba's pool size at most: a function of the inputs and
+    the pool, never of the threads that run them, so one thread gives the same bits), each part into
+    its own copy of ``out``, summed in order."""
+    if _scatter_serially(rows, is_active, weight, threads, params, seed, cfg, x, out) == DONE:
+        return
     flat = out.reshape(-1)
     _fill_zero(flat)
     pool = np.int64(pool_chunks())
     active = _active_count(is_active, x, cfg[2] != 0)
     work = active * np.int64(cfg[3]) * (x.size // max(x.shape[0], 1))
-    if _threads(pool, work) == 1 or 4 * work < flat.shape[0]:  # summing private copies would dominate
-        rows(weight, params, seed, cfg, x, out, 0, x.shape[0])
-        return
     parts = min(pool, max(np.int64(2), work // (4 * flat.shape[0])))  # >= 4 synapses an output a part
     bounds = _active_bounds(is_active, x, cfg[2] != 0, parts, active)
     private = np.zeros((parts - 1,) + out.shape, out.dtype)
@@ -408,6 +434,76 @@ KERNELS = {(kind, law): globals()[f"{kind}_{law}"]
 
 
 # ---------------------------------------------------------------------------
+# serial tiers (numba_cpu.call's ``serial``): a kernel's one-pass path alone, with no parallel
+# region (Numba's parallel passes cost a JITC kernel most of its 3 s compile); one line each
+# ---------------------------------------------------------------------------
+@numba.njit(cache=True, nogil=True)
+def serial_gather_mv_scalar(threads, params, seed, cfg, x, out):
+    return _gather_serially(_gather_rows, _wb_scalar, threads, params, seed, cfg, x, out)
+
+
+@numba.njit(cache=True, nogil=True)
+def serial_gather_mm_scalar(threads, params, seed, cfg, x, out):
+    return _gather_serially(_gather_mm_rows, _wb_scalar, threads, params, seed, cfg, x, out)
+
+
+@numba.njit(cache=True, nogil=True)
+def serial_scatter_mv_scalar(threads, params, seed, cfg, x, out):
+    return _scatter_serially(_scatter_rows, _nonzero, _wb_scalar, threads, params, seed, cfg, x, out)
+
+
+@numba.njit(cache=True, nogil=True)
+def serial_scatter_mm_scalar(threads, params, seed, cfg, x, out):
+    return _scatter_serially(_scatter_mm_rows, _nonzero_row, _wb_scalar, threads, params, seed, cfg, x, out)
+
+
+@numba.njit(cache=True, nogil=True)
+def serial_gather_mv_normal(threads, params, seed, cfg, x, out):
+    return _gather_serially(_gather_rows, _wb_normal, threads, params, seed, cfg, x, out)
+
+
+@numba.njit(cache=True, nogil=True)
+def serial_gather_mm_normal(threads, params, seed, cfg, x, out):
+    return _gather_serially(_gather_mm_rows, _wb_normal, threads, params, seed, cfg, x, out)
+
+
+@numba.njit(cache=True, nogil=True)
+def serial_scatter_mv_normal(threads, params, seed, cfg, x, out):
+    return _scatter_serially(_scatter_rows, _nonzero, _wb_normal, threads, params, seed, cfg, x, out)
+
+
+@numba.njit(cache=True, nogil=True)
+def serial_scatter_mm_normal(threads, params, seed, cfg, x, out):
+    return _scatter_serially(_scatter_mm_rows, _nonzero_row, _wb_normal, threads, params, seed, cfg, x, out)
+
+
+@numba.njit(cache=True, nogil=True)
+def serial_gather_mv_uniform(threads, params, seed, cfg, x, out):
+    return _gather_serially(_gather_rows, _wb_uniform, threads, params, seed, cfg, x, out)
+
+
+@numba.njit(cache=True, nogil=True)
+def serial_gather_mm_uniform(threads, params, seed, cfg, x, out):
+    return _gather_serially(_gather_mm_rows, _wb_uniform, threads, params, seed, cfg, x, out)
+
+
+@numba.njit(cache=True, nogil=True)
+def serial_scatter_mv_uniform(threads, params, seed, cfg, x, out):
+    return _scatter_serially(_scatter_rows, _nonzero, _wb_uniform, threads, params, seed, cfg, x, out)
+
+
+@numba.njit(cache=True, nogil=True)
+def serial_scatter_mm_uniform(threads, params, seed, cfg, x, out):
+    return _scatter_serially(_scatter_mm_rows, _nonzero_row, _wb_uniform, threads, params, seed, cfg, x, out)
+
+
+# kernel -> its serial tier (the matmul kernels; the dense materialisation has none)
+SERIAL_TIERS = {KERNELS[(kind, law)]: globals()[f"serial_{kind}_{law}"]
+                for kind in ("gather_mv", "gather_mm", "scatter_mv", "scatter_mm")
+                for law in ("scalar", "normal", "uniform")}
+
+
+# ---------------------------------------------------------------------------
 # the structure on the host (``tocsr``): the same row loop, called from Python
 # ---------------------------------------------------------------------------
 @numba.njit(cache=True, nogil=True)
@@ -476,7 +572,7 @@ def matmul_generator(law: str, event: bool):
         def run(*args):
             x = operand_values(args[n + 1], event, weighted, dtype)
             y = numba_cpu.call(kernel, (params_array(args[:n], n, dtype), args[n], jnp.asarray(cfg), x),
-                               out.shape, dtype)
+                               out.shape, dtype, serial=SERIAL_TIERS[kernel])
             return [y.astype(out.dtype)]
 
         return run
