@@ -135,3 +135,22 @@ def test_code_outside_evjax_keeps_numbas_own_stamp(tmp_path):
 
 
 pytestmark = pytest.mark.filterwarnings("ignore::numba.NumbaWarning")
+
+
+def test_a_kernel_reached_through_an_unnormalised_path_keeps_its_handler_name(monkeypatch):
+    """``sys.path`` entries such as ``benchmarks/..`` give a module a file name with ``..`` in it; the
+    handler's name (and so its disk cache) must not depend on it (a first process after
+    ``python -m evjax.precompile`` compiled its handlers again where it did)."""
+    import inspect
+    import os
+
+    from evjax.backends import numba_cpu
+
+    from . import kernels_for_tests as kft
+
+    real = inspect.getsourcefile(kft.add_kernel.py_func)
+    before = numba_cpu._kernel_fingerprint(kft.add_kernel)
+    folder = os.path.dirname(real)
+    odd = os.path.join(folder, "..", os.path.basename(folder), os.path.basename(real))
+    monkeypatch.setattr(numba_cpu.inspect, "getsourcefile", lambda f: odd)
+    assert numba_cpu._kernel_fingerprint(kft.add_kernel) == before

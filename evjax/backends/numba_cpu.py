@@ -100,7 +100,7 @@ def _kernel_fingerprint(kernel) -> tuple[str, bool]:
     py_func = kernel.py_func
     try:
         code = inspect.getsource(py_func)
-        filename = inspect.getsourcefile(py_func) or ""
+        filename = os.path.realpath(inspect.getsourcefile(py_func) or "")  # one name for one file (sys.path may say "a/../b")
         mtime = os.path.getmtime(filename) if os.path.exists(filename) else 0.0
         # an evjax kernel also depends on the files it inlines code from (see kernel_source_stamp)
         mtime = (mtime, _kernel_compat.kernel_source_stamp(filename)) if filename else mtime
