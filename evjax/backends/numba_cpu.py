@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import inspect
+import logging
 import marshal
 import os
 import threading
@@ -257,11 +258,20 @@ def _signature_text(in_types, out_types) -> str:
     return f"({', '.join(one(*t) for t in in_types)}) -> ({', '.join(one(*t) for t in out_types)})"
 
 
+def _tiers(serial) -> tuple:
+    """``serial`` as a tuple of serial tiers, cheapest first (None: none)."""
+    if serial is None:
+        return ()
+    return tuple(serial) if isinstance(serial, (tuple, list)) else (serial,)
+
+
 def _new_job(kernel, in_types, out_types, traits, threads: bool, full=None) -> _Job:
+    """The job of ``kernel``'s handler; of a serial tier's where ``full`` is what takes over from it
+    (the kernel behind, then any further tiers before it)."""
     compiled = prepare_kernel(kernel)
     fingerprint, cacheable = _kernel_fingerprint(compiled)
-    if full is not None:  # a serial tier: named for both kernels (its upgrader compiles the full one)
-        fingerprint = fingerprint + ":" + _kernel_fingerprint(full)[0]
+    if full is not None:  # a serial tier: named for what takes over from it (its upgrader compiles that)
+        fingerprint = ":".join([fingerprint] + [_kernel_fingerprint(k)[0] for k in full])
     body = _handler_source(in_types, out_types, threads, tiered=full is not None)
     imports = ("from evjax._kernel_compat import array_view_intrinsic, raised_intrinsic, outcome_intrinsic\n"
                "array_view, raised, outcome_of = array_view_intrinsic(), raised_intrinsic(), outcome_intrinsic()")
@@ -312,9 +322,11 @@ def get_handler(kernel, in_types: Sequence[tuple[np.dtype, int]], out_types, tra
         traits: FFI handler traits to declare (0 on CPU).
         threads: pass the kernel the number of threads it may use now as its
             first argument (an int64, read at every call; see :mod:`evjax.backends.threads`).
-        serial: a serial tier of ``kernel`` (see :func:`call`): the handler
-            runs it, and compiles ``kernel``'s own handler only when a call needs it.
+        serial: a serial tier of ``kernel``, or several, cheapest first (see
+            :func:`call`): the handler runs the first, and compiles the next
+            tier's handler (in the end ``kernel``'s own) only when a call needs it.
     """
+    serial = _tiers(serial) or None
     signature = (tuple(in_types), tuple(out_types), traits, threads, serial)
     with _lock:
         known = _handlers.setdefault(kernel, {})
@@ -325,7 +337,7 @@ def get_handler(kernel, in_types: Sequence[tuple[np.dtype, int]], out_types, tra
         if serial is None:
             job = _new_job(kernel, in_types, out_types, traits, threads)
         else:
-            job = _new_job(serial, in_types, out_types, traits, threads, full=kernel)
+            job = _new_job(serial[0], in_types, out_types, traits, threads, full=(kernel,) + serial[1:])
         handler = _by_target.get(job.target)
         if handler is not None:  # a kernel of the same content shares the handler registered first
             known[signature] = handler
@@ -339,10 +351,11 @@ def get_handler(kernel, in_types: Sequence[tuple[np.dtype, int]], out_types, tra
             raise job.error
         upgrade = None
         if serial is not None:
-            def upgrade(compile: bool) -> int:  # the full handler, compiled (or loaded) when a call needs it
-                if not compile and not _available(kernel, in_types, out_types, traits, threads):
+            def upgrade(compile: bool) -> int:  # the next handler, compiled (or loaded) when a call needs it
+                if not compile and not _available(kernel, in_types, out_types, traits, threads, serial[1:]):
                     return 0
-                return get_handler(kernel, in_types, out_types, traits, threads=threads).address
+                return get_handler(kernel, in_types, out_types, traits, threads=threads,
+                                   serial=serial[1:] or None).address
             _tier_upgrades.setdefault(job.target, upgrade)
         handler = _handlers.setdefault(kernel, {})[signature] = _register(
             job, upgrade, None if serial is None else getattr(kernel, "__name__", "kernel"))
@@ -350,28 +363,40 @@ def get_handler(kernel, in_types: Sequence[tuple[np.dtype, int]], out_types, tra
         return handler
 
 
-def _available(kernel, in_types, out_types, traits, threads: bool) -> bool:
-    """Whether the handler of ``kernel`` at this signature costs no compile: compiled in this process,
-    or in Numba's disk cache."""
+def _available(kernel, in_types, out_types, traits, threads: bool, serial=()) -> bool:
+    """Whether the handler of ``kernel`` (with the serial tiers ``serial``) at this signature costs no
+    compile: compiled in this process, or in Numba's disk cache."""
     with _lock:
-        if (tuple(in_types), tuple(out_types), traits, threads, None) in _handlers.get(kernel, {}):
+        if (tuple(in_types), tuple(out_types), traits, threads, serial or None) in _handlers.get(kernel, {}):
             return True
-        job = _new_job(kernel, in_types, out_types, traits, threads)
+        if serial:
+            job = _new_job(serial[0], in_types, out_types, traits, threads, full=(kernel,) + tuple(serial[1:]))
+        else:
+            job = _new_job(kernel, in_types, out_types, traits, threads)
         return job.target in _by_target or job.cached
 
 
 def compile_full_kernels() -> int:
     """Compile (or load from the disk cache) the full kernel behind every serial tier this process has
-    used, without handing any call over (a handler does that itself); the number of tiers.
+    used, without handing any call over (a handler does that itself); the number of tiers.  One that
+    fails to compile logs a warning (the call that needs it raises).
 
     What ``python -m evjax.precompile`` does after running the families' ops on tiny inputs, which
     only ever reach the serial tiers.
     """
-    with _lock:
-        upgrades = list(_tier_upgrades.values())
-    for upgrade in upgrades:
-        upgrade(True)
-    return len(upgrades)
+    done: set = set()
+    while True:  # a tier's upgrade may make the handler of a further tier, with an upgrade of its own
+        with _lock:
+            todo = [(target, upgrade) for target, upgrade in _tier_upgrades.items() if target not in done]
+        if not todo:
+            return len(done)
+        for target, upgrade in todo:
+            done.add(target)
+            try:
+                upgrade(True)
+            except Exception as exc:  # noqa: BLE001 - a call that needs it reports it; the others go on
+                logging.getLogger("evjax").warning("evjax: a full kernel behind a serial tier did not compile "
+                                                   "(%s: %s); a call that needs it will raise", type(exc).__name__, exc)
 
 
 def call(kernel, args: Sequence, out_shape: Sequence[int], out_dtype, *, threads: bool = True,
@@ -396,7 +421,8 @@ def call(kernel, args: Sequence, out_shape: Sequence[int], out_dtype, *, threads
             them there.  XLA writes in place where the input is not used
             afterwards (a weight carried through ``jax.lax.scan``, a donated
             argument) and copies it first where it is.
-        serial: a serial tier of ``kernel``: a small ``@numba.njit`` function of
+        serial: a serial tier of ``kernel`` (or a tuple of them, cheapest first:
+            each declines what the next does): a small ``@numba.njit`` function of
             the same arguments that returns an int64: :data:`DONE` where it has
             computed the call with the same bits as ``kernel`` (tests prove it);
             :data:`SPLITTABLE` where it has, but ``kernel`` would have split the

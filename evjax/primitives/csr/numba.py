@@ -135,18 +135,24 @@ def _serial_gather(threads, data, indices, indptr, x, out, selects, tier):
 
 
 @numba.njit(cache=True, nogil=True)
-def _serial_scatter(threads, data, indices, indptr, x, out, selects, ids, count):
+def _rows_to_visit(x, ids, count):
+    """The rows of a vector scatter's loop: ``len(x)``, or the listed count ``count[0]`` clamped to
+    ``[0, len(ids)]`` (as :func:`_listed_count`)."""
+    if ids is None:
+        return np.int64(x.shape[0])
+    return min(max(np.int64(count[0]), I0), np.int64(ids.shape[0]))
+
+
+@numba.njit(cache=True, nogil=True)
+def _one_pass_scatter(threads, data, indices, indptr, x, out, selects, ids, count):
     """``out = A.T @ x`` for a vector ``x`` (or the listed rows ``ids[:count]``) in one pass, where the
     first estimate of the work (the visited rows at twice the mean row length) keeps the sum in one
-    part (:func:`_vector_scatter_parts`; always with a pool of one); declined elsewhere (a sum in
-    parts has other bits).  Its counts and the zero-fill are written out here, not called: each
-    called function costs a first call a compile of its own."""
+    part (:func:`_vector_scatter_parts`; always with a pool of one): DONE; else DECLINED, nothing
+    written.  The counts and the zero-fill are written out here, not called: each called function
+    costs a first call a compile of its own."""
     n_rows = indptr.shape[0] - 1
     n = out.shape[0]
-    if ids is None:
-        rows = np.int64(x.shape[0])
-    else:
-        rows = min(max(np.int64(count[0]), I0), np.int64(ids.shape[0]))  # (as _listed_count)
+    rows = _rows_to_visit(x, ids, count)
     if pool_chunks() > 1:
         visited = rows
         if ids is None and selects:  # (as _count_visited)
@@ -160,6 +166,41 @@ def _serial_scatter(threads, data, indices, indptr, x, out, selects, ids, count)
         out[j] = 0
     _scatter_rows(data, indices, indptr, x, out, I0, rows, selects, ids)
     return DONE
+
+
+@numba.njit(cache=True, nogil=True)
+def _serial_scatter(threads, data, indices, indptr, x, out, selects, ids, count, tier):
+    """``out = A.T @ x`` for a vector ``x`` (or the listed rows ``ids[:count]``) on this thread: in one
+    pass (:func:`_one_pass_scatter`), or, from the exact work, in the parts
+    :func:`_vector_scatter_parts` gives (Numba's pool size at most), one after the other, each into
+    its own copy of ``out``, summed in part order: the bits of the parallel run (SPLITTABLE on
+    several threads).  Without ``tier`` such a call on several threads is DECLINED before anything
+    is written: the driver runs the parts on the pool."""
+    if _one_pass_scatter(threads, data, indices, indptr, x, out, selects, ids, count) == DONE:
+        return DONE
+    if threads >= 2 and not tier:
+        return DECLINED
+    n = out.shape[0]
+    rows = _rows_to_visit(x, ids, count)
+    _zero(out, I0, np.int64(n))
+    if ids is None:
+        work = _active_work(indptr, x, selects)  # exact: the synapses of the visited rows
+    else:
+        work = _listed_work(indptr, ids, rows)
+    parts = _vector_scatter_parts(work, n)
+    if parts == 1:
+        _scatter_rows(data, indices, indptr, x, out, I0, rows, selects, ids)
+        return DONE
+    if ids is None:
+        bounds = _split_active_work(indptr, x, work, parts, selects)
+    else:
+        bounds = _split_listed_work(indptr, ids, rows, work, parts)
+    private = np.zeros((parts - 1, n), out.dtype)
+    for t in range(parts):
+        _scatter_rows(data, indices, indptr, x, out if t == 0 else private[t - 1], bounds[t], bounds[t + 1],
+                      selects, ids)
+    add_parts(out, private, I0, np.int64(n))
+    return SPLITTABLE if threads >= 2 else DONE
 
 
 @numba.njit(cache=True, nogil=True)
@@ -225,8 +266,8 @@ def _scatter_vector(threads, data, indices, indptr, x, out, selects):
     """
     n_rows = x.shape[0]
     n = out.shape[0]
-    # an estimate first (cheap: the active rows only, allowing rows twice the mean): one pass
-    if _serial_scatter(threads, data, indices, indptr, x, out, selects, None, 0) != DECLINED:
+    # on this thread: one pass, or the parts in turn on one thread (see _serial_scatter)
+    if _serial_scatter(threads, data, indices, indptr, x, out, selects, None, 0, False) != DECLINED:
         return
     _zero(out, I0, np.int64(n))
     work = _active_work(indptr, x, selects)  # exact: the synapses of the visited rows
@@ -236,11 +277,6 @@ def _scatter_vector(threads, data, indices, indptr, x, out, selects):
         return
     bounds = _split_active_work(indptr, x, work, parts, selects)
     private = np.zeros((parts - 1, n), out.dtype)
-    if threads < 2:
-        for t in range(parts):
-            _scatter_part(data, indices, indptr, x, out, private, bounds, np.int64(t), selects)
-        add_parts(out, private, I0, np.int64(n))
-        return
     _scatter_parts_parallel(data, indices, indptr, x, out, private, bounds, selects)
 
 
@@ -276,7 +312,7 @@ def _scatter_active(threads, data, indices, indptr, ids, count, out):
     :func:`_scatter_vector` with the list in place of the scan over ``e``, the same estimate, the
     same parts (of the same rows) and the same sums, so the same bits."""
     n = out.shape[0]
-    if _serial_scatter(threads, data, indices, indptr, ids, out, True, ids, count) != DECLINED:
+    if _serial_scatter(threads, data, indices, indptr, ids, out, True, ids, count, False) != DECLINED:
         return
     m = _listed_count(ids, count)
     _zero(out, I0, np.int64(n))
@@ -287,11 +323,6 @@ def _scatter_active(threads, data, indices, indptr, ids, count, out):
         return
     bounds = _split_listed_work(indptr, ids, m, work, parts)
     private = np.zeros((parts - 1, n), out.dtype)
-    if threads < 2:
-        for t in range(parts):
-            _scatter_listed_part(data, indices, indptr, ids, out, private, bounds, np.int64(t))
-        add_parts(out, private, I0, np.int64(n))
-        return
     _scatter_listed_parallel(data, indices, indptr, ids, out, private, bounds)
 
 
@@ -468,20 +499,38 @@ def serial_weighted_gather_mv(threads, data, indices, indptr, v, out):
 
 @numba.njit(cache=True, nogil=True)
 def serial_scatter_mv(threads, data, indices, indptr, x, out):
-    """The serial tier of :func:`scatter_mv`."""
-    return _serial_scatter(threads, data, indices, indptr, x, out, _selects(x), None, 0)
+    """The first serial tier of :func:`scatter_mv` (one pass)."""
+    return _one_pass_scatter(threads, data, indices, indptr, x, out, _selects(x), None, 0)
+
+
+@numba.njit(cache=True, nogil=True)
+def parts_scatter_mv(threads, data, indices, indptr, x, out):
+    """The second serial tier of :func:`scatter_mv` (one pass, or its parts in turn)."""
+    return _serial_scatter(threads, data, indices, indptr, x, out, _selects(x), None, 0, True)
 
 
 @numba.njit(cache=True, nogil=True)
 def serial_weighted_scatter_mv(threads, data, indices, indptr, v, out):
-    """The serial tier of :func:`weighted_scatter_mv`."""
-    return _serial_scatter(threads, data, indices, indptr, v, out, True, None, 0)
+    """The first serial tier of :func:`weighted_scatter_mv`."""
+    return _one_pass_scatter(threads, data, indices, indptr, v, out, True, None, 0)
+
+
+@numba.njit(cache=True, nogil=True)
+def parts_weighted_scatter_mv(threads, data, indices, indptr, v, out):
+    """The second serial tier of :func:`weighted_scatter_mv`."""
+    return _serial_scatter(threads, data, indices, indptr, v, out, True, None, 0, True)
 
 
 @numba.njit(cache=True, nogil=True)
 def serial_scatter_active_mv(threads, data, indices, indptr, ids, count, out):
-    """The serial tier of :func:`scatter_active_mv`."""
-    return _serial_scatter(threads, data, indices, indptr, ids, out, True, ids, count)
+    """The first serial tier of :func:`scatter_active_mv`."""
+    return _one_pass_scatter(threads, data, indices, indptr, ids, out, True, ids, count)
+
+
+@numba.njit(cache=True, nogil=True)
+def parts_scatter_active_mv(threads, data, indices, indptr, ids, count, out):
+    """The second serial tier of :func:`scatter_active_mv`."""
+    return _serial_scatter(threads, data, indices, indptr, ids, out, True, ids, count, True)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -490,11 +539,13 @@ def serial_sddmm_mv(threads, indices, indptr, r, q, g):
     return _serial_sddmm(threads, indices, indptr, r, q, g, _selects(r), _selects(q), True)
 
 
-# kernel -> its serial tier (the vector kernels: a first script's calls)
+# kernel -> its serial tiers, cheapest first (the vector kernels: a first script's calls); a scatter's
+# first tier declines a sum in parts, which its second does in turn on one thread
 SERIAL_TIERS = {
-    gather_mv: serial_gather_mv, weighted_gather_mv: serial_weighted_gather_mv,
-    scatter_mv: serial_scatter_mv, weighted_scatter_mv: serial_weighted_scatter_mv,
-    scatter_active_mv: serial_scatter_active_mv, sddmm_mv: serial_sddmm_mv,
+    gather_mv: (serial_gather_mv,), weighted_gather_mv: (serial_weighted_gather_mv,),
+    scatter_mv: (serial_scatter_mv, parts_scatter_mv),
+    weighted_scatter_mv: (serial_weighted_scatter_mv, parts_weighted_scatter_mv),
+    scatter_active_mv: (serial_scatter_active_mv, parts_scatter_active_mv), sddmm_mv: (serial_sddmm_mv,),
 }
 
 # (batched, transpose, weighted) -> kernel
@@ -573,7 +624,7 @@ def binary_csrmv_active_generator(outs, ins, shape):
 
     def kernel(data, indices, indptr, active_ids, n_active, v):
         y = numba_cpu.call(scatter_active_mv, (_as_compute(data, dtype), indices, indptr, active_ids, n_active),
-                           out.shape, dtype, serial=serial_scatter_active_mv)
+                           out.shape, dtype, serial=SERIAL_TIERS[scatter_active_mv])
         return [y.astype(out.dtype)]
 
     return kernel
