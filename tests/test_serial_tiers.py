@@ -296,7 +296,7 @@ def test_jitc_tiers_give_the_full_kernels_bits(threads, size, law):
             if event:
                 x = (x != 0).astype(dtype)
             kernel = jitc_numba.KERNELS[(kind, law)]
-            outcomes.add(_compare(kernel, jitc_numba.SERIAL_TIERS[kernel], threads, (params, seed, cfg, x),
-                                  out_shape, dtype))
+            for tier in jitc_numba.SERIAL_TIERS[kernel]:
+                outcomes.add(_compare(kernel, tier, threads, (params, seed, cfg, x), out_shape, dtype))
     if size == "large" and threads == 2 and evjax_threads.pool_size() >= 2:
         assert numba_cpu.SPLITTABLE in outcomes and numba_cpu.DECLINED in outcomes

@@ -299,38 +299,61 @@ def _scatter_serially(rows, is_active, weight, threads, params, seed, cfg, x, ou
 
 
 @numba.njit(**_INLINE)
+def _scatter_plan(is_active, cfg, x, out):
+    """The parts a split scatter's sum has (Numba's pool size at most, each with at least 4 synapses an
+    output) and their outer ranges of equal active count."""
+    flat = out.reshape(-1)
+    pool = np.int64(pool_chunks())
+    active = _active_count(is_active, x, cfg[2] != 0)
+    work = active * np.int64(cfg[3]) * (x.size // max(x.shape[0], 1))
+    parts = min(pool, max(np.int64(2), work // (4 * flat.shape[0])))
+    return parts, _active_bounds(is_active, x, cfg[2] != 0, parts, active)
+
+
+@numba.njit(**_INLINE)
+def _scatter_in_parts(rows, is_active, weight, threads, params, seed, cfg, x, out):
+    """A scatter on this thread: in one pass (:func:`_scatter_serially`), or its parts in turn, each
+    into its own copy of ``out``, summed in order: the bits of the parallel run (SPLITTABLE on
+    several threads)."""
+    if _scatter_serially(rows, is_active, weight, threads, params, seed, cfg, x, out) == DONE:
+        return DONE
+    flat = out.reshape(-1)
+    _fill_zero(flat)
+    parts, bounds = _scatter_plan(is_active, cfg, x, out)
+    private = np.zeros((parts - 1,) + out.shape, out.dtype)
+    for t in range(parts):
+        _scatter_part(rows, weight, params, seed, cfg, x, out, private, bounds, t)
+    add_parts(flat, private.reshape(parts - 1, -1), 0, flat.shape[0])
+    return SPLITTABLE if threads > 1 else DONE
+
+
+@numba.njit(**_INLINE)
 def _scatter(rows, is_active, weight, threads, params, seed, cfg, x, out):
-    """A scatter over the active outer indices: in one pass (:func:`_scatter_serially`), or above
+    """A scatter over the active outer indices: on this thread (:func:`_scatter_in_parts`), or above
     the thresholds its sum split into parts (Numba's pool size at most: a function of the inputs and
     the pool, never of the threads that run them, so one thread gives the same bits), each part into
-    its own copy of ``out``, summed in order."""
+    its own copy of ``out`` on the pool, summed in order."""
+    if threads < 2:
+        _scatter_in_parts(rows, is_active, weight, threads, params, seed, cfg, x, out)
+        return
     if _scatter_serially(rows, is_active, weight, threads, params, seed, cfg, x, out) == DONE:
         return
     flat = out.reshape(-1)
     _fill_zero(flat)
-    pool = np.int64(pool_chunks())
-    active = _active_count(is_active, x, cfg[2] != 0)
-    work = active * np.int64(cfg[3]) * (x.size // max(x.shape[0], 1))
-    parts = min(pool, max(np.int64(2), work // (4 * flat.shape[0])))  # >= 4 synapses an output a part
-    bounds = _active_bounds(is_active, x, cfg[2] != 0, parts, active)
+    parts, bounds = _scatter_plan(is_active, cfg, x, out)
     private = np.zeros((parts - 1,) + out.shape, out.dtype)
     others = private.reshape(parts - 1, -1)
     n = flat.shape[0]
-    if threads > 1:
-        ends, t0 = start_region(parts)
-        for t in prange(parts):
-            _scatter_part(rows, weight, params, seed, cfg, x, out, private, bounds, t)
-            part_done(ends, t)
-        region_done(ends, t0)
-        ends, t0 = start_region(parts)
-        for t in prange(parts):  # sum the private copies, each thread a slice
-            add_parts(flat, others, (n * t) // parts, (n * (t + 1)) // parts)
-            part_done(ends, t)
-        region_done(ends, t0)
-    else:
-        for t in range(parts):
-            _scatter_part(rows, weight, params, seed, cfg, x, out, private, bounds, t)
-        add_parts(flat, others, 0, n)
+    ends, t0 = start_region(parts)
+    for t in prange(parts):
+        _scatter_part(rows, weight, params, seed, cfg, x, out, private, bounds, t)
+        part_done(ends, t)
+    region_done(ends, t0)
+    ends, t0 = start_region(parts)
+    for t in prange(parts):  # sum the private copies, each thread a slice
+        add_parts(flat, others, (n * t) // parts, (n * (t + 1)) // parts)
+        part_done(ends, t)
+    region_done(ends, t0)
 
 
 @numba.njit(**_INLINE)
@@ -434,8 +457,9 @@ KERNELS = {(kind, law): globals()[f"{kind}_{law}"]
 
 
 # ---------------------------------------------------------------------------
-# serial tiers (numba_cpu.call's ``serial``): a kernel's one-pass path alone, with no parallel
-# region (Numba's parallel passes cost a JITC kernel most of its 3 s compile); one line each
+# serial tiers (numba_cpu.call's ``serial``): a kernel's one-pass path alone, and a scatter's parts in
+# turn, with no parallel region (Numba's parallel passes cost a JITC kernel most of its 3 s compile);
+# one line each
 # ---------------------------------------------------------------------------
 @numba.njit(cache=True, nogil=True)
 def serial_gather_mv_scalar(threads, params, seed, cfg, x, out):
@@ -453,8 +477,18 @@ def serial_scatter_mv_scalar(threads, params, seed, cfg, x, out):
 
 
 @numba.njit(cache=True, nogil=True)
+def parts_scatter_mv_scalar(threads, params, seed, cfg, x, out):
+    return _scatter_in_parts(_scatter_rows, _nonzero, _wb_scalar, threads, params, seed, cfg, x, out)
+
+
+@numba.njit(cache=True, nogil=True)
 def serial_scatter_mm_scalar(threads, params, seed, cfg, x, out):
     return _scatter_serially(_scatter_mm_rows, _nonzero_row, _wb_scalar, threads, params, seed, cfg, x, out)
+
+
+@numba.njit(cache=True, nogil=True)
+def parts_scatter_mm_scalar(threads, params, seed, cfg, x, out):
+    return _scatter_in_parts(_scatter_mm_rows, _nonzero_row, _wb_scalar, threads, params, seed, cfg, x, out)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -473,8 +507,18 @@ def serial_scatter_mv_normal(threads, params, seed, cfg, x, out):
 
 
 @numba.njit(cache=True, nogil=True)
+def parts_scatter_mv_normal(threads, params, seed, cfg, x, out):
+    return _scatter_in_parts(_scatter_rows, _nonzero, _wb_normal, threads, params, seed, cfg, x, out)
+
+
+@numba.njit(cache=True, nogil=True)
 def serial_scatter_mm_normal(threads, params, seed, cfg, x, out):
     return _scatter_serially(_scatter_mm_rows, _nonzero_row, _wb_normal, threads, params, seed, cfg, x, out)
+
+
+@numba.njit(cache=True, nogil=True)
+def parts_scatter_mm_normal(threads, params, seed, cfg, x, out):
+    return _scatter_in_parts(_scatter_mm_rows, _nonzero_row, _wb_normal, threads, params, seed, cfg, x, out)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -493,13 +537,25 @@ def serial_scatter_mv_uniform(threads, params, seed, cfg, x, out):
 
 
 @numba.njit(cache=True, nogil=True)
+def parts_scatter_mv_uniform(threads, params, seed, cfg, x, out):
+    return _scatter_in_parts(_scatter_rows, _nonzero, _wb_uniform, threads, params, seed, cfg, x, out)
+
+
+@numba.njit(cache=True, nogil=True)
 def serial_scatter_mm_uniform(threads, params, seed, cfg, x, out):
     return _scatter_serially(_scatter_mm_rows, _nonzero_row, _wb_uniform, threads, params, seed, cfg, x, out)
 
 
-# kernel -> its serial tier (the matmul kernels; the dense materialisation has none)
-SERIAL_TIERS = {KERNELS[(kind, law)]: globals()[f"serial_{kind}_{law}"]
-                for kind in ("gather_mv", "gather_mm", "scatter_mv", "scatter_mm")
+@numba.njit(cache=True, nogil=True)
+def parts_scatter_mm_uniform(threads, params, seed, cfg, x, out):
+    return _scatter_in_parts(_scatter_mm_rows, _nonzero_row, _wb_uniform, threads, params, seed, cfg, x, out)
+
+
+# kernel -> its serial tiers, cheapest first (the matmul kernels; the dense materialisation has none): a
+# scatter's first tier declines a sum in parts, which its second does in turn on one thread
+SERIAL_TIERS = {KERNELS[(kind, law)]: tuple(globals()[f"{tier}_{kind}_{law}"] for tier in tiers)
+                for kind, tiers in (("gather_mv", ("serial",)), ("gather_mm", ("serial",)),
+                                    ("scatter_mv", ("serial", "parts")), ("scatter_mm", ("serial", "parts")))
                 for law in ("scalar", "normal", "uniform")}
 
 
