@@ -130,6 +130,22 @@ def cold_start_figures() -> list[str]:
             + "; ".join(parts) + "."]
 
 
+def first_calls_figures() -> list[str]:
+    path = RESULTS / "first_calls.md"
+    if not path.exists():
+        return []
+    rows = {r["library"]: r for r in table(path, "# The first 200 calls")}
+    verdict = [ln for ln in path.read_text().splitlines() if ln.startswith("evjax / brainevent")]
+    line = (f"- The first 200 calls of a jitted training step, CSR n = 20000, empty caches (`{path.relative_to(ROOT)}`, "
+            f"{run_line(path)}): evjax {rows['evjax']['200 calls, wall']} (first call {rows['evjax']['first call']})")
+    if "brainevent" in rows:
+        line += (f", brainevent {rows['brainevent']['version']} {rows['brainevent']['200 calls, wall']} (first call "
+                 f"{rows['brainevent']['first call']})")
+    if verdict:
+        line += f"; {verdict[0].rstrip('.')}"
+    return [line + "."]
+
+
 def contention_figures() -> list[str]:
     path = RESULTS / "contention.md"
     if not path.exists():
@@ -318,7 +334,7 @@ def scaling_figures() -> list[str]:
             f"{'met' if best >= 1.6 else 'not met'}."]
 
 
-SECTIONS = (ci_figures, example_figures, cold_start_figures, contention_figures, csr_event_figures, dense_figures,
+SECTIONS = (ci_figures, example_figures, cold_start_figures, first_calls_figures, contention_figures, csr_event_figures, dense_figures,
             fixed_figures, jitc_figures, plasticity_figures, compact_figures, sparse_backward_figures, scaling_figures, gpu_figures,
             import_time_figures)
 
