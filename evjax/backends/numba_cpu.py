@@ -376,20 +376,27 @@ def _available(kernel, in_types, out_types, traits, threads: bool, serial=()) ->
         return job.target in _by_target or job.cached
 
 
-def compile_full_kernels() -> int:
+def tier_targets() -> frozenset:
+    """The serial tiers' handlers this process has made so far (for :func:`compile_full_kernels`)."""
+    with _lock:
+        return frozenset(_tier_upgrades)
+
+
+def compile_full_kernels(skip: frozenset = frozenset()) -> int:
     """Compile (or load from the disk cache) the full kernel behind every serial tier this process has
-    used, without handing any call over (a handler does that itself); the number of tiers.  One that
-    fails to compile logs a warning (the call that needs it raises).
+    used, but those in ``skip`` (a :func:`tier_targets` taken before), without handing any call over
+    (a handler does that itself); the number of tiers.  One that fails to compile logs a warning (the
+    call that needs it raises).
 
     What ``python -m evjax.precompile`` does after running the families' ops on tiny inputs, which
     only ever reach the serial tiers.
     """
-    done: set = set()
+    done: set = set(skip)
     while True:  # a tier's upgrade may make the handler of a further tier, with an upgrade of its own
         with _lock:
             todo = [(target, upgrade) for target, upgrade in _tier_upgrades.items() if target not in done]
         if not todo:
-            return len(done)
+            return len(done - skip)
         for target, upgrade in todo:
             done.add(target)
             try:

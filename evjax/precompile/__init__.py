@@ -234,6 +234,7 @@ def precompile(families: Iterable[str] = FAMILIES, dtypes: Iterable[str] = DTYPE
     from ..backends import numba_cpu
 
     todo = cases(tuple(families), tuple(dtypes))
+    known = numba_cpu.tier_targets()  # (tiers this process used before: not precompile's to finish)
     stream = sys.stderr if stream is None else stream
     started = time.perf_counter()
     logger = logging.getLogger("evjax")
@@ -247,7 +248,7 @@ def precompile(families: Iterable[str] = FAMILIES, dtypes: Iterable[str] = DTYPE
             run()
         if progress:
             _progress(len(todo), len(todo), "full kernels behind the serial tiers", started, stream)
-        numba_cpu.compile_full_kernels()  # the tiny inputs reached the serial tiers only
+        numba_cpu.compile_full_kernels(skip=known)  # the tiny inputs reached the serial tiers only
     finally:
         logger.setLevel(level)
     if progress:
