@@ -57,11 +57,34 @@ def block(x):
     return jax.block_until_ready(x)
 
 
+def settle_kernels() -> None:
+    """Hand every serial tier evjax has used so far over to its full kernel (compiled, or loaded from
+    the disk cache, now), so that the calls timed next measure the kernels' steady state.
+
+    evjax's first calls run small serial tiers and take the full kernels over only when a call needs
+    them, or once the tier has been busy for a second (``evjax.backends.numba_cpu.call``): a benchmark
+    of a few hundred calls would otherwise time the tier where the full kernel splits the work across
+    threads.  Call it after the warm-up calls, then call each candidate once more (a chain of tiers
+    hands over one stage per call).  First calls are measured by ``cold_start.py`` and
+    ``first_calls.py``, not here.
+    """
+    import sys
+
+    if "evjax" in sys.modules:
+        from evjax.backends import numba_cpu
+
+        numba_cpu.compile_full_kernels(hand_over=True)
+
+
 def median_times(candidates: dict[str, Callable[[], object]], *, rounds: int = 15, calls: int = 40,
                  warmup: int = 3) -> dict[str, float]:
-    """Median seconds per call of each candidate, measured round-robin."""
+    """Median seconds per call of each candidate, measured round-robin (after :func:`settle_kernels`)."""
     for fn in candidates.values():
         for _ in range(warmup):
+            block(fn())
+    settle_kernels()
+    for fn in candidates.values():
+        for _ in range(2):
             block(fn())
     samples: dict[str, list[float]] = {name: [] for name in candidates}
     for _ in range(rounds):
@@ -77,9 +100,13 @@ def median_wall_cpu(candidates: dict[str, Callable[[], object]], *, rounds: int,
                     settle: bool = False) -> dict[str, tuple[float, float]]:
     """``{name: (median wall s, median CPU s)}`` per call, candidates round-robin; CPU time is the
     process's (all threads).  ``settle``: one untimed call before each block of calls (the previous
-    candidate's memory traffic leaves this one's caches cold)."""
+    candidate's memory traffic leaves this one's caches cold).  After :func:`settle_kernels`."""
     for fn in candidates.values():
         for _ in range(warmup):
+            block(fn())
+    settle_kernels()
+    for fn in candidates.values():
+        for _ in range(2):
             block(fn())
     wall: dict[str, list[float]] = {name: [] for name in candidates}
     cpu: dict[str, list[float]] = {name: [] for name in candidates}

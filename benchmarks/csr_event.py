@@ -53,7 +53,7 @@ from jax.experimental import sparse as jsparse  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import evjax  # noqa: E402
-from benchmarks.common import provenance  # noqa: E402
+from benchmarks.common import provenance, settle_kernels  # noqa: E402
 
 try:
     import brainevent  # noqa: E402
@@ -218,6 +218,10 @@ def measure(fns: dict, *, budget: float, rounds: int) -> dict:
     timed calls follows a pause and a few untimed calls)."""
     for fn in fns.values():  # warm up (compiles)
         jax.block_until_ready(fn())
+    settle_kernels()  # evjax's full kernels, not its first calls' serial tiers
+    for fn in fns.values():
+        for _ in range(2):
+            jax.block_until_ready(fn())
     once = {name: max(_time_once(fn), 1e-6) for name, fn in fns.items()}
     reps = {name: int(np.clip(budget / rounds / t, 1, 200)) for name, t in once.items()}
     samples: dict = {name: [] for name in fns}

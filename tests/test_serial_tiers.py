@@ -61,16 +61,22 @@ if {full_first}:  # the full kernel compiled in this process before the first sp
                           threads=True)
 f = jax.jit(lambda x: numba_cpu.call(kft.tripling_kernel, (x,), x.shape, x.dtype, serial=kft.doubling_tier))
 x = jnp.arange(8, dtype=jnp.float32)  # splittable for the toy tier
-print([int(f(x)[1]) for _ in range(4)])
+seen = []
+for i in range(4):
+    seen.append(int(f(x)[1]))
+    if {hand_over} and i == 1:  # what a benchmark does after its first calls
+        numba_cpu.compile_full_kernels(hand_over=True)
+print(seen)
 """
 
 
-@pytest.mark.parametrize("hot, full_first, expected", [
-    (10**15, False, [2, 2, 2, 2]),  # never hot, no full kernel to take: the tier serves every call
-    (1, False, [2, 2, 3, 3]),  # hot at the second call (its result is the tier's), then compiled and taken
-    (10**15, True, [2, 3, 3, 3]),  # the full kernel costs no compile: taken at the first splittable call
+@pytest.mark.parametrize("hot, full_first, hand_over, expected", [
+    (10**15, False, False, [2, 2, 2, 2]),  # never hot, no full kernel to take: the tier serves every call
+    (1, False, False, [2, 2, 3, 3]),  # hot at the second call (its result is the tier's), then compiled and taken
+    (10**15, True, False, [2, 3, 3, 3]),  # the full kernel costs no compile: taken at the first splittable call
+    (10**15, False, True, [2, 2, 3, 3]),  # compile_full_kernels(hand_over=True) after the second call
 ])
-def test_splittable_calls_take_the_full_kernel_when_free_or_hot(tmp_path, hot, full_first, expected):
+def test_splittable_calls_take_the_full_kernel_when_free_or_hot(tmp_path, hot, full_first, hand_over, expected):
     """In a fresh process with empty caches (nothing compiled is found on disk)."""
     import os
     import subprocess
@@ -78,7 +84,7 @@ def test_splittable_calls_take_the_full_kernel_when_free_or_hot(tmp_path, hot, f
 
     tests = os.path.dirname(os.path.abspath(__file__))
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba"), "EVJAX_CACHE_DIR": str(tmp_path / "evjax")}
-    script = _SPLITTABLE_SCRIPT.format(tests=tests, hot=hot, full_first=full_first)
+    script = _SPLITTABLE_SCRIPT.format(tests=tests, hot=hot, full_first=full_first, hand_over=hand_over)
     res = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.strip().splitlines()[-1] == str(expected)

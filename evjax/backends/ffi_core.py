@@ -306,14 +306,14 @@ def report(frame, key, detail, errc):
 # ---------------------------------------------------------------------------
 # Tiers: a handler that asks Python for the handler that takes over from it
 # ---------------------------------------------------------------------------
-_upgraders: dict[int, Callable[[bool], int]] = {}
+_upgraders: dict[int, Callable[[bool, int], int]] = {}
 _upgrade_errors: dict[int, BaseException] = {}
 
 
-def register_upgrader(key: int, upgrade: Callable[[bool], int]) -> None:
-    """Register ``upgrade(compile) -> address`` for the handler of key ``key``: the address of the
-    handler that takes over from that one, compiled or loaded; with ``compile`` False, 0 unless that
-    costs no compile (see :func:`upgrade`)."""
+def register_upgrader(key: int, upgrade: Callable[[bool, int], int]) -> None:
+    """Register ``upgrade(compile, slot) -> address`` for the handler of key ``key``: the address of
+    the handler that takes over from that one, compiled or loaded; with ``compile`` False, 0 unless
+    that costs no compile (see :func:`upgrade`).  ``slot`` is the address where the handler keeps it."""
     _upgraders[int(key)] = upgrade
 
 
@@ -322,13 +322,13 @@ def upgrade_error(key: int) -> BaseException | None:
     return _upgrade_errors.get(int(key))
 
 
-def _upgrade_address(key: int, compile: int) -> int:
+def _upgrade_address(key: int, compile: int, slot: int) -> int:
     """The address of the handler that takes over from the one of key ``key`` (with ``compile`` 0: only
     if that costs no compile); 0 if not, or if it could not be made (the error is kept for
     :func:`upgrade_error`).  Called from compiled code through :data:`UPGRADE_SYMBOL` (a ctypes
     callback, which takes the GIL): it never raises."""
     try:
-        address = int(_upgraders[key](bool(compile)))
+        address = int(_upgraders[key](bool(compile), slot))
         _upgrade_errors.pop(key, None)
         return address
     except BaseException as exc:  # noqa: BLE001 - must not unwind into compiled code; reported by the handler
@@ -337,29 +337,30 @@ def _upgrade_address(key: int, compile: int) -> int:
 
 
 UPGRADE_SYMBOL = "evjax_upgrade_handler"
-_UPGRADE_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)(_upgrade_address)
+_UPGRADE_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)(_upgrade_address)
 llvm.add_symbol(UPGRADE_SYMBOL, ctypes.cast(_UPGRADE_CALLBACK, ctypes.c_void_p).value)
 
 
 @intrinsic
-def _call_upgrader(typingctx, key, compile):
-    """``_upgrade_address(key, compile)``, called through :data:`UPGRADE_SYMBOL` (takes the GIL)."""
+def _call_upgrader(typingctx, key, compile, slot):
+    """``_upgrade_address(key, compile, slot)``, called through :data:`UPGRADE_SYMBOL` (takes the GIL)."""
     def codegen(context, builder, signature, args):
         i64 = ir.IntType(64)
         function = builder.module.globals.get(UPGRADE_SYMBOL)
         if function is None:
-            function = ir.Function(builder.module, ir.FunctionType(i64, [i64, i64]), UPGRADE_SYMBOL)
+            function = ir.Function(builder.module, ir.FunctionType(i64, [i64, i64, i64]), UPGRADE_SYMBOL)
         return builder.call(function, args)
 
-    return types.int64(types.int64, types.int64), codegen
+    return types.int64(types.int64, types.int64, types.int64), codegen
 
 
 @numba.njit(nogil=True, cache=True, **_kernel_compat.COMPILED_CODE_ONLY)
-def upgrade(key, compile):
+def upgrade(key, compile, slot):
     """The address of the handler that takes over from the handler of key ``key`` (compiled or loaded
     by the Python function registered with :func:`register_upgrader`; the call takes the GIL); 0 if
-    that failed or, with ``compile`` 0, would need a compile.  The caller keeps the address."""
-    return _call_upgrader(key, compile)
+    that failed or, with ``compile`` 0, would need a compile.  The caller keeps the address at
+    ``slot`` (which Python learns here, to hand a compiled one over itself)."""
+    return _call_upgrader(key, compile, slot)
 
 
 # ---------------------------------------------------------------------------

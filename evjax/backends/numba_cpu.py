@@ -14,6 +14,7 @@ itself is cacheable.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import hashlib
 import inspect
 import logging
@@ -44,6 +45,7 @@ _handlers: "weakref.WeakKeyDictionary[Any, dict[tuple, CompiledHandler]]" = weak
 _by_target: dict[str, "CompiledHandler"] = {}  # content-named target -> handler
 _jobs: dict[str, "_Job"] = {}  # content-named target -> its compile, until registered (shared by threads)
 _tier_upgrades: dict[str, Any] = {}  # a serial tier's content-named target -> compiles (or loads) its full handler
+_tier_slots: dict[str, int] = {}  # a serial tier's target -> where its handler keeps the next handler's address
 
 
 def cache_dir() -> str:
@@ -206,13 +208,13 @@ def _handler_source(in_types, out_types, threads: bool, tiered: bool = False) ->
         "        spent = max(now_ns() - start, numba.int64(1))",
         "        before = fetch_add_i64(slot + 8, spent)",  # the tier's time on splittable calls so far
         "        if before == 0:",  # the first one: the full kernel now, if that costs no compile
-        "            full = upgrade(numba.int64(HANDLER_KEY), numba.int64(0))",
+        "            full = upgrade(numba.int64(HANDLER_KEY), numba.int64(0), slot)",
         "            if full != 0:",
         "                store_release_i64(slot, full)",
         "            return as_voidptr(0)",
         f"        if before + spent < {HOT_NS}:",
         "            return as_voidptr(0)",
-        "    full = upgrade(numba.int64(HANDLER_KEY), numba.int64(1))",
+        "    full = upgrade(numba.int64(HANDLER_KEY), numba.int64(1), slot)",
         "    if full == 0:",
         f"        return {failed.format(detail=UPGRADE_FAILED)}",
         "    store_release_i64(slot, full)",
@@ -351,7 +353,11 @@ def get_handler(kernel, in_types: Sequence[tuple[np.dtype, int]], out_types, tra
             raise job.error
         upgrade = None
         if serial is not None:
-            def upgrade(compile: bool) -> int:  # the next handler, compiled (or loaded) when a call needs it
+            target = job.target
+
+            def upgrade(compile: bool, slot: int = 0) -> int:  # the next handler, compiled (or loaded) when needed
+                if slot:
+                    _tier_slots[target] = slot
                 if not compile and not _available(kernel, in_types, out_types, traits, threads, serial[1:]):
                     return 0
                 return get_handler(kernel, in_types, out_types, traits, threads=threads,
@@ -382,11 +388,16 @@ def tier_targets() -> frozenset:
         return frozenset(_tier_upgrades)
 
 
-def compile_full_kernels(skip: frozenset = frozenset()) -> int:
+def compile_full_kernels(skip: frozenset = frozenset(), hand_over: bool = False) -> int:
     """Compile (or load from the disk cache) the full kernel behind every serial tier this process has
-    used, but those in ``skip`` (a :func:`tier_targets` taken before), without handing any call over
-    (a handler does that itself); the number of tiers.  One that fails to compile logs a warning (the
-    call that needs it raises).
+    used, but those in ``skip`` (a :func:`tier_targets` taken before); the number of tiers.  One that
+    fails to compile logs a warning (the call that needs it raises).
+
+    A handler takes the full kernel over by itself when a call needs it (see :func:`call`).  With
+    ``hand_over``, each tier's handler that has asked Python for its next handler before (a call it
+    declined, or one it could have split) gets it now: its next call goes there, as it would have
+    once the tier had been busy for :data:`HOT_NS`.  What a benchmark of the kernels' steady state
+    (or a long run that wants them at once) calls after its first calls.
 
     What ``python -m evjax.precompile`` does after running the families' ops on tiny inputs, which
     only ever reach the serial tiers.
@@ -400,7 +411,10 @@ def compile_full_kernels(skip: frozenset = frozenset()) -> int:
         for target, upgrade in todo:
             done.add(target)
             try:
-                upgrade(True)
+                address = upgrade(True)
+                slot = _tier_slots.get(target) if hand_over else None
+                if slot:
+                    ctypes.c_int64.from_address(slot).value = address  # an aligned 8-byte store: atomic
             except Exception as exc:  # noqa: BLE001 - a call that needs it reports it; the others go on
                 logging.getLogger("evjax").warning("evjax: a full kernel behind a serial tier did not compile "
                                                    "(%s: %s); a call that needs it will raise", type(exc).__name__, exc)
