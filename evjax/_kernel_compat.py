@@ -23,7 +23,7 @@ from . import _disk_cache
 __all__ = [
     # Numba (CPU)
     "quiet_numba_compile", "is_cpu_dispatcher", "kernel_options", "can_compile", "declared_signatures",
-    "serial_clone", "prange_only", "threadsafe_layer", "launch_numba_threads", "COMPILED_CODE_ONLY",
+    "serial_clone", "python_callable", "prange_only", "threadsafe_layer", "launch_numba_threads", "COMPILED_CODE_ONLY",
     "raised_intrinsic", "array_view_intrinsic", "lazy_cfunc", "cfunc_in_disk_cache",
     "compile_cfunc", "cfunc_cache_dir", "kernel_source_stamp", "stamp_kernel_caches", "guard_numba_cache",
     # Numba CUDA
@@ -83,6 +83,20 @@ def serial_clone(kernel):
     options["parallel"] = False
     options.pop("cache", None)  # the on-disk cache entry belongs to the parallel build
     options.pop("nopython", None)
+    return numba.njit(**options)(kernel.py_func)
+
+
+def python_callable(kernel):
+    """``kernel``, or, when it was compiled for compiled callers only (:data:`COMPILED_CODE_ONLY`), a
+    recompile of its Python source that Python can call (outside the disk cache): for re-running a
+    kernel from Python to recover an exception's message."""
+    import numba
+
+    options = kernel_options(kernel)
+    if not any(options.get(flag) for flag in COMPILED_CODE_ONLY):
+        return kernel
+    for flag in (*COMPILED_CODE_ONLY, "cache", "nopython"):
+        options.pop(flag, None)
     return numba.njit(**options)(kernel.py_func)
 
 

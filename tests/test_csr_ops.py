@@ -211,10 +211,10 @@ def test_vector_scatter_parallel_decision():
     from evjax.primitives.csr import numba_rows
 
     floor, per_out = numba_rows.VECTOR_SCATTER_PARALLEL_MIN_WORK, numba_rows.VECTOR_SCATTER_WORK_PER_OUTPUT
-    assert numba_rows._vector_scatter_serial(floor - 1, 10)
-    assert not numba_rows._vector_scatter_serial(floor, 10)
-    assert numba_rows._vector_scatter_serial(10 * floor, 10 * floor // per_out + 1)
-    assert not numba_rows._vector_scatter_serial(10 * floor, 10 * floor // per_out)
+    assert numba_rows._vector_scatter_serial.py_func(floor - 1, 10)
+    assert not numba_rows._vector_scatter_serial.py_func(floor, 10)
+    assert numba_rows._vector_scatter_serial.py_func(10 * floor, 10 * floor // per_out + 1)
+    assert not numba_rows._vector_scatter_serial.py_func(10 * floor, 10 * floor // per_out)
 
 
 def test_batch_scatter_and_gradient_parallel_decisions():
@@ -222,14 +222,14 @@ def test_batch_scatter_and_gradient_parallel_decisions():
     from evjax.primitives.csr import numba_rows
 
     batch, sddmm = numba_rows.BATCH_SCATTER_PARALLEL_MIN_COST, numba_rows.SDDMM_PARALLEL_MIN_COST
-    assert numba_rows._batch_scatter_serial(batch - 1, 0)
-    assert not numba_rows._batch_scatter_serial(batch, 0)
-    assert not numba_rows._batch_scatter_serial(0, 4 * batch)  # a large output to zero-fill alone
-    assert numba_rows._batch_scatter_serial(batch // 2, 2 * batch - 4)
-    assert numba_rows._sddmm_serial(sddmm - 1, 0)
-    assert not numba_rows._sddmm_serial(sddmm, 0)
-    assert not numba_rows._sddmm_serial(0, 4 * sddmm)  # a silent batch: zero-fill only
-    assert numba_rows._sddmm_serial(sddmm // 2, 2 * sddmm - 4)
+    assert numba_rows._batch_scatter_serial.py_func(batch - 1, 0)
+    assert not numba_rows._batch_scatter_serial.py_func(batch, 0)
+    assert not numba_rows._batch_scatter_serial.py_func(0, 4 * batch)  # a large output to zero-fill alone
+    assert numba_rows._batch_scatter_serial.py_func(batch // 2, 2 * batch - 4)
+    assert numba_rows._sddmm_serial.py_func(sddmm - 1, 0)
+    assert not numba_rows._sddmm_serial.py_func(sddmm, 0)
+    assert not numba_rows._sddmm_serial.py_func(0, 4 * sddmm)  # a silent batch: zero-fill only
+    assert numba_rows._sddmm_serial.py_func(sddmm // 2, 2 * sddmm - 4)
 
 
 @pytest.mark.parametrize("pool", [1, 2, 3])
@@ -247,7 +247,7 @@ def test_vector_scatter_kernel_split_between_thresholds(pool, weighted):
     x = rng.random(n_rows) < 0.8  # about 96k synapses
     data.reshape(n_rows, k)[~x] = np.nan  # silent rows: NaN weights that must not reach the output
     work = int(x.sum()) * k
-    assert not numba_rows._vector_scatter_serial(work, n_out)
+    assert not numba_rows._vector_scatter_serial.py_func(work, n_out)
     rows = np.repeat(np.arange(n_rows), k)
     want = np.zeros(n_out)
     np.add.at(want, indices[x[rows]], data[x[rows]].astype(np.float64))

@@ -346,11 +346,11 @@ def test_batch_scatter_and_gradient_kernels_with_any_pool_size(active_rows):
     dense = np.zeros((n_rows, n_out))
     np.add.at(dense, (rows, indices), np.nan_to_num(data.astype(np.float64)))
     synapses = int(S.sum()) * k
-    serial = numba_rows._batch_scatter_serial(synapses, width * n_out)
+    serial = numba_rows._batch_scatter_serial.py_func(synapses, width * n_out)
     assert serial == (active_rows == 3)  # the two cases sit on either side of the threshold
     CT = rng.standard_normal((n_out, width)).astype(np.float32)
     want_g = np.sum(np.where(V.T[rows] != 0, V.T[rows] * CT[indices], 0), axis=1)
-    assert numba_rows._sddmm_serial(n_rows * k * width, n_rows * k) is False  # the weighted gradient
+    assert numba_rows._sddmm_serial.py_func(n_rows * k * width, n_rows * k) is False  # the weighted gradient
     for pool in (1, 2, 3, 8):
         out = np.full((width, n_out), np.nan, np.float32)
         csr_numba.scatter_mm_batch_major(pool, data, indices, indptr, S, out)

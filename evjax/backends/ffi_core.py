@@ -270,25 +270,36 @@ def _message_address(frame: int, key: int, detail: int) -> int:
 
 
 _FALLBACK_MESSAGE = ctypes.create_string_buffer(b"evjax: a kernel failed (its message could not be composed)")
-# Compiled code calls _message_address through this symbol, resolved when a handler's machine code is linked
-# (compiled or loaded from Numba's disk cache): no address is baked into the code, and no object-mode block
-# has to be compiled into each handler.
+_ENTRY_TYPE = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)
+_entries: list = []  # the ctypes callbacks behind the symbols, kept alive for the process
+
+
+def _python_entry(symbol: str, function: Callable[[int, int, int], int]):
+    """An intrinsic ``entry(a, b, c) -> int64`` through which compiled code calls ``function(a, b, c)``
+    (int64 arguments and result; it must never raise): a ctypes callback, which takes the GIL, under
+    the linker symbol ``symbol``.  The symbol is resolved when a handler's machine code is linked
+    (compiled or loaded from Numba's disk cache): no address is baked into the code, and no
+    object-mode block has to be compiled into each handler."""
+    callback = _ENTRY_TYPE(function)
+    _entries.append(callback)
+    llvm.add_symbol(symbol, ctypes.cast(callback, ctypes.c_void_p).value)
+
+    @intrinsic
+    def entry(typingctx, a, b, c):
+        def codegen(context, builder, signature, args):
+            i64 = ir.IntType(64)
+            callee = builder.module.globals.get(symbol)
+            if callee is None:
+                callee = ir.Function(builder.module, ir.FunctionType(i64, [i64, i64, i64]), symbol)
+            return builder.call(callee, args)
+
+        return types.int64(types.int64, types.int64, types.int64), codegen
+
+    return entry
+
+
 MESSAGE_SYMBOL = "evjax_compose_message"
-_MESSAGE_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)(_message_address)
-llvm.add_symbol(MESSAGE_SYMBOL, ctypes.cast(_MESSAGE_CALLBACK, ctypes.c_void_p).value)
-
-
-@intrinsic
-def _compose_message(typingctx, frame, key, detail):
-    """``_message_address(frame, key, detail)``, called through :data:`MESSAGE_SYMBOL` (takes the GIL)."""
-    def codegen(context, builder, signature, args):
-        i64 = ir.IntType(64)
-        function = builder.module.globals.get(MESSAGE_SYMBOL)
-        if function is None:
-            function = ir.Function(builder.module, ir.FunctionType(i64, [i64, i64, i64]), MESSAGE_SYMBOL)
-        return builder.call(function, args)
-
-    return types.int64(types.int64, types.int64, types.int64), codegen
+_compose_message = _python_entry(MESSAGE_SYMBOL, _message_address)  # (frame, key, detail) -> char*
 
 
 @numba.njit(nogil=True, cache=True, **_kernel_compat.COMPILED_CODE_ONLY)
@@ -337,21 +348,7 @@ def _upgrade_address(key: int, compile: int, slot: int) -> int:
 
 
 UPGRADE_SYMBOL = "evjax_upgrade_handler"
-_UPGRADE_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)(_upgrade_address)
-llvm.add_symbol(UPGRADE_SYMBOL, ctypes.cast(_UPGRADE_CALLBACK, ctypes.c_void_p).value)
-
-
-@intrinsic
-def _call_upgrader(typingctx, key, compile, slot):
-    """``_upgrade_address(key, compile, slot)``, called through :data:`UPGRADE_SYMBOL` (takes the GIL)."""
-    def codegen(context, builder, signature, args):
-        i64 = ir.IntType(64)
-        function = builder.module.globals.get(UPGRADE_SYMBOL)
-        if function is None:
-            function = ir.Function(builder.module, ir.FunctionType(i64, [i64, i64, i64]), UPGRADE_SYMBOL)
-        return builder.call(function, args)
-
-    return types.int64(types.int64, types.int64, types.int64), codegen
+_call_upgrader = _python_entry(UPGRADE_SYMBOL, _upgrade_address)  # (key, compile, slot) -> address
 
 
 @numba.njit(nogil=True, cache=True, **_kernel_compat.COMPILED_CODE_ONLY)

@@ -514,7 +514,8 @@ def _describe_kernel_error(handler: CompiledHandler, frame: int) -> str:
     try:
         ins, outs = ffi_abi.decode_frame(frame)
         arrays = [b.as_numpy() for b in ins] + [b.as_numpy() for b in outs]
-        handler.kernel(*([np.int64(1)] if handler.threads else []), *arrays)
+        kernel = _kernel_compat.python_callable(handler.kernel)
+        kernel(*([np.int64(1)] if handler.threads else []), *arrays)
     except Exception as exc:  # noqa: BLE001 - reported to the caller
         return f"evjax: numba kernel '{name}' raised {type(exc).__name__}: {exc}"
     return (

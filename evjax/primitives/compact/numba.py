@@ -7,6 +7,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from ..._kernel_compat import COMPILED_CODE_ONLY
 from ...backends import numba_cpu
 from ...backends.intrinsics import load_i64_unaligned
 from . import ops
@@ -14,7 +15,7 @@ from . import ops
 __all__ = ["list_active", "active_list_generator"]
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
 def _list_row(x, ids, count, r):
     """Row ``r``: the positions of its nonzero bytes into ``ids[r]`` (then zeros), their number into
     ``count[r, 0]``; eight bytes tested at once where all are zero."""

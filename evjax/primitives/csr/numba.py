@@ -65,6 +65,7 @@ import numba
 import numpy as np
 from numba import prange
 
+from ..._kernel_compat import COMPILED_CODE_ONLY
 from ...backends import numba_cpu
 from ...backends.threads import add_parts, part_done, pool_chunks, region_done, start_region
 from ...dtypes import compute_dtype
@@ -123,7 +124,7 @@ I0 = np.int64(0)
 DONE, SPLITTABLE, DECLINED = numba_cpu.DONE, numba_cpu.SPLITTABLE, numba_cpu.DECLINED
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
 def _serial_gather(threads, data, indices, indptr, x, out, selects, tier):
     """``out = A @ x`` on this thread; splittable (rows in parts, each row one part's own sum: the
     same bits) from ``PARALLEL_MIN_WORK`` synapses on several threads."""
@@ -134,7 +135,7 @@ def _serial_gather(threads, data, indices, indptr, x, out, selects, tier):
     return SPLITTABLE if split else DONE
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
 def _rows_to_visit(x, ids, count):
     """The rows of a vector scatter's loop: ``len(x)``, or the listed count ``count[0]`` clamped to
     ``[0, len(ids)]`` (as :func:`_listed_count`)."""
@@ -143,7 +144,7 @@ def _rows_to_visit(x, ids, count):
     return min(max(np.int64(count[0]), I0), np.int64(ids.shape[0]))
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
 def _one_pass_scatter(threads, data, indices, indptr, x, out, selects, ids, count):
     """``out = A.T @ x`` for a vector ``x`` (or the listed rows ``ids[:count]``) in one pass, where the
     first estimate of the work (the visited rows at twice the mean row length) keeps the sum in one
@@ -168,7 +169,7 @@ def _one_pass_scatter(threads, data, indices, indptr, x, out, selects, ids, coun
     return DONE
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
 def _serial_scatter(threads, data, indices, indptr, x, out, selects, ids, count, tier):
     """``out = A.T @ x`` for a vector ``x`` (or the listed rows ``ids[:count]``) on this thread: in one
     pass (:func:`_one_pass_scatter`), or, from the exact work, in the parts
@@ -203,7 +204,7 @@ def _serial_scatter(threads, data, indices, indptr, x, out, selects, ids, count,
     return SPLITTABLE if threads >= 2 else DONE
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
 def _serial_sddmm(threads, indices, indptr, r, q, g, r_selects, q_selects, tier):
     """The weight gradient on this thread; splittable (rows in parts: each entry is one product,
     the same bits) on several threads where the computed entries plus a quarter of all are many
@@ -234,7 +235,7 @@ def _serial_sddmm(threads, indices, indptr, r, q, g, r_selects, q_selects, tier)
 # Each parallel region is a small function of its own (``*_parallel``): Numba's
 # parallel passes then analyse only its few lines, not the whole driver.
 # ---------------------------------------------------------------------------
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
 def _gather(threads, data, indices, indptr, x, out, selects):
     """``out = A @ x`` (x a vector or a row-major (n_cols, K) batch): rows in parts of equal synapse
     count, one per thread, above ``PARALLEL_MIN_WORK``; every output row is one part's own sum."""
@@ -245,7 +246,7 @@ def _gather(threads, data, indices, indptr, x, out, selects):
     _gather_parallel(data, indices, indptr, x, out, _balanced_rows(indptr, n_rows, nnz, threads), selects)
 
 
-@numba.njit(parallel=_PARALLEL, cache=True, nogil=True)
+@numba.njit(parallel=_PARALLEL, cache=True, nogil=True, **COMPILED_CODE_ONLY)
 def _gather_parallel(data, indices, indptr, x, out, bounds, selects):
     """The row parts ``bounds`` of a gather on the pool (a parallel region of its own)."""
     parts = bounds.shape[0] - 1
@@ -256,7 +257,7 @@ def _gather_parallel(data, indices, indptr, x, out, bounds, selects):
     region_done(ends, t0)
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
 def _scatter_vector(threads, data, indices, indptr, x, out, selects):
     """``out = A.T @ x`` for a vector: one pass below the thresholds; above, row ranges of equal
     active work, each into its own copy of ``out``, summed in part order per output.
@@ -280,7 +281,7 @@ def _scatter_vector(threads, data, indices, indptr, x, out, selects):
     _scatter_parts_parallel(data, indices, indptr, x, out, private, bounds, selects)
 
 
-@numba.njit(parallel=_PARALLEL, cache=True, nogil=True)
+@numba.njit(parallel=_PARALLEL, cache=True, nogil=True, **COMPILED_CODE_ONLY)
 def _scatter_parts_parallel(data, indices, indptr, x, out, private, bounds, selects):
     """The parts of a split vector scatter on the pool (a parallel region of its own: Numba's parallel
     passes see only these lines), then their sum, each output's terms in part order."""
@@ -293,7 +294,7 @@ def _scatter_parts_parallel(data, indices, indptr, x, out, private, bounds, sele
     _add_parts_parallel(out, private)
 
 
-@numba.njit(parallel=_PARALLEL, cache=True, nogil=True)
+@numba.njit(parallel=_PARALLEL, cache=True, nogil=True, **COMPILED_CODE_ONLY)
 def _add_parts_parallel(out, private):
     """``out += private[0] + private[1] + ...`` on the pool, each output's terms in part order, the
     outputs split into as many ranges as there are parts (a parallel region of its own)."""
@@ -306,7 +307,7 @@ def _add_parts_parallel(out, private):
     region_done(ends, t0)
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
 def _scatter_active(threads, data, indices, indptr, ids, count, out):
     """``out = A.T @ e`` for events ``e`` given as the list of their active rows ``ids[:count]``:
     :func:`_scatter_vector` with the list in place of the scan over ``e``, the same estimate, the
@@ -326,7 +327,7 @@ def _scatter_active(threads, data, indices, indptr, ids, count, out):
     _scatter_listed_parallel(data, indices, indptr, ids, out, private, bounds)
 
 
-@numba.njit(parallel=_PARALLEL, cache=True, nogil=True)
+@numba.njit(parallel=_PARALLEL, cache=True, nogil=True, **COMPILED_CODE_ONLY)
 def _scatter_listed_parallel(data, indices, indptr, ids, out, private, bounds):
     """The parts of a split listed scatter on the pool, then their sum (as :func:`_scatter_parts_parallel`)."""
     parts = bounds.shape[0] - 1
@@ -338,7 +339,7 @@ def _scatter_listed_parallel(data, indices, indptr, ids, out, private, bounds):
     _add_parts_parallel(out, private)
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
 def _scatter_batch(threads, data, indices, indptr, xt, out_t, selects):
     """``out_t[c] = A.T @ xt[c]`` for each sample ``c`` (batch-major): few samples (fewer than the
     pool) are each split as a vector; more are divided between threads whole, above
@@ -360,7 +361,7 @@ def _scatter_batch(threads, data, indices, indptr, xt, out_t, selects):
     _scatter_samples_parallel(threads, data, indices, indptr, xt, out_t, selects)
 
 
-@numba.njit(parallel=_PARALLEL, cache=True, nogil=True)
+@numba.njit(parallel=_PARALLEL, cache=True, nogil=True, **COMPILED_CODE_ONLY)
 def _scatter_samples_parallel(threads, data, indices, indptr, xt, out_t, selects):
     """The samples of a batch scatter divided whole between ``threads`` threads (a parallel region
     of its own)."""
@@ -373,7 +374,7 @@ def _scatter_samples_parallel(threads, data, indices, indptr, xt, out_t, selects
     region_done(ends, t0)
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
 def _sddmm(threads, indices, indptr, r, q, g, r_selects, q_selects):
     """``g[k] = <r[row k], q[indices[k]]>`` (vectors or row-major matrices); where rows may be
     skipped (``r`` selects, or ``q`` is events) the all-zero rows of ``r`` are zero-filled, not
@@ -389,7 +390,7 @@ def _sddmm(threads, indices, indptr, r, q, g, r_selects, q_selects):
     _sddmm_parallel(indices, indptr, r, q, g, bounds, r_selects, q_selects)
 
 
-@numba.njit(parallel=_PARALLEL, cache=True, nogil=True)
+@numba.njit(parallel=_PARALLEL, cache=True, nogil=True, **COMPILED_CODE_ONLY)
 def _sddmm_parallel(indices, indptr, r, q, g, bounds, r_selects, q_selects):
     """The row parts ``bounds`` of a weight gradient on the pool (a parallel region of its own)."""
     parts = bounds.shape[0] - 1

@@ -34,7 +34,7 @@ import numpy as np
 from numba import types
 from numba.extending import overload
 
-from ..._kernel_compat import prange_only
+from ..._kernel_compat import COMPILED_CODE_ONLY, prange_only
 from ...backends.intrinsics import load_i64_unaligned
 from ...backends.threads import pool_chunks
 
@@ -54,13 +54,13 @@ VECTOR_SCATTER_PARALLEL_MIN_WORK = 65536
 VECTOR_SCATTER_WORK_PER_OUTPUT = 4
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
 def _vector_scatter_serial(work, n_out):
     """Whether a vector scatter of ``work`` synapses into ``n_out`` outputs stays on one thread."""
     return work < VECTOR_SCATTER_PARALLEL_MIN_WORK or work < VECTOR_SCATTER_WORK_PER_OUTPUT * n_out
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
 def _vector_scatter_parts(work, n_out):
     """How many parts a vector scatter's sum is split into: 1 (one pass, no private copy) below the
     thresholds, else up to Numba's pool size, each part beyond the first with at least
@@ -88,7 +88,7 @@ def _vector_scatter_parts(work, n_out):
 BATCH_SCATTER_PARALLEL_MIN_COST = 8192
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
 def _batch_scatter_serial(synapses, n_outputs):
     """Whether a batch scatter visiting ``synapses`` into ``n_outputs`` output entries stays on one thread."""
     return synapses + n_outputs // 4 < BATCH_SCATTER_PARALLEL_MIN_COST
@@ -104,7 +104,7 @@ def _batch_scatter_serial(synapses, n_outputs):
 SDDMM_PARALLEL_MIN_COST = 16384
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
 def _sddmm_serial(computed, entries):
     """Whether a weight gradient computing ``computed`` of its ``entries`` (the rest zero-filled)
     stays on one thread."""
@@ -136,7 +136,7 @@ def _selects_overload(x):
     return lambda x: events
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
 def _span(indptr, i, nnz):
     """Synapses ``[a, b)`` of row ``i``, unsigned, both ends clamped to ``[0, nnz]``."""
     a = min(max(np.int64(indptr[i]), np.int64(0)), np.int64(nnz))
@@ -144,14 +144,14 @@ def _span(indptr, i, nnz):
     return np.uint64(a), np.uint64(b)
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
 def _zero(arr, lo, hi):
     """``arr[lo:hi] = 0`` for a 1-d array, as a plain unsigned loop (LLVM makes it a memset)."""
     for k in range(np.uint64(lo), np.uint64(hi)):
         arr[k] = 0
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
 def _balanced_rows(indptr, n_rows, nnz, parts):
     """``parts + 1`` row boundaries that split the synapses evenly."""
     bounds = np.empty(parts + 1, np.int64)
@@ -180,7 +180,7 @@ def _cast_overload(zero, s):
     return lambda zero, s: kind(s)
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
 def _term(w, v, zero, selects):
     """One term ``w * v`` in the accumulator's type; 0 where ``v`` selects and is 0."""
     if selects and v == 0:
@@ -188,7 +188,7 @@ def _term(w, v, zero, selects):
     return w * _cast(zero, v)
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
 def _gather_rows_mv(data, indices, indptr, x, out, lo, hi, selects):
     """Rows ``[lo, hi)`` of ``out[i] = sum_k term(data[k], x[indices[k]])`` (``data[0]`` for every k
     when homogeneous): four partial sums over blocks of four synapses, the rest into the first,
@@ -253,7 +253,7 @@ def _gather_rows_mv(data, indices, indptr, x, out, lo, hi, selects):
         out[i] = (s0 + s1) + (s2 + s3)
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
 def _gather_rows_mm(data, indices, indptr, x, out, lo, hi, selects):
     """Rows ``[lo, hi)`` of ``out[i, c] = sum_k term(data[k], x[indices[k], c])``, term by term."""
     numba.literally(selects)  # a constant of each compiled loop: LLVM drops the unused rule
@@ -323,7 +323,7 @@ def _eight_zero_overload(x, i):
     return compares
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
 def _scatter_rows(data, indices, indptr, x, target, lo, hi, selects, ids=None):
     """``target[indices[k]] += data[k] * s_i`` for the synapses ``k`` of the visited rows ``i``
     (``data[0] * s_i`` when homogeneous): the rows ``[lo, hi)`` with ``s_i = x[i]``, or, given
@@ -404,7 +404,7 @@ def _scatter_rows(data, indices, indptr, x, target, lo, hi, selects, ids=None):
             k += U1
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
 def _scatter_part(data, indices, indptr, x, out, private, bounds, part, selects):
     """Part ``part`` of a split vector scatter: rows ``bounds[part] .. bounds[part + 1]`` into
     ``out`` (part 0) or its private copy ``private[part - 1]`` (zeroed by the caller)."""
@@ -412,7 +412,7 @@ def _scatter_part(data, indices, indptr, x, out, private, bounds, part, selects)
     _scatter_rows(data, indices, indptr, x, target, bounds[part], bounds[part + 1], selects)
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
 def _scatter_samples(data, indices, indptr, xt, out_t, lo, hi, selects):
     """``out_t[c] = A.T @ xt[c]`` for the samples ``c`` in ``[lo, hi)``, one after the other."""
     for c in range(lo, hi):
@@ -421,7 +421,7 @@ def _scatter_samples(data, indices, indptr, xt, out_t, lo, hi, selects):
         _scatter_rows(data, indices, indptr, xt[c], row, np.int64(0), np.int64(xt.shape[1]), selects)
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
 def _count_visited(x, selects):
     """Rows a scatter visits: the nonzero rows of a selecting operand, else every row."""
     if not selects:
@@ -432,7 +432,7 @@ def _count_visited(x, selects):
     return np.int64(count)
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
 def _active_work(indptr, x, selects):
     """Synapses of the rows a scatter visits (unclamped: only used to split work)."""
     work = 0
@@ -442,7 +442,7 @@ def _active_work(indptr, x, selects):
     return work
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
 def _split_active_work(indptr, x, work, parts, selects):
     """Row boundaries of ``parts`` ranges with equal active work."""
     n_rows = x.shape[0]
@@ -462,13 +462,13 @@ def _split_active_work(indptr, x, work, parts, selects):
 
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
 def _listed_count(ids, count):
     """How many rows a list holds: ``count[0]`` clamped to ``[0, len(ids)]``."""
     return min(max(np.int64(count[0]), np.int64(0)), np.int64(ids.shape[0]))
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
 def _listed_work(indptr, ids, m):
     """Synapses of the listed rows ``ids[:m]`` (unclamped, as :func:`_active_work`: only splits work)."""
     n_rows = np.int64(indptr.shape[0] - 1)
@@ -480,7 +480,7 @@ def _listed_work(indptr, ids, m):
     return work
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
 def _split_listed_work(indptr, ids, m, work, parts):
     """Positions in ``ids[:m]`` of ``parts`` ranges of equal work: the same rows in each part as
     :func:`_split_active_work` puts there for the same events (so the parts sum the same bits)."""
@@ -501,7 +501,7 @@ def _split_listed_work(indptr, ids, m, work, parts):
     return bounds
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
 def _scatter_listed_part(data, indices, indptr, ids, out, private, bounds, part):
     """Part ``part`` of a split listed scatter, as :func:`_scatter_part`."""
     target = out if part == 0 else private[part - 1]
@@ -524,7 +524,7 @@ def _dot(u, v, zero, u_selects, v_selects):
     return acc
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
 def _sddmm_rows(indices, indptr, r, q, g, lo, hi, r_selects, q_selects):
     """Rows ``[lo, hi)`` of ``g[k] = term(r[i], q[indices[k]])`` (``r``, ``q`` vectors) or
     ``<r[i, :], q[indices[k], :]>`` (matrices, :func:`_dot`).  Where ``r`` selects or ``q`` is

@@ -34,7 +34,7 @@ import numba
 import numpy as np
 from numba import prange
 
-from ..._kernel_compat import prange_only
+from ..._kernel_compat import COMPILED_CODE_ONLY, prange_only
 from ...backends import numba_cpu
 from ...backends.threads import add_parts, part_done, pool_chunks, region_done, start_region
 from ...dtypes import compute_dtype
@@ -61,7 +61,7 @@ __all__ = ["KERNELS", "matmul_generator", "dense_generator", "generated_structur
 PARALLEL_MIN_WORK = 65536
 _PARALLEL = prange_only()  # a ParallelOptions: Numba would empty a shared dict on the first compile
 DONE, SPLITTABLE, DECLINED = numba_cpu.DONE, numba_cpu.SPLITTABLE, numba_cpu.DECLINED
-_INLINE = dict(cache=True, nogil=True, inline="always")
+_INLINE = dict(cache=True, nogil=True, inline="always", **COMPILED_CODE_ONLY)
 _KERNEL = dict(parallel=_PARALLEL, cache=True, nogil=True)
 
 
@@ -562,7 +562,7 @@ SERIAL_TIERS = {KERNELS[(kind, law)]: tuple(globals()[f"{tier}_{kind}_{law}"] fo
 # ---------------------------------------------------------------------------
 # the structure on the host (``tocsr``): the same row loop, called from Python
 # ---------------------------------------------------------------------------
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True)  # called from Python
 def _structure(law, params, seed, cfg, n_outer, n_inner, data):
     """Count (``data`` empty) or fill: returns ``(counts per outer index, indices)`` and fills ``data``."""
     cap = np.uint64(n_inner)

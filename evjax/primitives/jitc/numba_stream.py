@@ -18,9 +18,10 @@ import numpy as np
 from numba import types
 from numba.extending import intrinsic
 
+from ..._kernel_compat import COMPILED_CODE_ONLY
 from .generation import TWO_LN2, cos_table, log2_table
 
-_INLINE = dict(cache=True, nogil=True, inline="always")
+_INLINE = dict(cache=True, nogil=True, inline="always", **COMPILED_CODE_ONLY)
 
 _LOG2 = log2_table().astype(np.uint64)
 _COS = cos_table().astype(np.uint64)
@@ -129,19 +130,19 @@ BLOCK = 16
 
 # One block-weight function per law, called (not inlined: it is an argument) once per block; its loop
 # calls its law by name, so LLVM vectorises it.
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
 def _wb_scalar(ka, kb, k, p0, p1, w):
     for j in range(BLOCK):
         w[j] = p0
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
 def _wb_uniform(ka, kb, k, p0, p1, w):
     for j in range(BLOCK):
         w[j] = _w_uniform(ka, kb, k + np.uint64(j), p0, p1)
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
 def _wb_normal(ka, kb, k, p0, p1, w):
     for j in range(BLOCK):
         w[j] = _w_normal(ka, kb, k + np.uint64(j), p0, p1)

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numba
 import numpy as np
 
+from ..._kernel_compat import COMPILED_CODE_ONLY
 from ...backends import numba_cpu
 from . import ops
 
@@ -22,7 +23,7 @@ __all__ = ["csrmv_nonzero_kernel", "csr_sddmm_nonzero_kernel", "densemv_nonzero_
 AUTO, WHOLE, NONZERO = -1, 0, 1
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
 def _list_nonzero(x, listed) -> int:
     """The positions of the nonzero entries of ``x`` into ``listed`` (ascending); their number."""
     k = 0
@@ -32,12 +33,12 @@ def _list_nonzero(x, listed) -> int:
     return k
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
 def _take_nonzero_path(path, k, n) -> bool:
     return path == 1 or (path == -1 and k <= ops.SPARSE_DENSITY * n)
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
 def _count_nonzero(v) -> int:
     k = 0
     for b in range(v.shape[0]):
