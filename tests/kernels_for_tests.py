@@ -151,3 +151,11 @@ def raising_tier(threads, x, out):
 @numba.njit(cache=True, nogil=True)
 def bool_tier(threads, x, out):
     return True
+
+
+@numba.njit(cache=True)
+def fill_rows(x, out):
+    """``out[i, j] = x[i]``: writes every element of a (possibly large) output."""
+    for i in range(out.shape[0]):
+        for j in range(out.shape[1]):
+            out[i, j] = x[i]

@@ -220,3 +220,50 @@ def test_second_process_loads_handler_from_disk_cache(tmp_path):
     assert first.returncode == 0 and second.returncode == 0, first.stderr[-2000:] + second.stderr[-2000:]
     assert "HITS 0" in first.stdout
     assert "HITS 1" in second.stdout
+
+
+# ---------------------------------------------------------------------------
+# large outputs: the handler asks Linux for huge pages (intrinsics.advise_huge_pages)
+# ---------------------------------------------------------------------------
+F32 = np.dtype(np.float32)
+
+
+def test_handler_source_advises_large_outputs_unless_turned_off(monkeypatch):
+    source = numba_cpu._handler_source([(F32, 1)], [(F32, 2), (np.dtype(np.int32), 0)], threads=False)
+    assert source.count("advise_huge_pages(") == 1  # the array output only, not the scalar
+    assert "r0_buf" in source.split("advise_huge_pages(")[1].splitlines()[0]
+    off = numba_cpu._handler_source([(F32, 1)], [(F32, 2)], threads=False, advise_huge_pages=False)
+    assert "advise_huge_pages" not in off
+    monkeypatch.setenv("EVJAX_MADVISE_HUGEPAGE", "0")
+    assert numba_cpu.huge_pages_advised() is False
+    monkeypatch.delenv("EVJAX_MADVISE_HUGEPAGE")
+    assert numba_cpu.huge_pages_advised() is True
+
+
+def _transparent_huge_pages_mode() -> str:
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            text = f.read()
+    except OSError:
+        return "absent"
+    return text[text.index("[") + 1:text.index("]")]
+
+
+@pytest.mark.skipif(_transparent_huge_pages_mode() not in ("madvise", "always"),
+                    reason="needs Linux transparent huge pages in madvise or always mode")
+def test_a_large_output_is_written_with_few_page_faults():
+    import resource
+
+    n = 4096  # 64 MiB of float32: 16384 faults on 4 KiB pages
+    fill = evjax.numba_kernel(K.fill_rows, outs=jax.ShapeDtypeStruct((n, n), jnp.float32))
+    f = jax.jit(lambda x: fill(x))
+    x = jnp.arange(n, dtype=jnp.float32)
+    out = jax.block_until_ready(f(x))
+    np.testing.assert_array_equal(np.asarray(out[:, 7]), np.asarray(x))
+    faults = []
+    for _ in range(3):
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        del out
+        out = jax.block_until_ready(f(x))
+        faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+    assert min(faults) < 16384 // 4, faults

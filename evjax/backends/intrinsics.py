@@ -7,8 +7,11 @@ with casts: ``load_i64(frame + FRAME_ARGS)``.  Only ``numba.extending.intrinsic`
 """
 from __future__ import annotations
 
+import ctypes
 import hashlib
+import sys
 
+from llvmlite import binding as llvm
 from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
@@ -16,7 +19,7 @@ from numba.extending import intrinsic
 __all__ = [
     "load_i64", "load_i32", "load_i64_unaligned", "store_i64", "store_i32", "store_u16",
     "as_int", "as_voidptr", "typed_pointer", "stack_bytes", "cstring",
-    "call_ptr_ptr", "call_void_ptr_ptr", "call_i32_ptr", "own_slot", "load_acquire_i64", "store_release_i64", "fetch_add_i64",
+    "call_ptr_ptr", "call_void_ptr_ptr", "call_i32_ptr", "advise_huge_pages", "own_slot", "load_acquire_i64", "store_release_i64", "fetch_add_i64",
 ]
 
 I8 = ir.IntType(8)
@@ -240,3 +243,60 @@ def call_i32_ptr(typingctx, function, argument):
         return builder.call(_pointer(builder, args[0], fnty), [builder.inttoptr(args[1], PTR)])
 
     return types.int32(types.int64, types.int64), codegen
+
+
+# ---------------------------------------------------------------------------
+# Transparent huge pages for large outputs (Linux)
+# ---------------------------------------------------------------------------
+HUGE_PAGE = 1 << 21  # bytes of an x86-64 / arm64 transparent huge page
+HUGE_PAGE_MIN_BYTES = 1 << 22  # advise buffers of at least this size, as NumPy does for its own (4 MiB)
+MADV_HUGEPAGE = 14
+MADVISE_SYMBOL = "evjax_madvise"
+
+
+def _madvise_address() -> int:
+    """The address of libc's ``madvise`` (Linux), else 0."""
+    if not sys.platform.startswith("linux"):
+        return 0
+    try:
+        return int(ctypes.cast(ctypes.CDLL(None).madvise, ctypes.c_void_p).value or 0)
+    except (OSError, AttributeError):
+        return 0
+
+
+_MADVISE = _madvise_address()
+if _MADVISE:
+    # resolved when a handler's machine code is linked (compiled, or loaded from the disk cache)
+    llvm.add_symbol(MADVISE_SYMBOL, _MADVISE)
+
+
+@intrinsic
+def advise_huge_pages(typingctx, address, nbytes):
+    """``madvise(MADV_HUGEPAGE)`` over the whole 2 MiB pages inside ``[address, address + nbytes)``,
+    where ``nbytes >= HUGE_PAGE_MIN_BYTES`` (Linux; elsewhere nothing).
+
+    XLA allocates a large output buffer afresh at each call, and the kernel's
+    first write to each 4 KiB page costs a page fault: 16384 of them for 64 MiB,
+    most of the time of a memory-bound kernel such as a dense weight gradient.
+    Linux's ``transparent_hugepage=madvise`` mode (the common default) maps 2 MiB
+    pages only where asked, as NumPy asks for its own large arrays.  A hint: the
+    contents and the results do not change, and a failed call changes nothing.
+    """
+
+    def codegen(context, builder, signature, args):
+        if not _MADVISE:
+            return context.get_dummy_value()
+        start_address, size = args
+        mask = I64(~(HUGE_PAGE - 1))
+        start = builder.and_(builder.add(start_address, I64(HUGE_PAGE - 1)), mask)
+        end = builder.and_(builder.add(start_address, size), mask)
+        large = builder.icmp_signed(">=", size, I64(HUGE_PAGE_MIN_BYTES))
+        whole_pages = builder.icmp_signed(">", end, start)
+        with builder.if_then(builder.and_(large, whole_pages), likely=False):
+            callee = builder.module.globals.get(MADVISE_SYMBOL)
+            if callee is None:
+                callee = ir.Function(builder.module, ir.FunctionType(I32, [I64, I64, I32]), MADVISE_SYMBOL)
+            builder.call(callee, [start, builder.sub(end, start), I32(MADV_HUGEPAGE)])
+        return context.get_dummy_value()
+
+    return types.void(types.int64, types.int64), codegen

@@ -140,7 +140,15 @@ def _option_text(value) -> str:
     return repr(value)
 
 
-def _handler_source(in_types, out_types, threads: bool, tiered: bool = False) -> str:
+def huge_pages_advised() -> bool:
+    """Whether new handlers ask Linux for huge pages under their large outputs
+    (:func:`evjax.backends.intrinsics.advise_huge_pages`): yes, unless ``EVJAX_MADVISE_HUGEPAGE=0``.
+    Read when a handler is generated; the choice is part of its source, hence of its cache key."""
+    return os.environ.get("EVJAX_MADVISE_HUGEPAGE", "1") != "0"
+
+
+def _handler_source(in_types, out_types, threads: bool, tiered: bool = False,
+                    advise_huge_pages: bool = True) -> str:
     """The body of a handler calling ``KERNEL`` on the frame's buffers.
 
     With ``threads``, the kernel's first argument is the number of threads it
@@ -150,6 +158,9 @@ def _handler_source(in_types, out_types, threads: bool, tiered: bool = False) ->
     :func:`evjax.backends.ffi_core.report` composes.  There is no other
     generated function (no ``try``/``except``, whose front end costs a compile
     some 0.2 s of CPU; see ``benchmarks/handler_compile.py``).
+
+    With ``advise_huge_pages``, each output buffer of 4 MiB or more is advised to huge pages before
+    the kernel writes it (:func:`evjax.backends.intrinsics.advise_huge_pages`: fewer page faults).
 
     With ``tiered``, ``KERNEL`` is a serial tier (see :func:`call`): the
     handler first reads its own slot (:func:`evjax.backends.intrinsics.own_slot`:
@@ -188,6 +199,8 @@ def _handler_source(in_types, out_types, threads: bool, tiered: bool = False) ->
             f"    {name} = array_view(load_i64({name}_buf + {ffi_abi.BUFFER_DATA}), "
             f"load_i64({name}_buf + {ffi_abi.BUFFER_DIMS}), types.{NUMBA_TYPE_NAMES[dtype]}, {rank})",
         ]
+        if table == "rets" and rank and advise_huge_pages:  # see intrinsics.advise_huge_pages
+            body.append(f"    advise_huge_pages(load_i64({name}_buf + {ffi_abi.BUFFER_DATA}), numba.int64({name}.nbytes))")
     failed = (f"as_voidptr(report(frame, numba.int64(HANDLER_KEY), numba.int64({{detail}}), "
               f"numba.int64({ffi_abi.ERRC_INTERNAL})))")
     if not tiered:
@@ -274,7 +287,8 @@ def _new_job(kernel, in_types, out_types, traits, threads: bool, full=None) -> _
     fingerprint, cacheable = _kernel_fingerprint(compiled)
     if full is not None:  # a serial tier: named for what takes over from it (its upgrader compiles that)
         fingerprint = ":".join([fingerprint] + [_kernel_fingerprint(k)[0] for k in full])
-    body = _handler_source(in_types, out_types, threads, tiered=full is not None)
+    body = _handler_source(in_types, out_types, threads, tiered=full is not None,
+                           advise_huge_pages=huge_pages_advised())
     imports = ("from evjax._kernel_compat import array_view_intrinsic, raised_intrinsic, outcome_intrinsic\n"
                "array_view, raised, outcome_of = array_view_intrinsic(), raised_intrinsic(), outcome_intrinsic()")
     if threads:
