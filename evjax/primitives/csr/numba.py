@@ -80,7 +80,6 @@ from .numba_rows import (  # the row loops the drivers run, and the parallel thr
     _count_visited,
     _any,
     _gather_rows,
-    _listed_count,
     _listed_work,
     _scatter_listed_part,
     _scatter_part,
@@ -138,7 +137,7 @@ def _serial_gather(threads, data, indices, indptr, x, out, selects, tier):
 @numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
 def _rows_to_visit(x, ids, count):
     """The rows of a vector scatter's loop: ``len(x)``, or the listed count ``count[0]`` clamped to
-    ``[0, len(ids)]`` (as :func:`_listed_count`)."""
+    ``[0, len(ids)]`` (as :func:`numba_rows._listed_count`)."""
     if ids is None:
         return np.int64(x.shape[0])
     return min(max(np.int64(count[0]), I0), np.int64(ids.shape[0]))
@@ -181,27 +180,41 @@ def _serial_scatter(threads, data, indices, indptr, x, out, selects, ids, count,
         return DONE
     if threads >= 2 and not tier:
         return DECLINED
+    bounds, private = _scatter_plan(indptr, x, out, selects, ids, count)
+    parts = bounds.shape[0] - 1
+    for t in range(parts):
+        _scatter_rows(data, indices, indptr, x, out if t == 0 else private[t - 1], bounds[t], bounds[t + 1],
+                      selects, ids)
+    if parts == 1:
+        return DONE
+    add_parts(out, private, I0, np.int64(out.shape[0]))
+    return SPLITTABLE if threads >= 2 else DONE
+
+
+@numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
+def _scatter_plan(indptr, x, out, selects, ids, count):
+    """The parts of a vector scatter (``x``, or the listed rows ``ids[:count]``), with ``out`` zeroed:
+    their bounds (``parts + 1`` row indices, or positions in ``ids``) from the exact work, the synapses
+    of the visited rows (:func:`_vector_scatter_parts`), and a zeroed private copy of ``out`` for each
+    part after the first.  The serial tier runs these parts in turn, the driver on the pool: the same
+    parts, summed in part order, so the same bits."""
     n = out.shape[0]
     rows = _rows_to_visit(x, ids, count)
     _zero(out, I0, np.int64(n))
     if ids is None:
-        work = _active_work(indptr, x, selects)  # exact: the synapses of the visited rows
+        work = _active_work(indptr, x, selects)
     else:
         work = _listed_work(indptr, ids, rows)
     parts = _vector_scatter_parts(work, n)
     if parts == 1:
-        _scatter_rows(data, indices, indptr, x, out, I0, rows, selects, ids)
-        return DONE
-    if ids is None:
+        bounds = np.empty(2, np.int64)
+        bounds[0] = 0
+        bounds[1] = rows
+    elif ids is None:
         bounds = _split_active_work(indptr, x, work, parts, selects)
     else:
         bounds = _split_listed_work(indptr, ids, rows, work, parts)
-    private = np.zeros((parts - 1, n), out.dtype)
-    for t in range(parts):
-        _scatter_rows(data, indices, indptr, x, out if t == 0 else private[t - 1], bounds[t], bounds[t + 1],
-                      selects, ids)
-    add_parts(out, private, I0, np.int64(n))
-    return SPLITTABLE if threads >= 2 else DONE
+    return bounds, np.zeros((parts - 1, n), out.dtype)
 
 
 @numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
@@ -265,19 +278,13 @@ def _scatter_vector(threads, data, indices, indptr, x, out, selects):
     The parts depend on the inputs and Numba's pool size only, never on the threads that run
     them: one thread runs the same parts in turn, so the sum is the same bits either way.
     """
-    n_rows = x.shape[0]
-    n = out.shape[0]
     # on this thread: one pass, or the parts in turn on one thread (see _serial_scatter)
     if _serial_scatter(threads, data, indices, indptr, x, out, selects, None, 0, False) != DECLINED:
         return
-    _zero(out, I0, np.int64(n))
-    work = _active_work(indptr, x, selects)  # exact: the synapses of the visited rows
-    parts = _vector_scatter_parts(work, n)
-    if parts == 1:
-        _scatter_rows(data, indices, indptr, x, out, I0, np.int64(n_rows), selects)
+    bounds, private = _scatter_plan(indptr, x, out, selects, None, 0)
+    if bounds.shape[0] == 2:
+        _scatter_rows(data, indices, indptr, x, out, bounds[0], bounds[1], selects)
         return
-    bounds = _split_active_work(indptr, x, work, parts, selects)
-    private = np.zeros((parts - 1, n), out.dtype)
     _scatter_parts_parallel(data, indices, indptr, x, out, private, bounds, selects)
 
 
@@ -312,18 +319,12 @@ def _scatter_active(threads, data, indices, indptr, ids, count, out):
     """``out = A.T @ e`` for events ``e`` given as the list of their active rows ``ids[:count]``:
     :func:`_scatter_vector` with the list in place of the scan over ``e``, the same estimate, the
     same parts (of the same rows) and the same sums, so the same bits."""
-    n = out.shape[0]
     if _serial_scatter(threads, data, indices, indptr, ids, out, True, ids, count, False) != DECLINED:
         return
-    m = _listed_count(ids, count)
-    _zero(out, I0, np.int64(n))
-    work = _listed_work(indptr, ids, m)
-    parts = _vector_scatter_parts(work, n)
-    if parts == 1:
-        _scatter_rows(data, indices, indptr, ids, out, I0, m, True, ids)
+    bounds, private = _scatter_plan(indptr, ids, out, True, ids, count)
+    if bounds.shape[0] == 2:
+        _scatter_rows(data, indices, indptr, ids, out, bounds[0], bounds[1], True, ids)
         return
-    bounds = _split_listed_work(indptr, ids, m, work, parts)
-    private = np.zeros((parts - 1, n), out.dtype)
     _scatter_listed_parallel(data, indices, indptr, ids, out, private, bounds)
 
 
