@@ -191,8 +191,25 @@ def jitc_figures() -> list[str]:
             f"{run_line(path)}): " + "; ".join(parts) + "."]
 
 
+def versus_brainevent_figures() -> list[str]:
+    path = RESULTS / "versus_brainevent.md"
+    if not path.exists():
+        return []
+    rows = table(path, "# evjax and brainevent side by side")
+    def ratios(prefix, state):
+        return span([r for r in rows if r["case"].startswith(prefix) and r["machine"] == state], "evjax / brainevent")
+    return [f"- Side by side with brainevent in alternating processes (`{path.relative_to(ROOT)}`, {run_line(path)}): "
+            f"CSR `spikes @ W` {ratios('csr forward', 'quiet')} brainevent's time quiet, "
+            f"{ratios('csr forward', 'loaded')} under load; the dense weight gradient "
+            f"{ratios('dense weight gradient', 'quiet')} quiet, {ratios('dense weight gradient', 'loaded')} under load."]
+
+
 def gpu_figures() -> list[str]:
-    path = RESULTS / "gpu_event.md"
+    return _gpu_figure("gpu_event.md") + _gpu_figure("gpu_event_h200.md")
+
+
+def _gpu_figure(name: str) -> list[str]:
+    path = RESULTS / name
     if not path.exists():
         return []
     lines = path.read_text().splitlines()
@@ -334,7 +351,8 @@ def scaling_figures() -> list[str]:
             f"{'met' if best >= 1.6 else 'not met'}."]
 
 
-SECTIONS = (ci_figures, example_figures, cold_start_figures, first_calls_figures, contention_figures, csr_event_figures, dense_figures,
+SECTIONS = (ci_figures, example_figures, cold_start_figures, first_calls_figures, contention_figures,
+            versus_brainevent_figures, csr_event_figures, dense_figures,
             fixed_figures, jitc_figures, plasticity_figures, compact_figures, sparse_backward_figures, scaling_figures, gpu_figures,
             import_time_figures)
 
