@@ -8,8 +8,9 @@ ops inside them, so that a slow one can be found: per step of the example's
 training loop (``examples/train_sparse_snn.py``: input and recurrent CSR
 layers, a batch of 16 samples), the dense-support backward runs ``csrmm``
 (the recurrent layer's transposed product), and ``csr_sddmm`` twice (the
-weight gradients); the sparse backward runs ``csrmv_nonzero`` per sample and
-``csr_sddmm_nonzero`` twice.  Each op is jitted alone on the example's
+weight gradients); the sparse backward runs ``csrmv_nonzero`` (the batch as the rows of its
+vector operand, as its batching rule binds it) and ``csr_sddmm_nonzero`` twice
+(the batch summed in the kernel, as the transpose rule binds it).  Each op is jitted alone on the example's
 shapes, with cotangents whose share of zeros is ``--zeros`` (the sparse
 backward's default band leaves about 85 %), and timed on each backend
 registered for the platform (medians of synchronous calls, interleaved).
@@ -68,23 +69,21 @@ def cases(n_in: int, n_hidden: int, batch: int, p_in: float, p_rec: float, zeros
     out = {"csrmm (W_rec @ g, batch)": csrmm, "csr_sddmm (input weights, batch)": sddmm(w_in, s_in),
            "csr_sddmm (recurrent weights, batch)": sddmm(w_rec, s_rec)}
 
-    def nonzero_mv(be):
-        f = jax.vmap(lambda v: evjax.csrmv_nonzero(w_rec.data, w_rec.indices, w_rec.indptr, view, v,
-                                                   shape=w_rec.shape, transpose=False, backend=be))
-        return waited(f, g)
+    def nonzero_mv(be):  # as the batching rule calls it: the batch as the rows of v, one call
+        return waited(lambda v: evjax.csrmv_nonzero(w_rec.data, w_rec.indices, w_rec.indptr, view, v,
+                                                    shape=w_rec.shape, transpose=False, backend=be), g)
 
-    def nonzero_sddmm(w, s):
+    def nonzero_sddmm(w, s):  # as the transpose rule calls it: one group, the batch summed in the kernel
         w_view = w.build_weight_indices()._other_view()
 
         def make(be):
-            f = jax.vmap(lambda r, q: evjax.csr_sddmm_nonzero(w.indices, w.indptr, w_view, r, q, shape=w.shape,
-                                                              backend=be))
-            return waited(lambda r, q: f(r, q).sum(0), s, g)
+            return waited(lambda r, q: evjax.csr_sddmm_nonzero(w.indices, w.indptr, w_view, r, q,
+                                                               shape=w.shape, backend=be), s, g)
         return make
 
-    out["csrmv_nonzero (W_rec @ g, vmapped)"] = nonzero_mv
-    out["csr_sddmm_nonzero (input weights, vmapped)"] = nonzero_sddmm(w_in, s_in)
-    out["csr_sddmm_nonzero (recurrent weights, vmapped)"] = nonzero_sddmm(w_rec, s_rec)
+    out["csrmv_nonzero (W_rec @ g, batch)"] = nonzero_mv
+    out["csr_sddmm_nonzero (input weights, batch)"] = nonzero_sddmm(w_in, s_in)
+    out["csr_sddmm_nonzero (recurrent weights, batch)"] = nonzero_sddmm(w_rec, s_rec)
     return out
 
 
