@@ -89,6 +89,7 @@ def csrmv_nonzero_kernel(data, indices, indptr, t_indices, t_indptr, perm, v, fl
         return
     vt = np.ascontiguousarray(v.T)  # (n_in, B): the batch of one input entry together
     acc = np.empty(n_batch, out.dtype)
+    nothing = out.dtype.type(-0.0)  # of the output's dtype: a bare -0.0 would make each sum a float64 one
     for o in range(out.shape[1]):
         acc[:] = 0
         if transpose:  # column o through the column view
@@ -96,13 +97,13 @@ def csrmv_nonzero_kernel(data, indices, indptr, t_indices, t_indptr, perm, v, fl
                 w = data[0 if shared else perm[p]]
                 xs = vt[t_indices[p]]
                 for b in range(n_batch):
-                    acc[b] += w * xs[b] if xs[b] != 0 else -0.0
+                    acc[b] += w * xs[b] if xs[b] != 0 else nothing
         else:  # row o
             for e in range(indptr[o], indptr[o + 1]):
                 w = data[0 if shared else e]
                 xs = vt[indices[e]]
                 for b in range(n_batch):
-                    acc[b] += w * xs[b] if xs[b] != 0 else -0.0
+                    acc[b] += w * xs[b] if xs[b] != 0 else nothing
         for b in range(n_batch):
             out[b, o] = acc[b]
 
