@@ -114,7 +114,8 @@ def csr_sddmm_nonzero_kernel(indices, indptr, t_indices, t_indptr, perm, r, q, f
 
     ``flags = (path,)``: for each ``b``, 0 walks the synapses of the nonzero
     entries of ``r[G, b]``, 1 those of the nonzero entries of ``q[G, b]``
-    (column view); -1 counts both and walks fewer.  Each synapse gets one
+    (column view); -1 walks the rows unless their synapses outnumber the entries of ``q[G, b]``
+    (the cost of listing its nonzero ones), and then the fewer synapses.  Each synapse gets one
     term per ``b``, added in the order of ``b``: the paths give the same bits.
     """
     path = flags[0]
@@ -125,17 +126,23 @@ def csr_sddmm_nonzero_kernel(indices, indptr, t_indices, t_indptr, perm, r, q, f
         g[:] = 0
         for b in range(r.shape[1]):
             rb, qb = r[grp, b], q[grp, b]
-            n_rows = _list_nonzero(rb, rows)
-            n_columns = _list_nonzero(qb, columns)
             by_columns = path == 1
+            n_rows = n_columns = 0
+            if path != 1:
+                n_rows = _list_nonzero(rb, rows)
             if path == -1:
                 row_work = 0
                 for t in range(n_rows):
                     row_work += indptr[rows[t] + 1] - indptr[rows[t]]
-                column_work = 0
-                for t in range(n_columns):
-                    column_work += t_indptr[columns[t] + 1] - t_indptr[columns[t]]
-                by_columns = column_work < row_work
+                # the columns cost their listing (len(qb)) before any synapse: worth counting only past it
+                if row_work > qb.shape[0]:
+                    n_columns = _list_nonzero(qb, columns)
+                    column_work = 0
+                    for t in range(n_columns):
+                        column_work += t_indptr[columns[t] + 1] - t_indptr[columns[t]]
+                    by_columns = column_work < row_work
+            elif path == 1:
+                n_columns = _list_nonzero(qb, columns)
             if by_columns:
                 for t in range(n_columns):
                     j = columns[t]
