@@ -262,13 +262,13 @@ def _compare(kernel, tier, threads, args, out_shape, dtype):
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("size", ["small", "large"])
+@pytest.mark.parametrize("size", ["small", "large", "large vector"])
 @pytest.mark.parametrize("weighted", [False, True])
 def test_dense_tiers_give_the_full_kernels_bits(threads, size, weighted):
     from evjax.primitives.dense import numba as dense_numba
 
     rng = np.random.default_rng(3)
-    k, n, m = (40, 1, 30) if size == "small" else (1500, 3, 800)
+    k, n, m = {"small": (40, 1, 30), "large": (1500, 3, 800), "large vector": (1500, 1, 800)}[size]
     dtype = np.float32
     active = rng.random((k, n)) < 0.4
     x = (rng.standard_normal((k, n)).astype(dtype) * active) if weighted else active.astype(np.uint8)
@@ -282,7 +282,12 @@ def test_dense_tiers_give_the_full_kernels_bits(threads, size, weighted):
         _compare(dense_numba.outer_cols, dense_numba.serial_outer_cols, threads, (x, np.ascontiguousarray(g.T)),
                  (m, k), dtype),
     }
-    if size == "large" and threads == 2 and evjax_threads.pool_size() >= 2:
+    if n == 1:  # the tiers a first call compiles for one vector of events
+        outcomes |= {
+            _compare(dense_numba.scatter, dense_numba.serial_scatter_vector, threads, (w, x), (n, m), dtype),
+            _compare(dense_numba.outer_rows, dense_numba.serial_outer_rows_vector, threads, (x, g), (k, m), dtype),
+        }
+    if size != "small" and threads == 2 and evjax_threads.pool_size() >= 2:
         assert numba_cpu.SPLITTABLE in outcomes  # the comparison covers the kernels' parallel paths
 
 
