@@ -35,8 +35,8 @@ from numba import types
 from numba.extending import overload
 
 from ..._kernel_compat import COMPILED_CODE_ONLY, prange_only
-from ...backends.intrinsics import load_i64_unaligned
 from ...backends.threads import pool_chunks
+from ..event_scan import eight_zero
 
 # Below this many synapses visited a kernel stays on one thread: waking the
 # pool, splitting the work and (scatter) summing per-thread outputs would cost
@@ -306,23 +306,6 @@ def _width_overload(x):
 # ---------------------------------------------------------------------------
 # scatter: target[indices[k]] += w_k * x[i]
 # ---------------------------------------------------------------------------
-def _eight_zero(x, i):
-    """Whether ``x[i .. i + 8)`` are all zero: one 64-bit load for event bytes (uint8), eight
-    compares otherwise."""
-    raise NotImplementedError("compiled by Numba only")
-
-
-@overload(_eight_zero)
-def _eight_zero_overload(x, i):
-    if x.dtype == types.uint8 and x.layout == "C":
-        return lambda x, i: load_i64_unaligned(np.int64(x.ctypes.data) + np.int64(i)) == 0
-
-    def compares(x, i):
-        return x[i] == 0 and x[i + 1] == 0 and x[i + 2] == 0 and x[i + 3] == 0 and x[i + 4] == 0 \
-            and x[i + 5] == 0 and x[i + 6] == 0 and x[i + 7] == 0
-    return compares
-
-
 @numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
 def _scatter_rows(data, indices, indptr, x, target, lo, hi, selects, ids=None):
     """``target[indices[k]] += data[k] * s_i`` for the synapses ``k`` of the visited rows ``i``
@@ -350,7 +333,7 @@ def _scatter_rows(data, indices, indptr, x, target, lo, hi, selects, ids=None):
     while p < hi:
         if ids is None:
             i = np.int64(p)
-            if selects and i % 8 == 0 and i + 8 <= hi and _eight_zero(x, i):
+            if selects and i % 8 == 0 and i + 8 <= hi and eight_zero(x, i):
                 p += 8
                 continue
             s = data.dtype.type(x[i])
