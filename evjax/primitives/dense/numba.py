@@ -33,10 +33,12 @@ these few lines (Numba's parallel passes analyse the whole function around a
 ``prange``; a parallel function of its own below the kernel would have LLVM
 optimise the loop it calls once more, which measured slower to compile).
 Which part computes an output never changes its sum: every output is summed
-in event order by one part, so any split gives the same bits.  The loops are
-called, not inlined at Numba's IR level (LLVM inlines what pays off), and
+in event order by one part, so any split gives the same bits.  The part loops
+are called, not inlined at Numba's IR level (LLVM inlines what pays off), and
 take positions as ``np.int64`` values, never literals, so each is compiled
-once per signature.
+once per signature.  The two row additions that the one-vector scatter and
+its serial tier share (:func:`_add_four_rows`, :func:`_add_row`) are inlined
+at the IR level: called, they ran the forward 15-20 % slower.
 
 Events select (``docs/semantics.md``): only active events are visited, so an
 inactive one contributes nothing whatever its weights hold.  Bool events reach
@@ -79,6 +81,7 @@ _DENSE_GATHER = 12
 # Only explicit ``prange`` loops run on the pool (see evjax/primitives/csr/numba.py).
 _PARALLEL = prange_only()
 I0, I1 = np.int64(0), np.int64(1)
+U0 = np.uint64(0)
 DONE, SPLITTABLE = numba_cpu.DONE, numba_cpu.SPLITTABLE
 # The helpers below the kernels are only called from compiled code: no Python entry point is built for them.
 _HELPER = dict(cache=True, nogil=True, **COMPILED_CODE_ONLY)
@@ -164,6 +167,26 @@ def _by_row(idx, total, n, k):
 # ---------------------------------------------------------------------------
 # forward kernels
 # ---------------------------------------------------------------------------
+@numba.njit(inline="always", **_HELPER)
+def _add_four_rows(o, w, xf, j0, j1, j2, j3, one, lo, hi):
+    """``o[lo:hi] = (((o + v0 W[j0]) + v1 W[j1]) + v2 W[j2]) + v3 W[j3]``: the additions of one row at a time,
+    in the same order, with a quarter of the loads and stores of ``o`` (``lo``, ``hi`` unsigned: LLVM
+    vectorises the loop)."""
+    w0, w1, w2, w3 = w[j0], w[j1], w[j2], w[j3]
+    v0, v1, v2, v3 = _value(xf, j0, one), _value(xf, j1, one), _value(xf, j2, one), _value(xf, j3, one)
+    for col in range(lo, hi):
+        o[col] = (((o[col] + w0[col] * v0) + w1[col] * v1) + w2[col] * v2) + w3[col] * v3
+
+
+@numba.njit(inline="always", **_HELPER)
+def _add_row(o, w, xf, j, one, lo, hi):
+    """``o[lo:hi] += v_j W[j]`` (``lo``, ``hi`` unsigned)."""
+    w0 = w[j]
+    v0 = _value(xf, j, one)
+    for col in range(lo, hi):
+        o[col] += w0[col] * v0
+
+
 @numba.njit(parallel=_PARALLEL, cache=True, nogil=True)
 def scatter(threads, w, x, out_t):
     """``out_t (n, m) = (e(x).T @ w)``: w (k, m), x (k, n) events; only active events visited."""
@@ -202,17 +225,10 @@ def _scatter_part(w, x, idx, total, out_t, t, parts):
             o[col] = 0
         p = 0
         while p + 4 <= total:
-            j0, j1, j2, j3 = idx[p], idx[p + 1], idx[p + 2], idx[p + 3]
-            w0, w1, w2, w3 = w[j0], w[j1], w[j2], w[j3]
-            v0, v1, v2, v3 = _value(xf, j0, one), _value(xf, j1, one), _value(xf, j2, one), _value(xf, j3, one)
-            for col in range(c_lo, c_hi):
-                o[col] = (((o[col] + w0[col] * v0) + w1[col] * v1) + w2[col] * v2) + w3[col] * v3
+            _add_four_rows(o, w, xf, idx[p], idx[p + 1], idx[p + 2], idx[p + 3], one, c_lo, c_hi)
             p += 4
         while p < total:
-            w0 = w[idx[p]]
-            v0 = _value(xf, idx[p], one)
-            for col in range(c_lo, c_hi):
-                o[col] += w0[col] * v0
+            _add_row(o, w, xf, idx[p], one, c_lo, c_hi)
             p += 1
         return
     s_lo, s_hi = (n * t) // parts, (n * (t + 1)) // parts
@@ -473,20 +489,13 @@ def serial_scatter_vector(threads, w, x, out_t):
                 four[pending] = j
                 pending += 1
                 if pending == 4:
-                    j0, j1, j2, j3 = four[0], four[1], four[2], four[3]
-                    w0, w1, w2, w3 = w[j0], w[j1], w[j2], w[j3]
-                    v0, v1, v2, v3 = _value(xf, j0, one), _value(xf, j1, one), _value(xf, j2, one), _value(xf, j3, one)
-                    for col in range(m):
-                        o[col] = (((o[col] + w0[col] * v0) + w1[col] * v1) + w2[col] * v2) + w3[col] * v3
+                    _add_four_rows(o, w, xf, four[0], four[1], four[2], four[3], one, U0, m)
                     pending = 0
                     total += 4
         base = hi
     total += pending
     for t in range(pending):  # the last active rows, fewer than four, one at a time
-        wt = w[four[t]]
-        vt = _value(xf, four[t], one)
-        for col in range(m):
-            o[col] += wt[col] * vt
+        _add_row(o, w, xf, four[t], one, U0, m)
     return SPLITTABLE if threads >= 2 and total * out_t.shape[1] >= PARALLEL_MIN_WORK else DONE
 
 
