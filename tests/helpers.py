@@ -853,6 +853,25 @@ def delay_deliver_reference(ring, events, data, indices, indptr, delays, t, weig
     return (ring.astype(acc) + _delay_sum(D, x, bool(weighted))).astype(ring.dtype)
 
 
+def delay_deliver_loop(ring, events, data, indices, indptr, delays, t, weighted: bool):
+    """The delivery as the documented loop, in NumPy: rows in order, each row's edges in order, ``w_e f(x_i)``
+    added at slot ``(t mod L + clamp(d_e, 0, L - 1)) mod L``; columns outside ``[0, n_post)`` skipped.  The
+    order of the additions is the kernels' (a bitwise oracle for the serial ones)."""
+    out = np.array(ring, copy=True)
+    n_slots, n_post = out.shape
+    data = np.broadcast_to(np.asarray(data, out.dtype).reshape(-1), (len(indices),))
+    delays = np.broadcast_to(np.asarray(delays).reshape(-1), (len(indices),))
+    for i, x in enumerate(np.asarray(events)):
+        if x == 0:
+            continue
+        f = out.dtype.type(x) if weighted else out.dtype.type(1)
+        for e in range(indptr[i], indptr[i + 1]):
+            if 0 <= indices[e] < n_post:
+                s = (int(t) % n_slots + min(max(int(delays[e]), 0), n_slots - 1)) % n_slots
+                out[s, indices[e]] += data[e] * f
+    return out
+
+
 def delay_resampler(*, events: int, indices: int, indptr: int, delays: int, t: int, ring: int):
     """A ``resample`` for the delay ops' argument tuples: new columns (in ``[0, n_post)``), a new split of
     the same nnz, new delays in ``[0, L)``, a new step, integer events as 0/1/2; floats and bools by

@@ -14,7 +14,7 @@ from evjax.primitives.delay import (
     csr_delay_gather_p,
 )
 from evjax.testing import OpSpec, check_all, property_test, random_csr
-from tests.helpers import delay_deliver_reference, delay_resampler
+from tests.helpers import delay_deliver_loop, delay_deliver_reference, delay_resampler
 
 BACKENDS = ("numba", "warp", "reference")
 RESAMPLE = delay_resampler(events=1, indices=3, indptr=4, delays=5, t=6, ring=0)
@@ -226,6 +226,26 @@ def test_traced_out_of_range_delays_clamp_to_the_ring(backend):
     want[(1 + 3) % 4, 1] = 2.0  # 7 -> L - 1 = 3
     want[(1 + 3) % 4, 2] = 3.0  # 2**30 -> 3
     np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_traced_out_of_range_columns_are_skipped_in_rows_of_every_length(backend):
+    # rows of 0 to 40 edges in no order of length (the Numba kernel's per-row offset buffer grows and is
+    # reused), columns outside [0, n_post) and delays outside [0, L) among them: the same bits as the oracle
+    rng = np.random.default_rng(3)
+    n_pre, n_post, n_slots = 12, 9, 5
+    lengths = rng.permutation(np.arange(0, 48, 4))
+    indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    nnz = int(indptr[-1])
+    indices = rng.integers(-3, n_post + 3, nnz).astype(np.int32)
+    delays = rng.integers(-2, n_slots + 3, nnz).astype(np.int32)
+    ring = rng.uniform(-1, 1, (n_slots, n_post)).astype(np.float32)
+    data = rng.uniform(-1, 1, nnz).astype(np.float32)
+    events = rng.random(n_pre) < 0.7
+    f = jax.jit(lambda idx, d: csr_delay_deliver(ring, events, data, idx, indptr, d, 3, shape=(n_pre, n_post),
+                                                 backend=backend))
+    want = delay_deliver_loop(ring, events, data, indices, indptr, delays, 3, False)
+    np.testing.assert_array_equal(np.asarray(f(indices, delays)).view(np.int32), want.view(np.int32))
 
 
 @pytest.mark.parametrize("bad, error, match", [
