@@ -267,3 +267,32 @@ def test_a_large_output_is_written_with_few_page_faults():
         out = jax.block_until_ready(f(x))
         faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
     assert min(faults) < 16384 // 4, faults
+
+
+def test_every_public_family_kernel_can_be_called_from_python():
+    # A helper compiled for compiled callers only (COMPILED_CODE_ONLY) has no Python entry point: calling it
+    # from Python crashes the process.  Only private helpers (a leading underscore) may be compiled so.
+    from numba.core.registry import CPUDispatcher
+
+    from evjax._kernel_compat import kernel_options
+    from evjax.primitives import event_scan
+    from evjax.primitives.compact import numba as compact_numba
+    from evjax.primitives.csr import numba as csr_numba, numba_rows
+    from evjax.primitives.delay import numba as delay_numba
+    from evjax.primitives.dense import numba as dense_numba
+    from evjax.primitives.jitc import numba as jitc_numba, numba_stream
+    from evjax.primitives.plasticity import numba as plasticity_numba
+    from evjax.primitives.sparse_backward import numba as sparse_backward_numba
+
+    modules = (event_scan, compact_numba, csr_numba, numba_rows, delay_numba, dense_numba, jitc_numba,
+               numba_stream, plasticity_numba, sparse_backward_numba)
+    public = {f"{m.__name__}.{name}": obj for m in modules for name, obj in vars(m).items()
+              if isinstance(obj, CPUDispatcher) and not name.startswith("_") and obj.__module__ == m.__name__}
+    assert len(public) >= 20, sorted(public)
+    no_entry = sorted(name for name, d in public.items() if kernel_options(d).get("no_cpython_wrapper"))
+    assert no_entry == [], f"public kernels without a Python entry point: {no_entry}"
+    # one of the kernels that had none: called from Python, it now runs (it crashed the process before)
+    w = np.ones(4, np.float32)
+    plasticity_numba.update_lines(w, np.zeros(4, np.int32), np.array([0, 4], np.int32), np.zeros(0, np.int32),
+                                  np.full(4, 0.5, np.float32), np.ones(1, np.uint8), np.array([0, 1], np.float32), w)
+    np.testing.assert_array_equal(w, np.ones(4, np.float32))  # 1 + 0.5 clipped to 1

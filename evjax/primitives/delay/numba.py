@@ -44,7 +44,7 @@ def _slot(t_mod, d, n_slots):
     return s - n_slots if s >= n_slots else s
 
 
-@numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
+@numba.njit(cache=True, nogil=True)
 def deliver(ring, events, data, indices, indptr, delays, t_mod, out):
     """``out`` (aliasing ``ring``) ``[s_e, j_e] += w_e * events[i]`` for each edge of each row with
     ``events[i] != 0``; ``s_e = t_mod + clamp(d_e, 0, L - 1)`` wrapped once.
@@ -87,7 +87,7 @@ def deliver(ring, events, data, indices, indptr, delays, t_mod, out):
     return
 
 
-@numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
+@numba.njit(cache=True, nogil=True)
 def gather(g, events, data, indices, indptr, delays, t_mod, flags, out):
     """``out = 0``, then for each visited row ``i`` (``flags[1]``: only rows with ``events[i] != 0``, their
     terms scaled by ``events[i]``) and edge ``e``: ``term = w_e * g[s_e, j_e]``, stored at ``out[e]``

@@ -46,7 +46,7 @@ def _clipped(v, lo, hi):
     return v
 
 
-@numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
+@numba.njit(cache=True, nogil=True)
 def update_lines(weight, indices, indptr, positions, trace, spikes, bounds, out):
     """``out[p] = clip(out[p] + trace[indices[e]])`` for each entry ``e`` of each line ``i`` with
     ``spikes[i]``; ``p = positions[e]``, or ``e`` when ``positions`` is empty.  ``out`` aliases
@@ -61,7 +61,7 @@ def update_lines(weight, indices, indptr, positions, trace, spikes, bounds, out)
     return
 
 
-@numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
+@numba.njit(cache=True, nogil=True)
 def update_dense(weight, spikes, trace, bounds, axis, out):
     """``out[i, j] = clip(out[i, j] + trace[other])`` on the rows (``axis[0] == 0``: other = j) or columns
     (other = i) whose spike is set; the active columns are listed once.  ``out`` aliases ``weight``."""
