@@ -37,6 +37,7 @@ from numba.extending import overload
 from ..._kernel_compat import COMPILED_CODE_ONLY, prange_only
 from ...backends.threads import pool_chunks
 from ..event_scan import eight_zero
+from ..spans import row_span
 
 # Below this many synapses visited a kernel stays on one thread: waking the
 # pool, splitting the work and (scatter) summing per-thread outputs would cost
@@ -137,14 +138,6 @@ def _selects_overload(x):
 
 
 @numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
-def _span(indptr, i, nnz):
-    """Synapses ``[a, b)`` of row ``i``, unsigned, both ends clamped to ``[0, nnz]``."""
-    a = min(max(np.int64(indptr[i]), np.int64(0)), np.int64(nnz))
-    b = min(max(np.int64(indptr[i + 1]), np.int64(0)), np.int64(nnz))
-    return np.uint64(a), np.uint64(b)
-
-
-@numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
 def _zero(arr, lo, hi):
     """``arr[lo:hi] = 0`` for a 1-d array, as a plain unsigned loop (LLVM makes it a memset)."""
     for k in range(np.uint64(lo), np.uint64(hi)):
@@ -203,7 +196,7 @@ def _gather_rows_mv(data, indices, indptr, x, out, lo, hi, selects):
     homogeneous = data.shape[0] != nnz
     zero = out.dtype.type(0)
     for i in range(lo, hi):
-        a, b = _span(indptr, i, nnz)
+        a, b = row_span(indptr, i, nnz)
         s0 = zero
         s1 = zero
         s2 = zero
@@ -266,7 +259,7 @@ def _gather_rows_mm(data, indices, indptr, x, out, lo, hi, selects):
         row = out[i]
         for c in range(width):
             row[c] = zero
-        a, b = _span(indptr, i, nnz)
+        a, b = row_span(indptr, i, nnz)
         for k in range(a, b):
             j = np.uint64(np.int64(indices[k]))
             if j < n:

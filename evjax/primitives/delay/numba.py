@@ -16,7 +16,8 @@ synapses of active rows only:
 Events reach the kernels as values in the compute dtype (``1``/``0`` or ``x``),
 delays as ``(1,)`` or ``(nnz,)`` int32/int64, ``t`` as ``t mod L`` (a ``(1,)``
 array); each delay is clamped to ``[0, L - 1]``; a column outside ``[0,
-n_post)`` is skipped.  float16/bfloat16 are computed in float32.
+n_post)`` is skipped, and each row's span is clamped to ``[0, nnz]`` (a
+malformed traced structure: :mod:`evjax.primitives.spans`).  float16/bfloat16 are computed in float32.
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ import numpy as np
 from ..._kernel_compat import COMPILED_CODE_ONLY
 from ...backends import numba_cpu
 from ...dtypes import compute_dtype
+from ..spans import row_span
 from . import ops
 
 __all__ = ["deliver", "gather", "deliver_generator", "gather_generator"]
@@ -61,13 +63,14 @@ def deliver(ring, events, data, indices, indptr, delays, t_mod, out):
     last = np.int64(n_slots - 1)
     homo_w = data.shape[0] == 1
     homo_d = delays.shape[0] == 1
+    nnz = indices.shape[0]
     first = np.uint64(0)
     offsets = np.empty(0, np.uint64)  # one row's offsets, grown to the longest active row
     for i in range(events.shape[0]):
         f = events[i]
         if f == 0:
             continue
-        start, stop = np.uint64(indptr[i]), np.uint64(indptr[i + 1])
+        start, stop = row_span(indptr, i, nnz)
         if stop <= start:
             continue
         m = stop - start
@@ -99,11 +102,13 @@ def gather(g, events, data, indices, indptr, delays, t_mod, flags, out):
     tm = t_mod[0]
     homo_w = data.shape[0] == 1
     homo_d = delays.shape[0] == 1
+    nnz = indices.shape[0]
     for i in range(indptr.shape[0] - 1):
         f = events[i]
         if by_event and f == 0:
             continue
-        for e in range(indptr[i], indptr[i + 1]):
+        a, b = row_span(indptr, i, nnz)
+        for e in range(a, b):
             j = indices[e]
             if j < 0 or j >= n_post:
                 continue

@@ -39,7 +39,12 @@ def deliver(ring, events, data, indices, indptr, delays, t_mod, out):
         if f != 0:
             n_slots, n_post = out.shape
             tm = t_mod[0]
-            for e in range(indptr[i], indptr[i + 1]):
+            lo, hi = indptr[i], indptr[i + 1]  # the span clamped to [0, nnz] (a malformed traced structure)
+            if lo < 0:
+                lo = 0
+            if hi > indices.shape[0]:
+                hi = indices.shape[0]
+            for e in range(lo, hi):
                 j = indices[e]
                 if j >= 0 and j < n_post:
                     d = delays[0] if delays.shape[0] == 1 else delays[e]
@@ -65,7 +70,12 @@ def gather(zeros, g, events, data, indices, indptr, delays, t_mod, flags, out):
             tm = t_mod[0]
             total = out[i] if flags[0] == 0 else out[0]  # 0 (typed) where summing
             total = total - total
-            for e in range(indptr[i], indptr[i + 1]):
+            lo, hi = indptr[i], indptr[i + 1]  # the span clamped to [0, nnz] (a malformed traced structure)
+            if lo < 0:
+                lo = 0
+            if hi > indices.shape[0]:
+                hi = indices.shape[0]
+            for e in range(lo, hi):
                 j = indices[e]
                 if j >= 0 and j < n_post:
                     d = delays[0] if delays.shape[0] == 1 else delays[e]

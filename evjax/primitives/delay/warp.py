@@ -59,6 +59,10 @@ def delay_kernels(compute_dt: str) -> dict:
         return s
 
     @wp.func(module=module)
+    def span(indptr: I1, i: int, nnz: int):  # row i's edges, clamped to [0, nnz] (a malformed traced structure)
+        return wp.max(indptr[i], 0), wp.min(indptr[i + 1], nnz)
+
+    @wp.func(module=module)
     def weight(data: F1, e: int):
         w = data[0]
         if data.shape[0] != 1:
@@ -75,7 +79,8 @@ def delay_kernels(compute_dt: str) -> dict:
             n_slots = out.shape[0]
             n_post = out.shape[1]
             tm = t_mod[0]
-            for e in range(indptr[i], indptr[i + 1]):
+            lo, hi = span(indptr, i, indices.shape[0])
+            for e in range(lo, hi):
                 j = indices[e]
                 if j >= 0 and j < n_post:
                     s = slot(delays, e, tm, n_slots)
@@ -93,7 +98,8 @@ def delay_kernels(compute_dt: str) -> dict:
             n_post = g.shape[1]
             tm = t_mod[0]
             total = F(0.0)
-            for e in range(indptr[i], indptr[i + 1]):
+            lo, hi = span(indptr, i, indices.shape[0])
+            for e in range(lo, hi):
                 j = indices[e]
                 if j >= 0 and j < n_post:
                     s = slot(delays, e, tm, n_slots)

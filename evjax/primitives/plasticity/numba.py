@@ -7,7 +7,9 @@ for ``_post``) it moves the weight of each entry by the trace of its other end
 and clips it.  ``positions`` is empty for the row view (an entry is its own
 weight position) and ``weight_indices`` for the column view.  Serial: each
 synapse is written at most once per call (the positions are a permutation),
-so the order of the lines cannot change a bit.
+so the order of the lines cannot change a bit.  A malformed traced structure
+(:mod:`evjax.primitives.spans`): each line's span is clamped to ``[0, nnz]``
+and an entry whose position or other end is out of range is skipped.
 
 The kernels' output aliases the weights (``numba_cpu.call(in_place=0)``): XLA
 writes in place where the weights are not used afterwards (a ``jax.lax.scan``
@@ -31,6 +33,7 @@ import numpy as np
 from ..._kernel_compat import COMPILED_CODE_ONLY
 from ...backends import numba_cpu
 from ...dtypes import compute_dtype
+from ..spans import row_span
 from . import ops
 
 __all__ = ["update_lines", "update_dense", "update_generator", "dense_update_generator"]
@@ -53,11 +56,17 @@ def update_lines(weight, indices, indptr, positions, trace, spikes, bounds, out)
     ``weight`` (it holds the weights on entry), so only the synapses of active lines are touched."""
     lo, hi = bounds[0], bounds[1]
     direct = positions.shape[0] == 0
+    nnz = indices.shape[0]
+    n_out = np.uint64(out.shape[0])
+    n_trace = np.uint64(trace.shape[0])
     for i in range(spikes.shape[0]):
         if spikes[i]:
-            for e in range(indptr[i], indptr[i + 1]):
-                p = e if direct else positions[e]
-                out[p] = _clipped(out[p] + trace[indices[e]], lo, hi)
+            a, b = row_span(indptr, i, nnz)
+            for e in range(a, b):
+                p = e if direct else np.uint64(np.int64(positions[e]))
+                j = np.uint64(np.int64(indices[e]))
+                if p < n_out and j < n_trace:  # (a malformed traced structure: skipped)
+                    out[p] = _clipped(out[p] + trace[j], lo, hi)
     return
 
 

@@ -34,9 +34,18 @@ def update_lines(weight, indices, indptr, positions, trace, spikes, bounds, out)
     if i < spikes.shape[0] and spikes[i]:
         lo, hi = bounds[0], bounds[1]
         direct = positions.shape[0] == 0
-        for e in range(indptr[i], indptr[i + 1]):
+        # a malformed traced structure: the span clamped to [0, nnz], an out-of-range entry skipped
+        a, b = indptr[i], indptr[i + 1]
+        if a < 0:
+            a = 0
+        if b > indices.shape[0]:
+            b = indices.shape[0]
+        for e in range(a, b):
             p = e if direct else positions[e]
-            v = out[p] + trace[indices[e]]
+            j = indices[e]
+            if p < 0 or p >= out.shape[0] or j < 0 or j >= trace.shape[0]:
+                continue
+            v = out[p] + trace[j]
             if lo != lo or v < lo:
                 v = lo
             if hi != hi or v > hi:

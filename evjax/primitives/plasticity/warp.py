@@ -56,11 +56,14 @@ def plasticity_kernels(compute_dt: str) -> dict:
         i = wp.tid()
         if spikes[i]:
             direct = positions.shape[0] == 0
-            for e in range(indptr[i], indptr[i + 1]):
+            # a malformed traced structure: the span clamped to [0, nnz], an out-of-range entry skipped
+            for e in range(wp.max(indptr[i], 0), wp.min(indptr[i + 1], indices.shape[0])):
                 p = e
                 if not direct:
                     p = positions[e]
-                out[p] = clipped(out[p] + trace[indices[e]], bounds)
+                j = indices[e]
+                if p >= 0 and p < out.shape[0] and j >= 0 and j < trace.shape[0]:
+                    out[p] = clipped(out[p] + trace[j], bounds)
 
     @wp.kernel(enable_backward=False, module=module)
     def update_dense(spikes: B1, trace: F1, bounds: F1, by_row: B1, out: F2):

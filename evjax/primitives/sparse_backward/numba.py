@@ -15,6 +15,7 @@ import numpy as np
 
 from ..._kernel_compat import COMPILED_CODE_ONLY
 from ...backends import numba_cpu
+from ..spans import row_span
 from . import ops
 
 __all__ = ["csrmv_nonzero_kernel", "csr_sddmm_nonzero_kernel", "densemv_nonzero_kernel",
@@ -66,10 +67,14 @@ def csrmv_nonzero_kernel(data, indices, indptr, t_indices, t_indptr, perm, v, fl
     """
     transpose, sorted_rows, path = flags[0] != 0, flags[1] != 0, flags[2]
     nnz = indices.shape[0]
+    nnz_t = min(t_indices.shape[0], perm.shape[0])
     shared = data.shape[0] == 1 and nnz != 1
+    n_data = np.uint64(data.shape[0])
     n_batch = v.shape[0]
+    n_in, n_out = np.uint64(v.shape[1]), np.uint64(out.shape[1])
     nonzero_path = (_take_nonzero_path(path, _count_nonzero(v), v.size) if path == -1 else path == 1) \
         or not (transpose or sorted_rows)
+    # a malformed traced structure (evjax.primitives.spans): spans clamped, out-of-range indices skipped
     if nonzero_path:
         listed = np.empty(v.shape[1], np.int64)
         for b in range(n_batch):
@@ -79,13 +84,20 @@ def csrmv_nonzero_kernel(data, indices, indptr, t_indices, t_indptr, perm, v, fl
             if transpose:  # the rows of the nonzero entries
                 for t in range(k):
                     i = listed[t]
-                    for e in range(indptr[i], indptr[i + 1]):
-                        y[indices[e]] += data[0 if shared else e] * x[i]
+                    lo, hi = row_span(indptr, i, nnz)
+                    for e in range(lo, hi):
+                        j = np.uint64(np.int64(indices[e]))
+                        if j < n_out:
+                            y[j] += data[np.uint64(0) if shared else e] * x[i]
             else:  # the columns of the nonzero entries, through the column view
                 for t in range(k):
                     j = listed[t]
-                    for p in range(t_indptr[j], t_indptr[j + 1]):
-                        y[t_indices[p]] += data[0 if shared else perm[p]] * x[j]
+                    lo, hi = row_span(t_indptr, j, nnz_t)
+                    for p in range(lo, hi):
+                        i = np.uint64(np.int64(t_indices[p]))
+                        q = np.uint64(0) if shared else np.uint64(np.int64(perm[p]))
+                        if i < n_out and q < n_data:
+                            y[i] += data[q] * x[j]
         return
     vt = np.ascontiguousarray(v.T)  # (n_in, B): the batch of one input entry together
     acc = np.empty(n_batch, out.dtype)
@@ -93,15 +105,24 @@ def csrmv_nonzero_kernel(data, indices, indptr, t_indices, t_indptr, perm, v, fl
     for o in range(out.shape[1]):
         acc[:] = 0
         if transpose:  # column o through the column view
-            for p in range(t_indptr[o], t_indptr[o + 1]):
-                w = data[0 if shared else perm[p]]
-                xs = vt[t_indices[p]]
+            lo, hi = row_span(t_indptr, o, nnz_t)
+            for p in range(lo, hi):
+                i = np.uint64(np.int64(t_indices[p]))
+                q = np.uint64(0) if shared else np.uint64(np.int64(perm[p]))
+                if i >= n_in or q >= n_data:
+                    continue
+                w = data[q]
+                xs = vt[i]
                 for b in range(n_batch):
                     acc[b] += w * xs[b] if xs[b] != 0 else nothing
         else:  # row o
-            for e in range(indptr[o], indptr[o + 1]):
-                w = data[0 if shared else e]
-                xs = vt[indices[e]]
+            lo, hi = row_span(indptr, o, nnz)
+            for e in range(lo, hi):
+                j = np.uint64(np.int64(indices[e]))
+                if j >= n_in:
+                    continue
+                w = data[np.uint64(0) if shared else e]
+                xs = vt[j]
                 for b in range(n_batch):
                     acc[b] += w * xs[b] if xs[b] != 0 else nothing
         for b in range(n_batch):
@@ -121,6 +142,10 @@ def csr_sddmm_nonzero_kernel(indices, indptr, t_indices, t_indptr, perm, r, q, f
     path = flags[0]
     rows = np.empty(r.shape[2], np.int64)
     columns = np.empty(q.shape[2], np.int64)
+    # a malformed traced structure (evjax.primitives.spans): spans clamped, out-of-range indices skipped
+    nnz = indices.shape[0]
+    nnz_t = min(t_indices.shape[0], perm.shape[0])
+    n_r, n_q, n_g = np.uint64(r.shape[2]), np.uint64(q.shape[2]), np.uint64(out.shape[1])
     for grp in range(r.shape[0]):
         g = out[grp]
         g[:] = 0
@@ -133,30 +158,39 @@ def csr_sddmm_nonzero_kernel(indices, indptr, t_indices, t_indptr, perm, r, q, f
             if path == -1:
                 row_work = 0
                 for t in range(n_rows):
-                    row_work += indptr[rows[t] + 1] - indptr[rows[t]]
+                    lo, hi = row_span(indptr, rows[t], nnz)
+                    row_work += hi - lo
                 # the columns cost their listing (len(qb)) before any synapse: worth counting only past it
                 if row_work > qb.shape[0]:
                     n_columns = _list_nonzero(qb, columns)
                     column_work = 0
                     for t in range(n_columns):
-                        column_work += t_indptr[columns[t] + 1] - t_indptr[columns[t]]
+                        lo, hi = row_span(t_indptr, columns[t], nnz_t)
+                        column_work += hi - lo
                     by_columns = column_work < row_work
             elif path == 1:
                 n_columns = _list_nonzero(qb, columns)
             if by_columns:
                 for t in range(n_columns):
                     j = columns[t]
-                    for p in range(t_indptr[j], t_indptr[j + 1]):
-                        ri = rb[t_indices[p]]
-                        if ri != 0:
-                            g[perm[p]] += ri * qb[j]
+                    lo, hi = row_span(t_indptr, j, nnz_t)
+                    for p in range(lo, hi):
+                        i = np.uint64(np.int64(t_indices[p]))
+                        k = np.uint64(np.int64(perm[p]))
+                        if i < n_r and k < n_g:
+                            ri = rb[i]
+                            if ri != 0:
+                                g[k] += ri * qb[j]
             else:
                 for t in range(n_rows):
                     i = rows[t]
-                    for e in range(indptr[i], indptr[i + 1]):
-                        qj = qb[indices[e]]
-                        if qj != 0:
-                            g[e] += rb[i] * qj
+                    lo, hi = row_span(indptr, i, nnz)
+                    for e in range(lo, hi):
+                        j = np.uint64(np.int64(indices[e]))
+                        if j < n_q:
+                            qj = qb[j]
+                            if qj != 0:
+                                g[e] += rb[i] * qj
 
 
 @numba.njit(cache=True, nogil=True)
