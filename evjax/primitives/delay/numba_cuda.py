@@ -39,11 +39,8 @@ def deliver(ring, events, data, indices, indptr, delays, t_mod, out):
         if f != 0:
             n_slots, n_post = out.shape
             tm = t_mod[0]
-            lo, hi = indptr[i], indptr[i + 1]  # the span clamped to [0, nnz] (a malformed traced structure)
-            if lo < 0:
-                lo = 0
-            if hi > indices.shape[0]:
-                hi = indices.shape[0]
+            lo = indptr[i] if indptr[i] > 0 else 0  # the span clamped to [0, nnz] (a malformed traced structure)
+            hi = indptr[i + 1] if indptr[i + 1] < indices.shape[0] else indices.shape[0]
             for e in range(lo, hi):
                 j = indices[e]
                 if j >= 0 and j < n_post:
@@ -70,11 +67,8 @@ def gather(zeros, g, events, data, indices, indptr, delays, t_mod, flags, out):
             tm = t_mod[0]
             total = out[i] if flags[0] == 0 else out[0]  # 0 (typed) where summing
             total = total - total
-            lo, hi = indptr[i], indptr[i + 1]  # the span clamped to [0, nnz] (a malformed traced structure)
-            if lo < 0:
-                lo = 0
-            if hi > indices.shape[0]:
-                hi = indices.shape[0]
+            lo = indptr[i] if indptr[i] > 0 else 0  # the span clamped to [0, nnz] (a malformed traced structure)
+            hi = indptr[i + 1] if indptr[i + 1] < indices.shape[0] else indices.shape[0]
             for e in range(lo, hi):
                 j = indices[e]
                 if j >= 0 and j < n_post:
