@@ -15,7 +15,7 @@ import pytest
 import evjax
 from evjax.primitives.csr import csr_sddmm_p, validate_csr
 from evjax._kernel_compat import python_callable
-from evjax.primitives.csr.numba_rows import _span as _compiled_span
+from evjax.primitives.spans import row_span as _compiled_span
 from evjax.primitives.csr.validation import INT32_MAX, check_shape, index_dtypes
 from tests.helpers import HANG_GUARD_S, small_scipy_csr
 
