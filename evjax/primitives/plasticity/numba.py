@@ -36,7 +36,7 @@ from ...dtypes import compute_dtype
 from ..spans import row_span
 from . import ops
 
-__all__ = ["update_lines", "update_dense", "update_generator", "dense_update_generator"]
+__all__ = ["update_generator", "dense_update_generator"]
 
 
 @numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
@@ -49,8 +49,8 @@ def _clipped(v, lo, hi):
     return v
 
 
-@numba.njit(cache=True, nogil=True)
-def update_lines(weight, indices, indptr, positions, trace, spikes, bounds, out):
+@numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
+def _update_lines(weight, indices, indptr, positions, trace, spikes, bounds, out):
     """``out[p] = clip(out[p] + trace[indices[e]])`` for each entry ``e`` of each line ``i`` with
     ``spikes[i]``; ``p = positions[e]``, or ``e`` when ``positions`` is empty.  ``out`` aliases
     ``weight`` (it holds the weights on entry), so only the synapses of active lines are touched."""
@@ -70,8 +70,8 @@ def update_lines(weight, indices, indptr, positions, trace, spikes, bounds, out)
     return
 
 
-@numba.njit(cache=True, nogil=True)
-def update_dense(weight, spikes, trace, bounds, axis, out):
+@numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
+def _update_dense(weight, spikes, trace, bounds, axis, out):
     """``out[i, j] = clip(out[i, j] + trace[other])`` on the rows (``axis[0] == 0``: other = j) or columns
     (other = i) whose spike is set; the active columns are listed once.  ``out`` aliases ``weight``."""
     n_rows, n_cols = weight.shape
@@ -107,7 +107,7 @@ def update_generator(outs, ins, indirect: bool, clip_min: bool, clip_max: bool):
             positions = jnp.zeros((0,), indices.dtype)
         active = spikes != 0
         w, t, b = (x if x.dtype == dtype else x.astype(dtype) for x in (weight, trace, bounds))
-        y = numba_cpu.call(update_lines, (w, indices, indptr, positions, t, active, b), out.shape, dtype,
+        y = numba_cpu.call(_update_lines, (w, indices, indptr, positions, t, active, b), out.shape, dtype,
                            threads=False, bool_as_bytes=True, in_place=0)
         return [y.astype(out.dtype)]
 
@@ -122,7 +122,7 @@ def dense_update_generator(outs, ins, axis: int, clip_min: bool, clip_max: bool)
     def kernel(*args):
         weight, spikes, trace, bounds = ops.dense_lines(args, axis)
         w, t, b = (x if x.dtype == dtype else x.astype(dtype) for x in (weight, trace, bounds))
-        y = numba_cpu.call(update_dense, (w, spikes != 0, t, b, jnp.full((1,), axis, jnp.int32)), out.shape,
+        y = numba_cpu.call(_update_dense, (w, spikes != 0, t, b, jnp.full((1,), axis, jnp.int32)), out.shape,
                            dtype, threads=False, bool_as_bytes=True, in_place=0)
         return [y.astype(out.dtype)]
 
