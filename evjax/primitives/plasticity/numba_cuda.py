@@ -35,11 +35,8 @@ def update_lines(weight, indices, indptr, positions, trace, spikes, bounds, out)
         lo, hi = bounds[0], bounds[1]
         direct = positions.shape[0] == 0
         # a malformed traced structure: the span clamped to [0, nnz], an out-of-range entry skipped
-        a, b = indptr[i], indptr[i + 1]
-        if a < 0:
-            a = 0
-        if b > indices.shape[0]:
-            b = indices.shape[0]
+        a = indptr[i] if indptr[i] > 0 else 0
+        b = indptr[i + 1] if indptr[i + 1] < indices.shape[0] else indices.shape[0]
         for e in range(a, b):
             p = e if direct else positions[e]
             j = indices[e]
