@@ -2,6 +2,7 @@
 
     python benchmarks/backward_ops.py              # the default device (a GPU where JAX has one)
     python benchmarks/backward_ops.py --out FILE   # markdown elsewhere
+    python benchmarks/backward_ops.py --loop 50    # also each op 50 times inside one jitted loop
 
 ``benchmarks/sparse_backward.py`` times whole gradients; this script times the
 ops inside them, so that a slow one can be found: per step of the example's
@@ -14,7 +15,13 @@ vector operand, as its batching rule binds it) and ``csr_sddmm_nonzero`` twice
 shapes, with cotangents whose share of zeros is ``--zeros`` (the sparse
 backward's default band leaves about 85 %), and timed on each backend
 registered for the platform (medians of synchronous calls, interleaved).
-Writes ``benchmarks/results/backward_ops_<platform>.md``.
+A synchronous call of a small op pays JAX's dispatch and, on a GPU, a
+launch and a synchronisation, which can hide the op itself; ``--loop N``
+also times each op ``N`` times inside one jitted ``lax.fori_loop`` (each
+iteration's operand depends on the last result, so XLA cannot hoist the op
+out of the loop), as it runs inside the example's ``lax.scan``, and reports
+the time per iteration.
+Writes ``benchmarks/results/backward_ops_<platform>.md`` and a PNG beside it.
 """
 from __future__ import annotations
 
@@ -30,7 +37,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 import evjax  # noqa: E402
-from benchmarks.common import fmt_time, markdown_table, median_times, provenance  # noqa: E402
+from benchmarks.common import fmt_time, markdown_table, median_times, provenance, save_bar_plot  # noqa: E402
 
 
 def _csr(rng, n_pre: int, n_post: int, p: float):
@@ -43,8 +50,20 @@ def _sparse_rows(rng, shape, zeros: float):
     return jnp.asarray(np.where(rng.random(shape) < zeros, 0.0, values).astype(np.float32))
 
 
-def cases(n_in: int, n_hidden: int, batch: int, p_in: float, p_rec: float, zeros: float):
-    """``{name: (op(backend) -> a function of no arguments that waits for its result)}``."""
+def _repeated(f, times: int, first, *rest):
+    """``f(first, *rest)`` ``times`` times in a loop; each call's ``first`` depends on the last result."""
+    def body(_, carry):
+        shift, _ = carry
+        out = f(first + shift, *rest)
+        return out.ravel()[0] * 0.0, out  # zero at run time, but not to XLA: no hoisting
+    return jax.lax.fori_loop(0, times, body, (jnp.zeros((), first.dtype), jnp.zeros_like(f(first, *rest))))[1]
+
+
+def cases(n_in: int, n_hidden: int, batch: int, p_in: float, p_rec: float, zeros: float, loop: int = 0):
+    """``{name: (op(backend) -> a function of no arguments that waits for its result)}``.
+
+    With ``loop > 0`` each function runs its op ``loop`` times inside one jitted ``lax.fori_loop``.
+    """
     rng = np.random.default_rng(0)
     w_in, w_rec = _csr(rng, n_in, n_hidden, p_in), _csr(rng, n_hidden, n_hidden, p_rec)
     g = _sparse_rows(rng, (batch, n_hidden), zeros)  # the cotangent of the summed synaptic input
@@ -53,8 +72,8 @@ def cases(n_in: int, n_hidden: int, batch: int, p_in: float, p_rec: float, zeros
     view = w_rec.build_weight_indices()._other_view()  # (t_indices, t_indptr, perm): the column view
 
     def waited(f, *args):
-        f = jax.jit(f)
-        return lambda: jax.block_until_ready(f(*args))
+        jitted = jax.jit(lambda *a: _repeated(f, loop, *a)) if loop else jax.jit(f)
+        return lambda: jax.block_until_ready(jitted(*args))
 
     def csrmm(be):  # the recurrent layer's transposed product, the batch at once: W_rec @ g.T
         return waited(lambda d, b: evjax.csrmm(d, w_rec.indices, w_rec.indptr, b, shape=w_rec.shape,
@@ -87,21 +106,11 @@ def cases(n_in: int, n_hidden: int, batch: int, p_in: float, p_rec: float, zeros
     return out
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--inputs", type=int, default=700)
-    parser.add_argument("--hidden", type=int, default=2000)
-    parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--p-in", type=float, default=0.02)
-    parser.add_argument("--p-rec", type=float, default=0.01)
-    parser.add_argument("--zeros", type=float, default=0.85)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--out", default=None)
-    args = parser.parse_args(argv)
-    platform = jax.devices()[0].platform
-    device = jax.devices()[0].device_kind
+def _rows(args, platform: str, loop: int, plot: dict) -> list:
+    """The table's rows; ``plot[(loop, backend)][op]`` collects the medians in microseconds."""
     rows = []
-    for name, make in cases(args.inputs, args.hidden, args.batch, args.p_in, args.p_rec, args.zeros).items():
+    ops = cases(args.inputs, args.hidden, args.batch, args.p_in, args.p_rec, args.zeros, loop)
+    for name, make in ops.items():
         candidates = {}
         for be in ("default", *evjax.csrmm_p.available_backends(platform)):
             try:
@@ -114,17 +123,45 @@ def main(argv=None):
         times = median_times(candidates, rounds=args.rounds, calls=20)
         base = times.get("default")
         for be, t in times.items():
-            rows.append([name, be, fmt_time(t), f"{t / base:.2f}x" if base else "-"])
+            rows.append([name, be, fmt_time(t / max(loop, 1)), f"{t / base:.2f}x" if base else "-"])
+            plot.setdefault((loop, be), {})[name] = 1e6 * t / max(loop, 1)
+    return rows
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--inputs", type=int, default=700)
+    parser.add_argument("--hidden", type=int, default=2000)
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--p-in", type=float, default=0.02)
+    parser.add_argument("--p-rec", type=float, default=0.01)
+    parser.add_argument("--zeros", type=float, default=0.85)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--out", default=None)
+    parser.add_argument("--loop", type=int, default=0, help="also time each op N times in one jitted loop")
+    args = parser.parse_args(argv)
+    platform = jax.devices()[0].platform
+    device = jax.devices()[0].device_kind
     lines = [provenance(argv), f"# The backward pass's ops, one at a time ({platform})", "",
              f"Device: {device}; jax {jax.__version__}. The example's shapes: {args.inputs} inputs, {args.hidden} "
              f"hidden, batch {args.batch}, p = {args.p_in} / {args.p_rec}; cotangents {args.zeros:.0%} zero. "
              f"Medians of {args.rounds} x 20 synchronous jitted calls, candidates interleaved; ratio to the "
-             f"default backend.", "", markdown_table(["op", "backend", "median", "ratio"], rows)]
+             f"default backend.", ""]
+    plot: dict = {}
+    for loop in (0, args.loop) if args.loop else (0,):
+        rows = _rows(args, platform, loop, plot)
+        lines += [f"## {'One synchronous call per op' if not loop else f'{loop} calls in one jitted loop, per call'}",
+                  "", markdown_table(["op", "backend", "median", "ratio"], rows), ""]
     text = "\n".join(lines) + "\n"
     print(text)
     path = args.out or os.path.join(ROOT, "benchmarks", "results", f"backward_ops_{platform}.md")
     with open(path, "w") as f:
         f.write(text)
+    labels = list(next(iter(plot.values())))
+    series = {f"{be}{f', in a loop' if loop else ''}": [by_op.get(op, float("nan")) for op in labels]
+              for (loop, be), by_op in plot.items() if be != "default"}
+    save_bar_plot(os.path.splitext(path)[0] + ".png", [op.split(" (")[0] + "\n(" + op.split(" (")[1] for op in labels],
+                  series, ylabel="us per call", title=f"The backward pass's ops ({device})")
 
 
 if __name__ == "__main__":
