@@ -18,8 +18,12 @@ then :func:`launch`) serves every kernel.  Per call it
 4. makes the kernel's CUDA context current if XLA's thread has another one,
    and calls the driver's ``cuLaunchKernel`` through its address.
 
-Nothing here synchronises.  A failed launch becomes an XLA error carrying the
-driver's error name (that path enters Python to format the message).  Nothing
+Nothing here synchronises or allocates, so the handler declares itself
+command-buffer (CUDA graph) compatible: XLA may record its launch into a CUDA
+graph with the fusions around it (a ``lax.scan`` body, say) and replay the
+graph, one host launch for many kernels.  A failed launch becomes an XLA error
+carrying the driver's error name (that path enters Python to format the
+message).  Nothing
 here needs a GPU to be imported or compiled: the driver's functions are
 addresses in the plan, so the tests run the handler on CPU with fakes.
 """
@@ -173,7 +177,8 @@ _IMPORTS = "from evjax.backends import numba_cuda_launch"
 
 def handler_address() -> int:
     """The address of the generic launch handler (compiled once, cached on disk)."""
-    module, _ = ffi_core.compile_handler(_BODY, imports=_IMPORTS, depends=(sys.modules[__name__],))
+    module, _ = ffi_core.compile_handler(_BODY, traits=abi.TRAIT_COMMAND_BUFFER_COMPATIBLE, imports=_IMPORTS,
+                                         depends=(sys.modules[__name__],))
     return int(module.handler.address)
 
 
