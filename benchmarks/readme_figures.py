@@ -315,6 +315,17 @@ def sparse_backward_figures() -> list[str]:
         line = line[:-1] + (f"; the best band of the sweep, {best['band half-width']}: {best['speed-up']} "
                             f"({best['zero cotangent entries']} zero).")
     out = [line]
+    gpu, before = RESULTS / "sparse_backward_h200.md", RESULTS / "sparse_backward_h200_no_graphs.md"
+    if gpu.exists() and before.exists():  # the A/B of the Numba CUDA launches in CUDA graphs
+        now = {r["variant"]: r for r in table(gpu, "## Backward pass")}
+        old = {r["variant"]: r for r in table(before, "## Backward pass")}
+        d_now, d_old = now["dense-support"], old["dense-support"]
+        out.append(f"- On a GPU (NVIDIA H200), the same network's gradient (`{gpu.relative_to(ROOT)}`, {run_line(gpu)}): "
+                   f"`value_and_grad` {d_now['gradient (wall)']} against {d_old['gradient (wall)']} before the "
+                   f"Numba CUDA launches could enter CUDA graphs (`{before.relative_to(ROOT)}`, the same run); "
+                   f"backward {d_now['backward = gradient - forward (wall)']} against "
+                   f"{d_old['backward = gradient - forward (wall)']}; the sparse backward there: "
+                   f"{now['sparse backward']['backward speed-up vs dense-support']} (goal >= 3x: not met).")
     accuracy = RESULTS / "sparse_backward_accuracy.md"
     if accuracy.exists():
         out.append(f"- Sparse-backward accuracy, mean of 3 seeds: see `{accuracy.relative_to(ROOT)}` "
