@@ -201,6 +201,7 @@ def test_csr_tiers_decline_or_split_where_the_kernels_split():
     x = _operand(rng, 20000, "events", 0.2, np.float32)
     out = np.zeros(20000, np.float32)
     assert csr_numba.serial_scatter_mv(np.int64(2), data, indices, indptr, x, out) == numba_cpu.DECLINED
+    assert csr_numba.plain_parts_scatter_mv(np.int64(2), data, indices, indptr, x, out) == numba_cpu.SPLITTABLE
     assert csr_numba.parts_scatter_mv(np.int64(2), data, indices, indptr, x, out) == numba_cpu.SPLITTABLE
     assert csr_numba.parts_scatter_mv(np.int64(1), data, indices, indptr, x, out) == numba_cpu.DONE
     assert csr_numba.serial_gather_mv(np.int64(2), data, indices, indptr, x, out) == numba_cpu.SPLITTABLE

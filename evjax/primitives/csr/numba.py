@@ -499,10 +499,101 @@ def serial_weighted_gather_mv(threads, data, indices, indptr, v, out):
     return _serial_gather(threads, data, indices, indptr, v, out, True, True)
 
 
+@numba.njit(cache=True, nogil=True, inline="always", **COMPILED_CODE_ONLY)
+def _plain_rows(data, indices, indptr, x, y, lo, hi, selects):
+    """``y[indices[k]] += data[k] * x[i]`` for the synapses of the rows ``[lo, hi)`` (zero rows of a
+    selecting ``x`` skipped), in row then stored order: :func:`numba_rows._scatter_rows`'s sum as the
+    plainest loop (no eight-synapse steps, no eight-row zero test)."""
+    n = np.uint64(y.shape[0])
+    nnz = np.int64(indices.shape[0])
+    homogeneous = data.shape[0] != nnz
+    for i in range(lo, hi):
+        s = data.dtype.type(x[i])
+        if selects and s == 0:
+            continue
+        a = np.uint64(min(max(np.int64(indptr[i]), I0), nnz))
+        b = np.uint64(min(max(np.int64(indptr[i + 1]), I0), nnz))
+        w = data[0] * s if homogeneous else s  # (per-synapse data may be empty: no data[0] then)
+        for k in range(a, b):
+            j = np.uint64(np.int64(indices[k]))
+            if j < n:
+                y[j] += w if homogeneous else data[k] * s
+
+
+@numba.njit(cache=True, nogil=True, inline="always", **COMPILED_CODE_ONLY)
+def _plain_one_pass(data, indices, indptr, x, out, selects):
+    """A first call's vector scatter where :func:`_one_pass_scatter` keeps it in one pass (its
+    estimate, the same sum: :func:`_plain_rows`); DECLINED, nothing written, where that one declines
+    (a sum in parts: the next tier).  SPLITTABLE otherwise: the row loop's tier takes the calls over
+    once this one has been busy ``numba_cpu.HOT_NS`` (or at once where that costs no compile)."""
+    n_rows = np.int64(indptr.shape[0] - 1)
+    rows = np.int64(x.shape[0])
+    if pool_chunks() > 1:
+        visited = rows
+        if selects:
+            visited = 0
+            for i in range(rows):
+                visited += x[i] != 0
+        estimate = 2 * visited * (np.int64(indices.shape[0]) // max(n_rows, 1))
+        if not (estimate < VECTOR_SCATTER_PARALLEL_MIN_WORK or estimate < VECTOR_SCATTER_WORK_PER_OUTPUT * out.shape[0]):
+            return np.int64(DECLINED)
+    for j in range(out.shape[0]):
+        out[j] = 0
+    _plain_rows(data, indices, indptr, x, out, I0, rows, selects)
+    return np.int64(SPLITTABLE)
+
+
+@numba.njit(cache=True, nogil=True, inline="always", **COMPILED_CODE_ONLY)
+def _plain_parts(data, indices, indptr, x, out, selects):
+    """A vector scatter as :func:`_serial_scatter` does it on one thread: the parts of
+    :func:`_scatter_plan` (from the exact work), each into its own zeroed copy, added in part order
+    (:func:`_plain_rows`, helpers written out).  SPLITTABLE: the row loop's tier takes over once hot."""
+    rows = np.int64(x.shape[0])
+    n_out = np.int64(out.shape[0])
+    work = 0  # (as _active_work)
+    for i in range(rows):
+        if not selects or x[i] != 0:
+            work += np.int64(indptr[i + 1]) - np.int64(indptr[i])
+    pool = np.int64(pool_chunks())  # (as _vector_scatter_parts)
+    parts = np.int64(1)
+    if not (pool < 2 or work < VECTOR_SCATTER_PARALLEL_MIN_WORK or work < VECTOR_SCATTER_WORK_PER_OUTPUT * n_out):
+        parts = min(pool, max(np.int64(2), work // (VECTOR_SCATTER_WORK_PER_OUTPUT * n_out)))
+    copies = np.empty((parts - 1, n_out), out.dtype)  # one per part after the first
+    for j in range(out.shape[0]):
+        out[j] = 0
+    start, done, row = I0, I0, I0
+    for t in range(parts):  # (the bounds as _split_active_work)
+        stop = rows
+        if t < parts - 1:
+            target = (work * (t + 1)) // parts
+            while row < rows and done < target:
+                if not selects or x[row] != 0:
+                    done += np.int64(indptr[row + 1]) - np.int64(indptr[row])
+                row += 1
+            stop = row
+        y = out if t == 0 else copies[t - 1]
+        if t > 0:
+            for j in range(n_out):
+                y[j] = 0
+        _plain_rows(data, indices, indptr, x, y, start, stop, selects)
+        start = stop
+    for t in range(parts - 1):  # (as add_parts)
+        copy = copies[t]
+        for j in range(n_out):
+            out[j] += copy[j]
+    return np.int64(SPLITTABLE)
+
+
 @numba.njit(cache=True, nogil=True)
 def serial_scatter_mv(threads, data, indices, indptr, x, out):
-    """The first serial tier of :func:`scatter_mv` (one pass)."""
-    return _one_pass_scatter(threads, data, indices, indptr, x, out, _selects(x), None, 0)
+    """The first serial tier of :func:`scatter_mv`: one plain pass (:func:`_plain_one_pass`)."""
+    return _plain_one_pass(data, indices, indptr, x, out, _selects(x))
+
+
+@numba.njit(cache=True, nogil=True)
+def plain_parts_scatter_mv(threads, data, indices, indptr, x, out):
+    """The second serial tier of :func:`scatter_mv`: plain parts in turn (:func:`_plain_parts`)."""
+    return _plain_parts(data, indices, indptr, x, out, _selects(x))
 
 
 @numba.njit(cache=True, nogil=True)
@@ -513,8 +604,14 @@ def parts_scatter_mv(threads, data, indices, indptr, x, out):
 
 @numba.njit(cache=True, nogil=True)
 def serial_weighted_scatter_mv(threads, data, indices, indptr, v, out):
-    """The first serial tier of :func:`weighted_scatter_mv`."""
-    return _one_pass_scatter(threads, data, indices, indptr, v, out, True, None, 0)
+    """The first serial tier of :func:`weighted_scatter_mv`: one plain pass (:func:`_plain_one_pass`)."""
+    return _plain_one_pass(data, indices, indptr, v, out, True)
+
+
+@numba.njit(cache=True, nogil=True)
+def plain_parts_weighted_scatter_mv(threads, data, indices, indptr, v, out):
+    """The second serial tier of :func:`weighted_scatter_mv`: plain parts in turn (:func:`_plain_parts`)."""
+    return _plain_parts(data, indices, indptr, v, out, True)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -537,16 +634,47 @@ def parts_scatter_active_mv(threads, data, indices, indptr, ids, count, out):
 
 @numba.njit(cache=True, nogil=True)
 def serial_sddmm_mv(threads, indices, indptr, r, q, g):
-    """The serial tier of :func:`sddmm_mv`."""
-    return _serial_sddmm(threads, indices, indptr, r, q, g, _selects(r), _selects(q), True)
+    """The serial tier of :func:`sddmm_mv`: :func:`_serial_sddmm`'s entries (each one product, or a
+    selected zero), written as the plainest loop for vectors, so that it compiles in about a third of
+    the time of the generic row loop; SPLITTABLE where the kernel would split the rows over threads
+    (the same bits), else DONE."""
+    r_selects, q_selects = _selects(r), _selects(q)
+    skips = r_selects or q_selects
+    n_rows = np.int64(r.shape[0])
+    nnz = np.int64(indices.shape[0])
+    n = np.uint64(q.shape[0])
+    split = False
+    if threads >= 2:  # (as _serial_sddmm, for vectors)
+        active = n_rows
+        if skips:
+            active = 0
+            for i in range(n_rows):
+                active += r[i] != 0
+        split = not _sddmm_serial(active * (nnz // max(n_rows, 1)), nnz)
+    zero = g.dtype.type(0)
+    for k in range(nnz):
+        g[k] = zero
+    for i in range(n_rows):
+        a = g.dtype.type(r[i])
+        if skips and r[i] == 0:
+            continue
+        lo = np.uint64(min(max(np.int64(indptr[i]), I0), nnz))
+        hi = np.uint64(min(max(np.int64(indptr[i + 1]), I0), nnz))
+        for k in range(lo, hi):
+            j = np.uint64(np.int64(indices[k]))
+            if j < n:
+                b = g.dtype.type(q[j])
+                g[k] = zero if ((r_selects and a == 0) or (q_selects and b == 0)) else a * b
+    return SPLITTABLE if split else DONE
 
 
 # kernel -> its serial tiers, cheapest first (the vector kernels: a first script's calls); a scatter's
-# first tier declines a sum in parts, which its second does in turn on one thread
+# first tier declines a sum in parts, which its second does in turn on one thread (plain loops, a
+# cheap compile) and its third with the row loop (once the second has been busy HOT_NS)
 SERIAL_TIERS = {
     gather_mv: (serial_gather_mv,), weighted_gather_mv: (serial_weighted_gather_mv,),
-    scatter_mv: (serial_scatter_mv, parts_scatter_mv),
-    weighted_scatter_mv: (serial_weighted_scatter_mv, parts_weighted_scatter_mv),
+    scatter_mv: (serial_scatter_mv, plain_parts_scatter_mv, parts_scatter_mv),
+    weighted_scatter_mv: (serial_weighted_scatter_mv, plain_parts_weighted_scatter_mv, parts_weighted_scatter_mv),
     scatter_active_mv: (serial_scatter_active_mv, parts_scatter_active_mv), sddmm_mv: (serial_sddmm_mv,),
 }
 
