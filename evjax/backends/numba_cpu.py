@@ -239,9 +239,10 @@ def _handler_source(in_types, out_types, threads: bool, tiered: bool = False,
 
 
 KERNEL_RAISED, UPGRADE_FAILED = 0, 1  # what a handler's error report says went wrong
-# What a serial tier returns (an int64): it did the call; it did, but the full kernel would have split
-# the work across threads (same bits, only slower); it declined (wrote nothing: the full kernel's bits
-# differ there, e.g. a sum split into parts).
+# What a serial tier returns (an int64): it did the call; it did, but what comes after it does the call
+# faster (the full kernel would have split the work across threads, or a later tier runs a faster loop:
+# same bits, only slower); it declined (wrote nothing: the next tier or the full kernel does it, e.g. a
+# sum split into parts).
 DONE, SPLITTABLE, DECLINED = 0, 1, 2
 # Splittable calls run on the tier until they have kept it busy this long (ns), unless the full kernel
 # costs no compile (then it takes over at the first): on several threads the full kernel would have
@@ -460,10 +461,11 @@ def call(kernel, args: Sequence, out_shape: Sequence[int], out_dtype, *, threads
             each declines what the next does): a small ``@numba.njit`` function of
             the same arguments that returns an int64: :data:`DONE` where it has
             computed the call with the same bits as ``kernel`` (tests prove it);
-            :data:`SPLITTABLE` where it has, but ``kernel`` would have split the
-            work across threads; :data:`DECLINED`, before writing anything,
-            where ``kernel``'s bits would differ from its own (a sum split into
-            parts).  It compiles in a fraction of ``kernel``'s time; ``kernel``
+            :data:`SPLITTABLE` where it has, but what comes after it would be
+            faster (``kernel`` would have split the work across threads, or the
+            next tier runs a faster loop); :data:`DECLINED`, before writing
+            anything, where it leaves the call to the next tier or ``kernel``
+            (a sum split into parts).  It compiles in a fraction of ``kernel``'s time; ``kernel``
             itself is compiled (or loaded from the disk cache) inside the first
             declined call, or a splittable one once the full kernel costs no compile or
             the tier has spent :data:`HOT_NS` on such calls, and from then on serves
