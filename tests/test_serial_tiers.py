@@ -191,6 +191,36 @@ def test_csr_tiers_give_the_full_kernels_bits(threads, case, malformed, dtype):
     assert seen <= {numba_cpu.DONE, numba_cpu.SPLITTABLE, numba_cpu.DECLINED}
 
 
+def test_csr_scatter_tiers_keep_the_one_pass_where_its_estimate_does():
+    """Long active rows among empty ones: one pass by the estimate (visited rows at twice the mean row
+    length), though the exact work would split into parts.  Every tier does the one pass's sum too:
+    a tier that has taken over from the first serves such calls as well."""
+    if evjax_threads.pool_size() < 2:
+        pytest.skip("a pool of one thread never splits")
+    rng = np.random.default_rng(5)
+    n_rows, n_cols = 2000, 500
+    counts = np.zeros(n_rows, np.int64)
+    long_rows = rng.choice(n_rows, 12, replace=False)
+    counts[long_rows] = 9000
+    indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    nnz = int(indptr[-1])
+    indices = rng.integers(0, n_cols, nnz).astype(np.int32)
+    data = (rng.standard_normal(nnz) * 10.0 ** rng.integers(-3, 4, nnz)).astype(np.float32)
+    x = np.zeros(n_rows, np.uint8)
+    x[long_rows] = 1
+    expected = np.full(n_cols, 7, np.float32)
+    csr_numba.scatter_mv(np.int64(2), data, indices, indptr, x, expected)
+    one_pass = np.zeros(n_cols, np.float32)  # the rows in order, each row's synapses in order
+    for i in np.sort(long_rows):
+        for k in range(indptr[i], indptr[i + 1]):
+            one_pass[indices[k]] += data[k]
+    assert np.array_equal(_bits(expected), _bits(one_pass))  # the kernel: one pass
+    for tier in csr_numba.SERIAL_TIERS[csr_numba.scatter_mv]:
+        got = np.full(n_cols, 7, np.float32)
+        assert tier(np.int64(2), data, indices, indptr, x, got) != numba_cpu.DECLINED, tier.__name__
+        assert np.array_equal(_bits(got), _bits(expected)), tier.__name__
+
+
 def test_csr_tiers_decline_or_split_where_the_kernels_split():
     """The large cases above reach the other outcomes (so that test compares something there)."""
     if evjax_threads.pool_size() < 2:

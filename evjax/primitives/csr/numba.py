@@ -545,19 +545,29 @@ def _plain_one_pass(data, indices, indptr, x, out, selects):
 
 @numba.njit(cache=True, nogil=True, inline="always", **COMPILED_CODE_ONLY)
 def _plain_parts(data, indices, indptr, x, out, selects):
-    """A vector scatter as :func:`_serial_scatter` does it on one thread: the parts of
-    :func:`_scatter_plan` (from the exact work), each into its own zeroed copy, added in part order
-    (:func:`_plain_rows`, helpers written out).  SPLITTABLE: the row loop's tier takes over once hot."""
+    """A vector scatter as :func:`_serial_scatter` does it on one thread: one pass where the estimate
+    of :func:`_one_pass_scatter` keeps it, else the parts of :func:`_scatter_plan` (from the exact
+    work), each into its own zeroed copy, added in part order (:func:`_plain_rows`, helpers written
+    out).  SPLITTABLE: the row loop's tier takes over once hot."""
     rows = np.int64(x.shape[0])
     n_out = np.int64(out.shape[0])
-    work = 0  # (as _active_work)
-    for i in range(rows):
-        if not selects or x[i] != 0:
-            work += np.int64(indptr[i + 1]) - np.int64(indptr[i])
-    pool = np.int64(pool_chunks())  # (as _vector_scatter_parts)
+    n_rows = np.int64(indptr.shape[0] - 1)
+    pool = np.int64(pool_chunks())
     parts = np.int64(1)
-    if not (pool < 2 or work < VECTOR_SCATTER_PARALLEL_MIN_WORK or work < VECTOR_SCATTER_WORK_PER_OUTPUT * n_out):
-        parts = min(pool, max(np.int64(2), work // (VECTOR_SCATTER_WORK_PER_OUTPUT * n_out)))
+    work = I0
+    if pool > 1:  # one pass where _one_pass_scatter's estimate keeps it (this tier serves every later call)
+        visited = rows
+        if selects:
+            visited = 0
+            for i in range(rows):
+                visited += x[i] != 0
+        estimate = 2 * visited * (np.int64(indices.shape[0]) // max(n_rows, 1))
+        if not (estimate < VECTOR_SCATTER_PARALLEL_MIN_WORK or estimate < VECTOR_SCATTER_WORK_PER_OUTPUT * n_out):
+            for i in range(rows):  # (as _active_work, then _vector_scatter_parts)
+                if not selects or x[i] != 0:
+                    work += np.int64(indptr[i + 1]) - np.int64(indptr[i])
+            if not (work < VECTOR_SCATTER_PARALLEL_MIN_WORK or work < VECTOR_SCATTER_WORK_PER_OUTPUT * n_out):
+                parts = min(pool, max(np.int64(2), work // (VECTOR_SCATTER_WORK_PER_OUTPUT * n_out)))
     copies = np.empty((parts - 1, n_out), out.dtype)  # one per part after the first
     for j in range(out.shape[0]):
         out[j] = 0
