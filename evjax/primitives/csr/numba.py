@@ -115,10 +115,13 @@ I0 = np.int64(0)
 # Each returns what a serial tier returns (evjax.backends.numba_cpu: DONE,
 # SPLITTABLE, DECLINED).  A kernel's driver calls its serial part first, with
 # ``tier=False`` (decline whatever it would split), and goes on only where it
-# was declined; the kernel's serial tier (``SERIAL_TIERS``) is the same function
-# alone, with ``tier=True`` (also do the work the kernel would split across
-# threads, where that gives the same bits).  The tier compiles in a fraction
-# of the kernel's time and, running the same code, gives the same bits.
+# was declined; a kernel's later serial tiers (``SERIAL_TIERS``) are the same
+# function alone, with ``tier=True`` (also do the work the kernel would split
+# across threads, where that gives the same bits).  Such a tier compiles in a
+# fraction of the kernel's time and, running the same code, gives the same
+# bits.  The first tiers of the vector scatter and weight gradient are plainer
+# still (``_plain_*``, ``serial_sddmm_mv``): the same sums as plain loops, for
+# the cheapest first compile; tests/test_serial_tiers.py proves their bits.
 # ---------------------------------------------------------------------------
 DONE, SPLITTABLE, DECLINED = numba_cpu.DONE, numba_cpu.SPLITTABLE, numba_cpu.DECLINED
 
