@@ -227,7 +227,10 @@ def test_a_script_with_empty_caches_exits_within_a_second_of_its_last_statement(
 def test_ctrl_c_during_a_cold_compile_stops_the_process(tmp_path):
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba"), "EVJAX_CACHE_DIR": str(tmp_path / "evjax"),
            "JAX_PLATFORMS": "cpu", "PYTHONPATH": ROOT}
-    script = EXIT_SCRIPT.replace("loss(W.data)", "print('compiling', flush=True); loss(W.data)")
+    # the log line 50 ms into each compile (not after a second): the plain first tiers compile in less
+    # than a second, so with the default a run could log nothing and finish before the press
+    script = EXIT_SCRIPT.replace("loss(W.data)", "print('compiling', flush=True); loss(W.data)").replace(
+        "import evjax\n", "import evjax\nfrom evjax.backends import compile_log\ncompile_log.SLOW_COMPILE_S = 0.05\n")
     # Python's own SIGINT handler, as a script started at a terminal has: a shell without job control
     # starts background commands (``cmd &``) with SIGINT ignored, the child inherits that, and Python
     # (and evjax, which leaves a handler it did not install alone) then keeps it ignored
@@ -236,7 +239,7 @@ def test_ctrl_c_during_a_cold_compile_stops_the_process(tmp_path):
                                stderr=subprocess.PIPE, text=True)
     assert process.stdout.readline().strip() == "compiling"
     # The press must land inside a compile: evjax logs "evjax: compiling ..." once a compile has run
-    # for SLOW_COMPILE_S, from within it (a fixed sleep could land, on a loaded machine, in JAX's
+    # for SLOW_COMPILE_S (here 50 ms), from within it (a fixed sleep could land, on a loaded machine, in JAX's
     # tracing before the compile, which is not what this test is about).
     for line in process.stderr:
         if line.startswith("evjax: compiling"):
