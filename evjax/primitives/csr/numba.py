@@ -524,25 +524,32 @@ def _plain_rows(data, indices, indptr, x, y, lo, hi, selects):
 
 
 @numba.njit(cache=True, nogil=True, inline="always", **COMPILED_CODE_ONLY)
+def _one_pass_kept(indices, indptr, x, n_out, selects):
+    """Whether :func:`_one_pass_scatter` keeps a vector scatter in one pass: a pool of one, or its
+    estimate (the visited rows at twice the mean row length) below the thresholds."""
+    if pool_chunks() < 2:
+        return True
+    rows = np.int64(x.shape[0])
+    visited = rows
+    if selects:
+        visited = 0
+        for i in range(rows):
+            visited += x[i] != 0
+    estimate = 2 * visited * (np.int64(indices.shape[0]) // max(np.int64(indptr.shape[0] - 1), 1))
+    return estimate < VECTOR_SCATTER_PARALLEL_MIN_WORK or estimate < VECTOR_SCATTER_WORK_PER_OUTPUT * n_out
+
+
+@numba.njit(cache=True, nogil=True, inline="always", **COMPILED_CODE_ONLY)
 def _plain_one_pass(data, indices, indptr, x, out, selects):
     """A first call's vector scatter where :func:`_one_pass_scatter` keeps it in one pass (its
     estimate, the same sum: :func:`_plain_rows`); DECLINED, nothing written, where that one declines
     (a sum in parts: the next tier).  SPLITTABLE otherwise: the row loop's tier takes the calls over
     once this one has been busy ``numba_cpu.HOT_NS`` (or at once where that costs no compile)."""
-    n_rows = np.int64(indptr.shape[0] - 1)
-    rows = np.int64(x.shape[0])
-    if pool_chunks() > 1:
-        visited = rows
-        if selects:
-            visited = 0
-            for i in range(rows):
-                visited += x[i] != 0
-        estimate = 2 * visited * (np.int64(indices.shape[0]) // max(n_rows, 1))
-        if not (estimate < VECTOR_SCATTER_PARALLEL_MIN_WORK or estimate < VECTOR_SCATTER_WORK_PER_OUTPUT * out.shape[0]):
-            return np.int64(DECLINED)
+    if not _one_pass_kept(indices, indptr, x, out.shape[0], selects):
+        return np.int64(DECLINED)
     for j in range(out.shape[0]):
         out[j] = 0
-    _plain_rows(data, indices, indptr, x, out, I0, rows, selects)
+    _plain_rows(data, indices, indptr, x, out, I0, np.int64(x.shape[0]), selects)
     return np.int64(SPLITTABLE)
 
 
@@ -554,23 +561,15 @@ def _plain_parts(data, indices, indptr, x, out, selects):
     out).  SPLITTABLE: the row loop's tier takes over once hot."""
     rows = np.int64(x.shape[0])
     n_out = np.int64(out.shape[0])
-    n_rows = np.int64(indptr.shape[0] - 1)
     pool = np.int64(pool_chunks())
     parts = np.int64(1)
     work = I0
-    if pool > 1:  # one pass where _one_pass_scatter's estimate keeps it (this tier serves every later call)
-        visited = rows
-        if selects:
-            visited = 0
-            for i in range(rows):
-                visited += x[i] != 0
-        estimate = 2 * visited * (np.int64(indices.shape[0]) // max(n_rows, 1))
-        if not (estimate < VECTOR_SCATTER_PARALLEL_MIN_WORK or estimate < VECTOR_SCATTER_WORK_PER_OUTPUT * n_out):
-            for i in range(rows):  # (as _active_work, then _vector_scatter_parts)
-                if not selects or x[i] != 0:
-                    work += np.int64(indptr[i + 1]) - np.int64(indptr[i])
-            if not (work < VECTOR_SCATTER_PARALLEL_MIN_WORK or work < VECTOR_SCATTER_WORK_PER_OUTPUT * n_out):
-                parts = min(pool, max(np.int64(2), work // (VECTOR_SCATTER_WORK_PER_OUTPUT * n_out)))
+    if not _one_pass_kept(indices, indptr, x, n_out, selects):  # (this tier serves every later call)
+        for i in range(rows):  # (as _active_work, then _vector_scatter_parts)
+            if not selects or x[i] != 0:
+                work += np.int64(indptr[i + 1]) - np.int64(indptr[i])
+        if not (work < VECTOR_SCATTER_PARALLEL_MIN_WORK or work < VECTOR_SCATTER_WORK_PER_OUTPUT * n_out):
+            parts = min(pool, max(np.int64(2), work // (VECTOR_SCATTER_WORK_PER_OUTPUT * n_out)))
     copies = np.empty((parts - 1, n_out), out.dtype)  # one per part after the first
     for j in range(out.shape[0]):
         out[j] = 0
