@@ -146,25 +146,35 @@ def _rows_to_visit(x, ids, count):
     return min(max(np.int64(count[0]), I0), np.int64(ids.shape[0]))
 
 
+@numba.njit(cache=True, nogil=True, inline="always", **COMPILED_CODE_ONLY)
+def _one_pass_kept(indices, indptr, x, rows, n_out, count_active):
+    """Whether a vector scatter of ``rows`` visited rows stays in one pass: a pool of one, or the first
+    estimate of its work (the visited rows, the nonzero ones of ``x[:rows]`` where ``count_active``, at
+    twice the mean row length) below the thresholds of :func:`_vector_scatter_parts`.  The one rule of
+    the one-pass tiers and :func:`_one_pass_scatter` (their bits agree only where it does).  Inlined
+    (Numba IR): no compile of its own."""
+    if pool_chunks() < 2:
+        return True
+    visited = rows
+    if count_active:  # (as _count_visited)
+        visited = 0
+        for i in range(rows):
+            visited += x[i] != 0
+    estimate = 2 * visited * (np.int64(indices.shape[0]) // max(np.int64(indptr.shape[0] - 1), 1))
+    return estimate < VECTOR_SCATTER_PARALLEL_MIN_WORK or estimate < VECTOR_SCATTER_WORK_PER_OUTPUT * n_out
+
+
 @numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
 def _one_pass_scatter(threads, data, indices, indptr, x, out, selects, ids, count):
     """``out = A.T @ x`` for a vector ``x`` (or the listed rows ``ids[:count]``) in one pass, where the
     first estimate of the work (the visited rows at twice the mean row length) keeps the sum in one
     part (:func:`_vector_scatter_parts`; always with a pool of one): DONE; else DECLINED, nothing
-    written.  The counts and the zero-fill are written out here, not called: each called function
-    costs a first call a compile of its own."""
-    n_rows = indptr.shape[0] - 1
+    written.  The estimate (:func:`_one_pass_kept`) is inlined and the zero-fill written out here, not
+    called: each called function costs a first call a compile of its own."""
     n = out.shape[0]
     rows = _rows_to_visit(x, ids, count)
-    if pool_chunks() > 1:
-        visited = rows
-        if ids is None and selects:  # (as _count_visited)
-            visited = 0
-            for i in range(rows):
-                visited += x[i] != 0
-        work = 2 * visited * (indices.shape[0] // max(n_rows, 1))
-        if not (work < VECTOR_SCATTER_PARALLEL_MIN_WORK or work < VECTOR_SCATTER_WORK_PER_OUTPUT * n):
-            return DECLINED  # (not _vector_scatter_serial)
+    if not _one_pass_kept(indices, indptr, x, rows, n, ids is None and selects):
+        return DECLINED
     for j in range(n):
         out[j] = 0
     _scatter_rows(data, indices, indptr, x, out, I0, rows, selects, ids)
@@ -524,28 +534,12 @@ def _plain_rows(data, indices, indptr, x, y, lo, hi, selects):
 
 
 @numba.njit(cache=True, nogil=True, inline="always", **COMPILED_CODE_ONLY)
-def _one_pass_kept(indices, indptr, x, n_out, selects):
-    """Whether :func:`_one_pass_scatter` keeps a vector scatter in one pass: a pool of one, or its
-    estimate (the visited rows at twice the mean row length) below the thresholds."""
-    if pool_chunks() < 2:
-        return True
-    rows = np.int64(x.shape[0])
-    visited = rows
-    if selects:
-        visited = 0
-        for i in range(rows):
-            visited += x[i] != 0
-    estimate = 2 * visited * (np.int64(indices.shape[0]) // max(np.int64(indptr.shape[0] - 1), 1))
-    return estimate < VECTOR_SCATTER_PARALLEL_MIN_WORK or estimate < VECTOR_SCATTER_WORK_PER_OUTPUT * n_out
-
-
-@numba.njit(cache=True, nogil=True, inline="always", **COMPILED_CODE_ONLY)
 def _plain_one_pass(data, indices, indptr, x, out, selects):
     """A first call's vector scatter where :func:`_one_pass_scatter` keeps it in one pass (its
     estimate, the same sum: :func:`_plain_rows`); DECLINED, nothing written, where that one declines
     (a sum in parts: the next tier).  SPLITTABLE otherwise: the row loop's tier takes the calls over
     once this one has been busy ``numba_cpu.HOT_NS`` (or at once where that costs no compile)."""
-    if not _one_pass_kept(indices, indptr, x, out.shape[0], selects):
+    if not _one_pass_kept(indices, indptr, x, np.int64(x.shape[0]), out.shape[0], selects):
         return np.int64(DECLINED)
     for j in range(out.shape[0]):
         out[j] = 0
@@ -564,7 +558,7 @@ def _plain_parts(data, indices, indptr, x, out, selects):
     pool = np.int64(pool_chunks())
     parts = np.int64(1)
     work = I0
-    if not _one_pass_kept(indices, indptr, x, n_out, selects):  # (this tier serves every later call)
+    if not _one_pass_kept(indices, indptr, x, rows, n_out, selects):  # (this tier serves every later call)
         for i in range(rows):  # (as _active_work, then _vector_scatter_parts)
             if not selects or x[i] != 0:
                 work += np.int64(indptr[i + 1]) - np.int64(indptr[i])
