@@ -160,7 +160,8 @@ def _one_pass_kept(indices, indptr, x, rows, n_out, count_active):
         visited = 0
         for i in range(rows):
             visited += x[i] != 0
-    estimate = 2 * visited * (np.int64(indices.shape[0]) // max(np.int64(indptr.shape[0] - 1), 1))
+    n_rows = np.int64(indptr.shape[0] - 1)
+    estimate = 2 * visited * (np.int64(indices.shape[0]) // (n_rows if n_rows > 1 else 1))
     return estimate < VECTOR_SCATTER_PARALLEL_MIN_WORK or estimate < VECTOR_SCATTER_WORK_PER_OUTPUT * n_out
 
 
@@ -524,8 +525,9 @@ def _plain_rows(data, indices, indptr, x, y, lo, hi, selects):
         s = data.dtype.type(x[i])
         if selects and s == 0:
             continue
-        a = np.uint64(min(max(np.int64(indptr[i]), I0), nnz))
-        b = np.uint64(min(max(np.int64(indptr[i + 1]), I0), nnz))
+        a, b = np.int64(indptr[i]), np.int64(indptr[i + 1])  # (clamped to [0, nnz] as row_span, without
+        a = np.uint64(I0 if a < 0 else (nnz if a > nnz else a))  # min/max: each is a compile of its own)
+        b = np.uint64(I0 if b < 0 else (nnz if b > nnz else b))
         w = data[0] * s if homogeneous else s  # (per-synapse data may be empty: no data[0] then)
         for k in range(a, b):
             j = np.uint64(np.int64(indices[k]))
@@ -533,91 +535,90 @@ def _plain_rows(data, indices, indptr, x, y, lo, hi, selects):
                 y[j] += w if homogeneous else data[k] * s
 
 
-@numba.njit(cache=True, nogil=True, inline="always", **COMPILED_CODE_ONLY)
-def _plain_one_pass(data, indices, indptr, x, out, selects):
-    """A first call's vector scatter where :func:`_one_pass_scatter` keeps it in one pass (its
-    estimate, the same sum: :func:`_plain_rows`); DECLINED, nothing written, where that one declines
-    (a sum in parts: the next tier).  SPLITTABLE otherwise: the row loop's tier takes the calls over
-    once this one has been busy ``numba_cpu.HOT_NS`` (or at once where that costs no compile)."""
-    if not _one_pass_kept(indices, indptr, x, np.int64(x.shape[0]), out.shape[0], selects):
-        return np.int64(DECLINED)
-    for j in range(out.shape[0]):
-        out[j] = 0
-    _plain_rows(data, indices, indptr, x, out, I0, np.int64(x.shape[0]), selects)
-    return np.int64(SPLITTABLE)
+def _plain_one_pass_tier(weighted: bool, name: str):
+    """The first serial tier of a vector scatter (``weighted``: values that select; else events or
+    floats, :func:`numba_rows._selects`): one plain pass (:func:`_plain_rows`) where
+    :func:`_one_pass_scatter` keeps the sum in one pass (its estimate, :func:`_one_pass_kept`);
+    DECLINED, nothing written, where that one declines (a sum in parts: the next tier).  SPLITTABLE
+    otherwise: the row loop's tier takes the calls over once this one has been busy
+    ``numba_cpu.HOT_NS`` (or at once where that costs no compile).
+
+    The tier calls its inlined helpers itself: a helper that inlines others (Numba IR) costs its
+    callers' compile about 0.15 s more than the same helpers inlined in one level."""
+
+    def tier(threads, data, indices, indptr, x, out):
+        selects = True if weighted else _selects(x)
+        rows = np.int64(x.shape[0])
+        if not _one_pass_kept(indices, indptr, x, rows, out.shape[0], selects):
+            return np.int64(DECLINED)
+        for j in range(out.shape[0]):
+            out[j] = 0
+        _plain_rows(data, indices, indptr, x, out, I0, rows, selects)
+        return np.int64(SPLITTABLE)
+
+    tier.__name__ = tier.__qualname__ = name  # (Numba's cache files and evjax's log name the tier)
+    return numba.njit(cache=True, nogil=True)(tier)
 
 
-@numba.njit(cache=True, nogil=True, inline="always", **COMPILED_CODE_ONLY)
-def _plain_parts(data, indices, indptr, x, out, selects):
-    """A vector scatter as :func:`_serial_scatter` does it on one thread: one pass where the estimate
-    of :func:`_one_pass_scatter` keeps it, else the parts of :func:`_scatter_plan` (from the exact
-    work), each into its own zeroed copy, added in part order (:func:`_plain_rows`, helpers written
-    out).  SPLITTABLE: the row loop's tier takes over once hot."""
-    rows = np.int64(x.shape[0])
-    n_out = np.int64(out.shape[0])
-    pool = np.int64(pool_chunks())
-    parts = np.int64(1)
-    work = I0
-    if not _one_pass_kept(indices, indptr, x, rows, n_out, selects):  # (this tier serves every later call)
-        for i in range(rows):  # (as _active_work, then _vector_scatter_parts)
-            if not selects or x[i] != 0:
-                work += np.int64(indptr[i + 1]) - np.int64(indptr[i])
-        if not (work < VECTOR_SCATTER_PARALLEL_MIN_WORK or work < VECTOR_SCATTER_WORK_PER_OUTPUT * n_out):
-            parts = min(pool, max(np.int64(2), work // (VECTOR_SCATTER_WORK_PER_OUTPUT * n_out)))
-    copies = np.empty((parts - 1, n_out), out.dtype)  # one per part after the first
-    for j in range(out.shape[0]):
-        out[j] = 0
-    start, done, row = I0, I0, I0
-    for t in range(parts):  # (the bounds as _split_active_work)
-        stop = rows
-        if t < parts - 1:
-            target = (work * (t + 1)) // parts
-            while row < rows and done < target:
-                if not selects or x[row] != 0:
-                    done += np.int64(indptr[row + 1]) - np.int64(indptr[row])
-                row += 1
-            stop = row
-        y = out if t == 0 else copies[t - 1]
-        if t > 0:
+def _plain_parts_tier(weighted: bool, name: str):
+    """The second serial tier of a vector scatter: the sum as :func:`_serial_scatter` does it on one
+    thread: one pass where the estimate of :func:`_one_pass_scatter` keeps it, else the parts of
+    :func:`_scatter_plan` (from the exact work), each into its own zeroed copy, added in part order
+    (:func:`_plain_rows`, the other helpers written out).  SPLITTABLE: the row loop's tier takes over
+    once hot."""
+
+    def tier(threads, data, indices, indptr, x, out):
+        selects = True if weighted else _selects(x)
+        rows = np.int64(x.shape[0])
+        n_out = np.int64(out.shape[0])
+        pool = np.int64(pool_chunks())
+        parts = np.int64(1)
+        work = I0
+        if not _one_pass_kept(indices, indptr, x, rows, n_out, selects):  # (this tier serves every later call)
+            for i in range(rows):  # (as _active_work, then _vector_scatter_parts)
+                if not selects or x[i] != 0:
+                    work += np.int64(indptr[i + 1]) - np.int64(indptr[i])
+            if not (work < VECTOR_SCATTER_PARALLEL_MIN_WORK or work < VECTOR_SCATTER_WORK_PER_OUTPUT * n_out):
+                parts = min(pool, max(np.int64(2), work // (VECTOR_SCATTER_WORK_PER_OUTPUT * n_out)))
+        copies = np.empty((parts - 1, n_out), out.dtype)  # one per part after the first
+        for j in range(out.shape[0]):
+            out[j] = 0
+        start, done, row = I0, I0, I0
+        for t in range(parts):  # (the bounds as _split_active_work)
+            stop = rows
+            if t < parts - 1:
+                target = (work * (t + 1)) // parts
+                while row < rows and done < target:
+                    if not selects or x[row] != 0:
+                        done += np.int64(indptr[row + 1]) - np.int64(indptr[row])
+                    row += 1
+                stop = row
+            y = out if t == 0 else copies[t - 1]
+            if t > 0:
+                for j in range(n_out):
+                    y[j] = 0
+            _plain_rows(data, indices, indptr, x, y, start, stop, selects)
+            start = stop
+        for t in range(parts - 1):  # (as add_parts)
+            copy = copies[t]
             for j in range(n_out):
-                y[j] = 0
-        _plain_rows(data, indices, indptr, x, y, start, stop, selects)
-        start = stop
-    for t in range(parts - 1):  # (as add_parts)
-        copy = copies[t]
-        for j in range(n_out):
-            out[j] += copy[j]
-    return np.int64(SPLITTABLE)
+                out[j] += copy[j]
+        return np.int64(SPLITTABLE)
+
+    tier.__name__ = tier.__qualname__ = name
+    return numba.njit(cache=True, nogil=True)(tier)
 
 
-@numba.njit(cache=True, nogil=True)
-def serial_scatter_mv(threads, data, indices, indptr, x, out):
-    """The first serial tier of :func:`scatter_mv`: one plain pass (:func:`_plain_one_pass`)."""
-    return _plain_one_pass(data, indices, indptr, x, out, _selects(x))
-
-
-@numba.njit(cache=True, nogil=True)
-def plain_parts_scatter_mv(threads, data, indices, indptr, x, out):
-    """The second serial tier of :func:`scatter_mv`: plain parts in turn (:func:`_plain_parts`)."""
-    return _plain_parts(data, indices, indptr, x, out, _selects(x))
+serial_scatter_mv = _plain_one_pass_tier(False, "serial_scatter_mv")  # the first tiers of scatter_mv ...
+plain_parts_scatter_mv = _plain_parts_tier(False, "plain_parts_scatter_mv")  # ... its second
+serial_weighted_scatter_mv = _plain_one_pass_tier(True, "serial_weighted_scatter_mv")  # ... of weighted_scatter_mv
+plain_parts_weighted_scatter_mv = _plain_parts_tier(True, "plain_parts_weighted_scatter_mv")
 
 
 @numba.njit(cache=True, nogil=True)
 def parts_scatter_mv(threads, data, indices, indptr, x, out):
     """The second serial tier of :func:`scatter_mv` (one pass, or its parts in turn)."""
     return _serial_scatter(threads, data, indices, indptr, x, out, _selects(x), None, 0, True)
-
-
-@numba.njit(cache=True, nogil=True)
-def serial_weighted_scatter_mv(threads, data, indices, indptr, v, out):
-    """The first serial tier of :func:`weighted_scatter_mv`: one plain pass (:func:`_plain_one_pass`)."""
-    return _plain_one_pass(data, indices, indptr, v, out, True)
-
-
-@numba.njit(cache=True, nogil=True)
-def plain_parts_weighted_scatter_mv(threads, data, indices, indptr, v, out):
-    """The second serial tier of :func:`weighted_scatter_mv`: plain parts in turn (:func:`_plain_parts`)."""
-    return _plain_parts(data, indices, indptr, v, out, True)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -656,7 +657,7 @@ def serial_sddmm_mv(threads, indices, indptr, r, q, g):
             active = 0
             for i in range(n_rows):
                 active += r[i] != 0
-        split = not _sddmm_serial(active * (nnz // max(n_rows, 1)), nnz)
+        split = not _sddmm_serial(active * (nnz // (n_rows if n_rows > 1 else 1)), nnz)
     zero = g.dtype.type(0)
     for k in range(nnz):
         g[k] = zero
@@ -664,8 +665,9 @@ def serial_sddmm_mv(threads, indices, indptr, r, q, g):
         a = g.dtype.type(r[i])
         if skips and r[i] == 0:
             continue
-        lo = np.uint64(min(max(np.int64(indptr[i]), I0), nnz))
-        hi = np.uint64(min(max(np.int64(indptr[i + 1]), I0), nnz))
+        lo, hi = np.int64(indptr[i]), np.int64(indptr[i + 1])  # (clamped as in _plain_rows)
+        lo = np.uint64(I0 if lo < 0 else (nnz if lo > nnz else lo))
+        hi = np.uint64(I0 if hi < 0 else (nnz if hi > nnz else hi))
         for k in range(lo, hi):
             j = np.uint64(np.int64(indices[k]))
             if j < n:
