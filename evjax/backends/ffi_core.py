@@ -50,7 +50,7 @@ from numba.extending import intrinsic
 from .. import _disk_cache, _kernel_compat
 from . import ffi_abi as abi
 from .intrinsics import (
-    call_ptr_ptr, load_i32, load_i64, stack_bytes, store_i32, store_i64,
+    call_ptr_ptr, constant_cstring, load_i32, load_i64, stack_bytes, store_i64,
 )
 
 __all__ = [
@@ -79,12 +79,12 @@ def cache_dir() -> str:
 
 
 # ---------------------------------------------------------------------------
-# Compiled helpers (inlined into every handler)
+# The prologue and error creation: LLVM IR, written into each handler
 #
-# Compiled once per process (or loaded from Numba's disk cache), then linked into each handler that
-# calls them.  Call them with int64 arguments, never bare constants (``numba.int64(13)``, not ``13``):
-# Numba compiles a function anew for each literal value it is passed.  They have no Python entry
-# point (``_kernel_compat.COMPILED_CODE_ONLY``), which Numba would compile for nothing.
+# These are Numba intrinsics whose code is emitted straight into the calling handler's module (an
+# internal function that LLVM inlines): no compile of their own.  As Numba-compiled functions they
+# cost a process's first handler about 0.2 s (three pipelines, modules and cache entries for a few
+# loads and stores).  Their IR reads as the C it stands for; each emitter's docstring gives that C.
 # ---------------------------------------------------------------------------
 PROCEED = -1  # the prologue's answer when the handler has its work to do
 
@@ -103,79 +103,141 @@ _ABI_MESSAGES = (
 )
 FRAME_MISMATCH, API_MISMATCH, METADATA_MISMATCH = range(3)
 
-
-@intrinsic(prefer_literal=True)
-def _abi_message(typingctx, which):
-    """The int64 address of the constant C string ``_ABI_MESSAGES[which]`` (``which``: a literal)."""
-    if not isinstance(which, types.IntegerLiteral):
-        return None
-    data = bytearray(_ABI_MESSAGES[which.literal_value].encode("utf-8")) + b"\0"
-
-    def codegen(context, builder, signature, args):
-        name = "evjax_abi_message_" + hashlib.sha1(bytes(data)).hexdigest()[:16]
-        try:
-            variable = builder.module.get_global(name)
-        except KeyError:
-            constant = ir.Constant(ir.ArrayType(ir.IntType(8), len(data)), data)
-            variable = ir.GlobalVariable(builder.module, constant.type, name=name)
-            variable.global_constant = True
-            variable.linkage = "internal"
-            variable.initializer = constant
-        return builder.ptrtoint(variable, ir.IntType(64))
-
-    return types.int64(which), codegen
+_I32, _I64 = ir.IntType(32), ir.IntType(64)
 
 
-@numba.njit(nogil=True, cache=True, **_kernel_compat.COMPILED_CODE_ONLY)
-def _abi_mismatch(frame, message):
-    """XLA's error for a frame evjax cannot read; 0 (no error, no answer) where the frame has no API
-    table to create one with, which leaves a metadata query unanswered: XLA then refuses the handler
-    (API version 0.0)."""
-    if load_i64(frame + abi.FRAME_API) == 0:
-        return 0
-    return create_error(frame, message, numba.int64(abi.ERRC_FAILED_PRECONDITION))
+def _field(builder, address, offset: int, kind=_I64):
+    """``*(kind*)(address + offset)``."""
+    return builder.load(builder.inttoptr(builder.add(address, _I64(offset)), kind.as_pointer()))
 
 
-@numba.njit(nogil=True, cache=True, **_kernel_compat.COMPILED_CODE_ONLY)
-def prologue(frame, traits, major, minor):
+def _set_field(builder, address, offset: int, value, kind=_I64):
+    """``*(kind*)(address + offset) = value`` (a wider integer is truncated)."""
+    if value.type != kind:
+        value = builder.trunc(value, kind)
+    builder.store(value, builder.inttoptr(builder.add(address, _I64(offset)), kind.as_pointer()))
+
+
+def _internal_function(module, name: str, n_args: int, emit_body):
+    """The internal function ``int64 name(int64 x n_args)`` of ``module``, defined on first use by
+    ``emit_body(builder, args)`` (which ends every path with ``ret``); LLVM inlines it."""
+    function = module.globals.get(name)
+    if function is None:
+        function = ir.Function(module, ir.FunctionType(_I64, [_I64] * n_args), name)
+        function.linkage = "internal"
+        function.attributes.add("alwaysinline")
+        emit_body(ir.IRBuilder(function.append_basic_block("entry")), list(function.args))
+    return function
+
+
+def _emit_create_error(builder, frame, message, errc):
+    """``XLA_FFI_Error_Create(&(XLA_FFI_Error_Create_Args){size, NULL, message, errc})`` through the
+    frame's API table: an ``XLA_FFI_Error*`` as int64."""
+    with builder.goto_entry_block():  # XLA_FFI_Error_Create_Args {struct_size, extension_start, message, errc}
+        slot = builder.alloca(ir.ArrayType(ir.IntType(8), 32), name="evjax_error_args")
+        slot.align = 16
+    args = builder.ptrtoint(slot, _I64)
+    _set_field(builder, args, 0, _I64(abi.ERROR_CREATE_ARGS_SIZE))
+    _set_field(builder, args, abi.ARGS_EXTENSION_START, _I64(0))
+    _set_field(builder, args, abi.ERROR_CREATE_MESSAGE, message)
+    _set_field(builder, args, abi.ERROR_CREATE_ERRC, errc, _I32)
+    create = _field(builder, _field(builder, frame, abi.FRAME_API), abi.API_ERROR_CREATE)
+    bytes_ptr = ir.IntType(8).as_pointer()
+    function = builder.inttoptr(create, ir.FunctionType(bytes_ptr, [bytes_ptr]).as_pointer())
+    return builder.ptrtoint(builder.call(function, [builder.bitcast(slot, bytes_ptr)]), _I64)
+
+
+def _emit_abi_mismatch(builder, frame, which: int):
+    """``return frame->api ? create_error(frame, ABI_MESSAGES[which], FAILED_PRECONDITION) : 0``: XLA's
+    error for a frame evjax cannot read; 0 (no error, no answer) where the frame has no API table to
+    create one with, which leaves a metadata query unanswered: XLA then refuses the handler (API
+    version 0.0)."""
+    with builder.if_then(builder.icmp_unsigned("==", _field(builder, frame, abi.FRAME_API), _I64(0))):
+        builder.ret(_I64(0))
+    message = constant_cstring(builder, _ABI_MESSAGES[which])
+    builder.ret(_emit_create_error(builder, frame, message, _I64(abi.ERRC_FAILED_PRECONDITION)))
+
+
+def _emit_prologue(builder, args):
+    """The prologue's body (see :func:`prologue`), as C::
+
+        if (frame->struct_size != CALL_FRAME_STRUCT_SIZE) return abi_mismatch(FRAME_MISMATCH);
+        if (frame->api && frame->api->api_version.major_version != API_MAJOR)
+            return abi_mismatch(API_MISMATCH);
+        ext = frame->extension_start;
+        if (ext && ext->type == XLA_FFI_Extension_Metadata) {
+            if (ext->struct_size < METADATA_EXTENSION_STRUCT_SIZE || ext->metadata->struct_size < METADATA_STRUCT_SIZE)
+                return abi_mismatch(METADATA_MISMATCH);
+            ext->metadata->api_version = {major, minor}; ext->metadata->traits = traits;
+            return 0;
+        }
+        return frame->stage == EXECUTE ? PROCEED : 0;
+    """
+    frame, traits, major, minor = args
+    zero = _I64(0)
+
+    def fails(condition, which):
+        with builder.if_then(condition, likely=False):
+            _emit_abi_mismatch(builder, frame, which)
+
+    fails(builder.icmp_unsigned("!=", _field(builder, frame, 0), _I64(abi.CALL_FRAME_STRUCT_SIZE)), FRAME_MISMATCH)
+    api = _field(builder, frame, abi.FRAME_API)
+    with builder.if_then(builder.icmp_unsigned("!=", api, zero)):
+        major_seen = _field(builder, api, abi.API_VERSION_MAJOR, _I32)
+        fails(builder.icmp_unsigned("!=", major_seen, _I32(abi.API_MAJOR)), API_MISMATCH)
+    ext = _field(builder, frame, abi.FRAME_EXTENSION_START)
+    with builder.if_then(builder.icmp_unsigned("!=", ext, zero)):
+        with builder.if_then(builder.icmp_unsigned("==", _field(builder, ext, abi.EXT_TYPE, _I32),
+                                                   _I32(abi.EXT_TYPE_METADATA))):
+            metadata = _field(builder, ext, abi.EXT_METADATA_PTR)
+            fails(builder.icmp_signed("<", _field(builder, ext, 0), _I64(abi.METADATA_EXTENSION_STRUCT_SIZE)),
+                  METADATA_MISMATCH)
+            fails(builder.icmp_signed("<", _field(builder, metadata, 0), _I64(abi.METADATA_STRUCT_SIZE)),
+                  METADATA_MISMATCH)
+            _set_field(builder, metadata, abi.METADATA_API_MAJOR, major, _I32)
+            _set_field(builder, metadata, abi.METADATA_API_MINOR, minor, _I32)
+            _set_field(builder, metadata, abi.METADATA_TRAITS, traits, _I32)
+            builder.ret(zero)
+    executes = builder.icmp_unsigned("==", _field(builder, frame, abi.FRAME_STAGE, _I32), _I32(abi.STAGE_EXECUTE))
+    builder.ret(builder.select(executes, _I64(PROCEED), zero))
+
+
+@intrinsic
+def prologue(typingctx, frame, traits, major, minor):
     """What every handler does first; :data:`PROCEED` when it has its own work to do, else what it returns.
 
     Checks the call frame's ``struct_size`` (XLA's own C++ handlers want it exact too) and, where
     XLA passes an API table, its major version; answers XLA's metadata query with API version
     ``(major, minor)``, the one the handlers were built for (:func:`ffi_abi.handler_api_version`),
-    and ``traits``; returns 0 at once for a stage other than EXECUTE.
+    and ``traits``; returns 0 at once for a stage other than EXECUTE.  (IR: :func:`_emit_prologue`.)
     """
-    if load_i64(frame) != abi.CALL_FRAME_STRUCT_SIZE:
-        return _abi_mismatch(frame, _abi_message(FRAME_MISMATCH))
-    api = load_i64(frame + abi.FRAME_API)
-    if api != 0 and load_i32(api + abi.API_VERSION_MAJOR) != abi.API_MAJOR:
-        return _abi_mismatch(frame, _abi_message(API_MISMATCH))
-    ext = load_i64(frame + abi.FRAME_EXTENSION_START)
-    if ext != 0 and load_i32(ext + abi.EXT_TYPE) == abi.EXT_TYPE_METADATA:
-        metadata = load_i64(ext + abi.EXT_METADATA_PTR)
-        if load_i64(ext) < abi.METADATA_EXTENSION_STRUCT_SIZE or load_i64(metadata) < abi.METADATA_STRUCT_SIZE:
-            return _abi_mismatch(frame, _abi_message(METADATA_MISMATCH))
-        store_i32(metadata + abi.METADATA_API_MAJOR, numba.int32(major))
-        store_i32(metadata + abi.METADATA_API_MINOR, numba.int32(minor))
-        store_i32(metadata + abi.METADATA_TRAITS, numba.int32(traits))
-        return 0
-    if load_i32(frame + abi.FRAME_STAGE) != abi.STAGE_EXECUTE:
-        return 0
-    return PROCEED
+
+    def codegen(context, builder, signature, args):
+        function = _internal_function(builder.module, "evjax_ffi_prologue", 4, _emit_prologue)
+        return builder.call(function, args)
+
+    return types.int64(types.int64, types.int64, types.int64, types.int64), codegen
 
 
-@numba.njit(nogil=True, cache=True, **_kernel_compat.COMPILED_CODE_ONLY)
-def create_error(frame, message, errc):
-    """An ``XLA_FFI_Error*`` (as int64) carrying the C string at address ``message``."""
-    api = load_i64(frame + abi.FRAME_API)
-    args = stack_bytes(32)  # XLA_FFI_Error_Create_Args {struct_size, extension_start, message, errc}
-    store_i64(args, abi.ERROR_CREATE_ARGS_SIZE)
-    store_i64(args + abi.ARGS_EXTENSION_START, 0)
-    store_i64(args + abi.ERROR_CREATE_MESSAGE, message)
-    store_i32(args + abi.ERROR_CREATE_ERRC, numba.int32(errc))
-    return call_ptr_ptr(load_i64(api + abi.API_ERROR_CREATE), args)
+@intrinsic
+def create_error(typingctx, frame, message, errc):
+    """An ``XLA_FFI_Error*`` (as int64) carrying the C string at address ``message``, of error code
+    ``errc`` (an integer; XLA's ``XLA_FFI_Error_Code``).  (IR: :func:`_emit_create_error`.)"""
+
+    def codegen(context, builder, signature, args):
+        return _emit_create_error(builder, *args)
+
+    return types.int64(types.int64, types.int64, types.int64), codegen
 
 
+# ---------------------------------------------------------------------------
+# Compiled helpers of the GPU and Python handlers
+#
+# Compiled once per process (or loaded from Numba's disk cache), then linked into each handler that
+# calls them.  Call them with int64 arguments, never bare constants (``numba.int64(13)``, not ``13``):
+# Numba compiles a function anew for each literal value it is passed.  They have no Python entry
+# point (``_kernel_compat.COMPILED_CODE_ONLY``), which Numba would compile for nothing.
+# ---------------------------------------------------------------------------
 @numba.njit(nogil=True, cache=True, **_kernel_compat.COMPILED_CODE_ONLY)
 def query_stream(frame):
     """``(error, stream)``: XLA's stream for this call (``XLA_FFI_Stream_Get``; GPU only)."""
@@ -274,44 +336,40 @@ _ENTRY_TYPE = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, c
 _entries: list = []  # the ctypes callbacks behind the symbols, kept alive for the process
 
 
-def _python_entry(symbol: str, function: Callable[[int, int, int], int]):
-    """An intrinsic ``entry(a, b, c) -> int64`` through which compiled code calls ``function(a, b, c)``
-    (int64 arguments and result; it must never raise): a ctypes callback, which takes the GIL, under
-    the linker symbol ``symbol``.  The symbol is resolved when a handler's machine code is linked
-    (compiled or loaded from Numba's disk cache): no address is baked into the code, and no
-    object-mode block has to be compiled into each handler."""
+def _python_entry(symbol: str, function: Callable[[int, int, int], int]) -> None:
+    """Let compiled code call ``function(a, b, c)`` (int64 arguments and result; it must never
+    raise) as :func:`_emit_python_call` ``(builder, symbol, ...)``: a ctypes callback, which takes
+    the GIL, under the linker symbol ``symbol``.  The symbol is resolved when a handler's machine
+    code is linked (compiled or loaded from Numba's disk cache): no address is baked into the code,
+    and no object-mode block has to be compiled into each handler."""
     callback = _ENTRY_TYPE(function)
     _entries.append(callback)
     llvm.add_symbol(symbol, ctypes.cast(callback, ctypes.c_void_p).value)
 
-    @intrinsic
-    def entry(typingctx, a, b, c):
-        def codegen(context, builder, signature, args):
-            i64 = ir.IntType(64)
-            callee = builder.module.globals.get(symbol)
-            if callee is None:
-                callee = ir.Function(builder.module, ir.FunctionType(i64, [i64, i64, i64]), symbol)
-            return builder.call(callee, args)
 
-        return types.int64(types.int64, types.int64, types.int64), codegen
-
-    return entry
+def _emit_python_call(builder, symbol: str, a, b, c):
+    """``symbol(a, b, c)``: the call of a function registered by :func:`_python_entry` (int64s)."""
+    callee = builder.module.globals.get(symbol)
+    if callee is None:
+        callee = ir.Function(builder.module, ir.FunctionType(_I64, [_I64] * 3), symbol)
+    return builder.call(callee, [a, b, c])
 
 
 MESSAGE_SYMBOL = "evjax_compose_message"
-_compose_message = _python_entry(MESSAGE_SYMBOL, _message_address)  # (frame, key, detail) -> char*
+_python_entry(MESSAGE_SYMBOL, _message_address)  # (frame, key, detail) -> char*
 
 
-@numba.njit(nogil=True, cache=True, **_kernel_compat.COMPILED_CODE_ONLY)
-def report(frame, key, detail, errc):
+@intrinsic
+def report(typingctx, frame, key, detail, errc):
     """An ``XLA_FFI_Error*`` whose message the describer registered under ``key`` composes
-    in Python (only on a failure path: the call takes the GIL).
+    in Python (only on a failure path: the call takes the GIL); int64 arguments."""
 
-    Call it with int64 arguments (``numba.int64(KEY)``, not a bare constant): Numba
-    compiles a function once per literal value it is given, so constants would
-    compile it anew for every handler.
-    """
-    return create_error(frame, _compose_message(frame, key, detail), errc)
+    def codegen(context, builder, signature, args):
+        frame, key, detail, errc = args
+        message = _emit_python_call(builder, MESSAGE_SYMBOL, frame, key, detail)
+        return _emit_create_error(builder, frame, message, errc)
+
+    return types.int64(types.int64, types.int64, types.int64, types.int64), codegen
 
 
 # ---------------------------------------------------------------------------
@@ -348,16 +406,20 @@ def _upgrade_address(key: int, compile: int, slot: int) -> int:
 
 
 UPGRADE_SYMBOL = "evjax_upgrade_handler"
-_call_upgrader = _python_entry(UPGRADE_SYMBOL, _upgrade_address)  # (key, compile, slot) -> address
+_python_entry(UPGRADE_SYMBOL, _upgrade_address)  # (key, compile, slot) -> address
 
 
-@numba.njit(nogil=True, cache=True, **_kernel_compat.COMPILED_CODE_ONLY)
-def upgrade(key, compile, slot):
+@intrinsic
+def upgrade(typingctx, key, compile, slot):
     """The address of the handler that takes over from the handler of key ``key`` (compiled or loaded
     by the Python function registered with :func:`register_upgrader`; the call takes the GIL); 0 if
     that failed or, with ``compile`` 0, would need a compile.  The caller keeps the address at
     ``slot`` (which Python learns here, to hand a compiled one over itself)."""
-    return _call_upgrader(key, compile, slot)
+
+    def codegen(context, builder, signature, args):
+        return _emit_python_call(builder, UPGRADE_SYMBOL, *args)
+
+    return types.int64(types.int64, types.int64, types.int64), codegen
 
 
 # ---------------------------------------------------------------------------

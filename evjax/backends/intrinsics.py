@@ -18,7 +18,7 @@ from numba.extending import intrinsic
 
 __all__ = [
     "load_i64", "load_i32", "load_i64_unaligned", "store_i64", "store_i32", "store_u16",
-    "as_int", "as_voidptr", "typed_pointer", "stack_bytes", "cstring",
+    "as_int", "as_voidptr", "typed_pointer", "stack_bytes", "cstring", "constant_cstring",
     "call_ptr_ptr", "call_void_ptr_ptr", "call_i32_ptr", "advise_huge_pages", "own_slot", "load_acquire_i64", "store_release_i64", "fetch_add_i64",
 ]
 
@@ -187,25 +187,32 @@ def stack_bytes(typingctx, size):
     return types.int64(size), codegen
 
 
+def constant_cstring(builder, text: str):
+    """The int64 address of a constant NUL-terminated copy of ``text`` in the builder's module (one
+    per distinct text and module): the IR behind :func:`cstring`."""
+    data = bytearray(text.encode("utf-8")) + b"\0"
+    module = builder.module
+    name = "evjax_cstring_" + hashlib.sha1(bytes(data)).hexdigest()[:16]
+    try:
+        variable = module.get_global(name)
+    except KeyError:
+        constant = ir.Constant(ir.ArrayType(I8, len(data)), data)
+        variable = ir.GlobalVariable(module, constant.type, name=name)
+        variable.global_constant = True
+        variable.linkage = "internal"
+        variable.initializer = constant
+    return builder.ptrtoint(variable, I64)
+
+
 @intrinsic
 def cstring(typingctx, text):
     """The int64 address of a constant NUL-terminated copy of ``text`` (a string literal)."""
     if not isinstance(text, types.StringLiteral):
         return None
-    data = bytearray(text.literal_value.encode("utf-8")) + b"\0"
+    value = text.literal_value
 
     def codegen(context, builder, signature, args):
-        module = builder.module
-        name = "evjax_cstring_" + hashlib.sha1(bytes(data)).hexdigest()[:16]
-        try:
-            variable = module.get_global(name)
-        except KeyError:
-            constant = ir.Constant(ir.ArrayType(I8, len(data)), data)
-            variable = ir.GlobalVariable(module, constant.type, name=name)
-            variable.global_constant = True
-            variable.linkage = "internal"
-            variable.initializer = constant
-        return builder.ptrtoint(variable, I64)
+        return constant_cstring(builder, value)
 
     return types.int64(text), codegen
 

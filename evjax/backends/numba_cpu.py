@@ -218,7 +218,8 @@ def _handler_source(in_types, out_types, threads: bool, tiered: bool = False,
         "    if outcome < 0:",
         f"        return {failed.format(detail=KERNEL_RAISED)}",
         f"    if outcome == {SPLITTABLE}:",
-        "        spent = max(now_ns() - start, numba.int64(1))",
+        "        spent = now_ns() - start",
+        "        spent = spent if spent > 0 else numba.int64(1)",  # (not max(): a compile of its own)
         "        before = fetch_add_i64(slot + 8, spent)",  # the tier's time on splittable calls so far
         "        if before == 0:",  # the first one: the full kernel now, if that costs no compile
         "            full = upgrade(numba.int64(HANDLER_KEY), numba.int64(0), slot)",

@@ -110,33 +110,51 @@ _backoff = _cell_loader("evjax_backoff_ns", I64, types.int64, "The fall-back's c
 _set_backoff = _cell_storer("evjax_backoff_ns", I64, types.int64, "Set the fall-back's length (ns).")
 
 
+def _emit_now_ns(builder):
+    """``clock_gettime(CLOCK_MONOTONIC)`` in nanoseconds: the IR of :func:`now_ns`."""
+    timespec = ir.LiteralStructType([I64, I64])
+    module = builder.module
+    fn = module.globals.get("clock_gettime")
+    if fn is None:
+        fn = ir.Function(module, ir.FunctionType(I32, [I32, timespec.as_pointer()]), "clock_gettime")
+    with builder.goto_entry_block():  # one stack slot per function, not per call
+        ts = builder.alloca(timespec)
+    builder.call(fn, [I32(1), ts])  # CLOCK_MONOTONIC
+    seconds = builder.load(builder.gep(ts, [I32(0), I32(0)], inbounds=True))
+    nanoseconds = builder.load(builder.gep(ts, [I32(0), I32(1)], inbounds=True))
+    return builder.add(builder.mul(seconds, I64(1_000_000_000)), nanoseconds)
+
+
 @intrinsic
 def now_ns(typingctx):
     """``CLOCK_MONOTONIC`` in nanoseconds (libc's ``clock_gettime``, a vDSO call: ~40 ns)."""
 
     def codegen(context, builder, signature, args):
-        timespec = ir.LiteralStructType([I64, I64])
-        module = builder.module
-        fn = module.globals.get("clock_gettime")
-        if fn is None:
-            fn = ir.Function(module, ir.FunctionType(I32, [I32, timespec.as_pointer()]), "clock_gettime")
-        with builder.goto_entry_block():  # one stack slot per function, not per call
-            ts = builder.alloca(timespec)
-        builder.call(fn, [I32(1), ts])  # CLOCK_MONOTONIC
-        seconds = builder.load(builder.gep(ts, [I32(0), I32(0)], inbounds=True))
-        nanoseconds = builder.load(builder.gep(ts, [I32(0), I32(1)], inbounds=True))
-        return builder.add(builder.mul(seconds, I64(1_000_000_000)), nanoseconds)
+        return _emit_now_ns(builder)
 
     return types.int64(), codegen
 
 
-@numba.njit(cache=True, nogil=True)
-def threads_now():
-    """The threads a kernel called now may use: the setting, or 1 during a fall-back (handlers call this)."""
-    n = numba.int64(thread_count())
-    if n > 1 and now_ns() < _serial_until():
-        return numba.int64(1)
-    return n
+@intrinsic
+def threads_now(typingctx):
+    """The threads a kernel called now may use: the setting, or 1 during a fall-back (handlers call
+    this).  As C: ``n = thread_count; return n > 1 && now_ns() < serial_until ? 1 : n``.  IR, so
+    that it costs no compile of its own (a Numba-compiled one cost a process's first handler 0.05 s)."""
+
+    def codegen(context, builder, signature, args):
+        n = builder.sext(builder.load(_global(builder, "evjax_thread_count", I32)), I64)
+        before = builder.block
+        with builder.if_then(builder.icmp_signed(">", n, I64(1))):
+            stalled = builder.icmp_signed("<", _emit_now_ns(builder),
+                                          builder.load(_global(builder, "evjax_serial_until_ns", I64)))
+            limited = builder.select(stalled, I64(1), n)
+            checked = builder.block
+        result = builder.phi(I64)
+        result.add_incoming(n, before)
+        result.add_incoming(limited, checked)
+        return result
+
+    return types.int64(), codegen
 
 
 @numba.njit(cache=True, nogil=True)
