@@ -18,7 +18,7 @@ import numpy as np
 from numba import types
 from numba.extending import intrinsic
 
-from ..._kernel_compat import COMPILED_CODE_ONLY
+from ..._kernel_compat import COMPILED_CODE_ONLY, stack_array_intrinsic
 from .generation import TWO_LN2, cos_table, log2_table
 
 _INLINE = dict(cache=True, nogil=True, inline="always", **COMPILED_CODE_ONLY)
@@ -148,10 +148,15 @@ def _wb_normal(ka, kb, k, p0, p1, w):
         w[j] = _w_normal(ka, kb, k + np.uint64(j), p0, p1)
 
 
+stack_array = stack_array_intrinsic()
+
+
 @numba.njit(**_INLINE)
 def _scratch(dtype_like):
-    """A block's positions and weights (one pair per row loop call, i.e. per thread)."""
-    return np.empty(BLOCK, np.int64), np.empty(BLOCK, dtype_like.dtype)
+    """A block's positions and weights, on the stack of the function the row loop is inlined into
+    (the kernel, or a parallel loop's body: one pair per thread).  ``np.empty`` cost a first call
+    0.1 s: Numba's allocator compiled for int64 and for the weights' dtype."""
+    return stack_array(BLOCK, numba.int64), stack_array(BLOCK, dtype_like.dtype)
 
 
 @numba.njit(**_INLINE)
