@@ -56,7 +56,7 @@ import numpy as np
 from numba import prange, types
 from numba.extending import overload
 
-from ..._kernel_compat import COMPILED_CODE_ONLY, prange_only
+from ..._kernel_compat import COMPILED_CODE_ONLY, prange_only, stack_array_intrinsic
 from ...backends import numba_cpu
 from ...backends.threads import part_done, region_done, start_region
 from ...dtypes import compute_dtype
@@ -83,6 +83,7 @@ _PARALLEL = prange_only()
 I0, I1 = np.int64(0), np.int64(1)
 U0 = np.uint64(0)
 DONE, SPLITTABLE = numba_cpu.DONE, numba_cpu.SPLITTABLE
+stack_array = stack_array_intrinsic()  # small fixed scratch on the stack (no allocator to compile)
 # The helpers below the kernels are only called from compiled code: no Python entry point is built for them.
 _HELPER = dict(cache=True, nogil=True, **COMPILED_CODE_ONLY)
 
@@ -475,12 +476,12 @@ def serial_scatter_vector(threads, w, x, out_t):
     for col in range(m):
         o[col] = 0
     size = xf.shape[0]
-    four = np.empty(4, np.int64)  # the active rows not yet added
+    four = stack_array(4, numba.int64)  # the active rows not yet added (np.empty: a compile of its own)
     pending = 0
     total = 0
     base = 0
     while base < size:
-        hi = min(base + 8, size)
+        hi = base + 8 if base + 8 < size else size  # (min(): a compile of its own)
         if hi - base == 8 and eight_zero(xf, base):
             base = hi
             continue
