@@ -42,6 +42,7 @@ from . import ops
 from .kernel_args import config, operand_values, params_array
 from .numba_stream import (  # the generation scheme, inlined: keys, gaps, weights, blocks of synapses
     BLOCK,
+    stack_array,
     _U1,
     _gap,
     _keys,
@@ -461,9 +462,57 @@ KERNELS = {(kind, law): globals()[f"{kind}_{law}"]
 # turn, with no parallel region (Numba's parallel passes cost a JITC kernel most of its 3 s compile);
 # one line each
 # ---------------------------------------------------------------------------
-@numba.njit(cache=True, nogil=True)
-def serial_gather_mv_scalar(threads, params, seed, cfg, x, out):
-    return _gather_serially(_gather_rows, _wb_scalar, threads, params, seed, cfg, x, out)
+def _plain_gather_tier(law: str, name: str):
+    """The serial tier of a vector gather of the law ``law`` ("scalar", "normal" or "uniform") as one
+    loop: what :func:`_gather_serially` does with :func:`_gather_rows`, :func:`_next_block` written
+    out (the same draws, and the same sums in the same order: the kernel's bits;
+    ``tests/test_serial_tiers.py``).  Only the stream's own helpers are inlined into it (:func:`_keys`,
+    :func:`_gap`); the law is a constant of the closure, so Numba prunes the other laws' branches.
+    Helpers inlining helpers, four levels deep, cost the first compile 0.2 s more."""
+
+    def tier(threads, params, seed, cfg, x, out):
+        n_outer = out.shape[0]
+        n_inner = x.shape[0]
+        r, s, skip = np.uint64(cfg[0]), np.uint64(cfg[1]), cfg[2] != 0
+        sd = np.uint64(seed[0])
+        first = np.int64(seed[1]) if seed.shape[0] > 1 else np.int64(0)  # (as _first_outer)
+        p0, p1 = params[0], params[1]
+        cap = np.uint64(n_inner)
+        at, w = stack_array(BLOCK, numba.int64), stack_array(BLOCK, out.dtype)  # (as _scratch)
+        for o in range(n_outer):
+            ka, kb = _keys(sd, first + o)
+            acc = out.dtype.type(0)
+            pos, k, count = np.int64(-1), np.uint64(0), BLOCK
+            while count == BLOCK:  # (as _next_block)
+                for j in range(BLOCK):
+                    at[j] = _gap(ka, kb, k + np.uint64(j), r, s, cap)
+                if law == "scalar":
+                    _wb_scalar(ka, kb, k, p0, p1, w)
+                elif law == "normal":
+                    _wb_normal(ka, kb, k, p0, p1, w)
+                else:
+                    _wb_uniform(ka, kb, k, p0, p1, w)
+                count = 0
+                for j in range(BLOCK):
+                    pos += 1 + at[j]
+                    if pos >= n_inner:
+                        break
+                    at[j] = pos
+                    count += 1
+                for j in range(count):
+                    xi = x[at[j]]
+                    if not (skip and xi == 0):
+                        acc += w[j] * xi
+                k += np.uint64(BLOCK)
+            out[o] = acc
+        split = threads >= 2 and n_outer * np.int64(cfg[3]) >= PARALLEL_MIN_WORK  # (as _threads, one column)
+        return SPLITTABLE if split else DONE
+
+    tier.__name__ = tier.__qualname__ = name  # (Numba's cache files and evjax's log name the tier)
+    return numba.njit(cache=True, nogil=True)(tier)
+
+
+serial_gather_mv_scalar = _plain_gather_tier("scalar", "serial_gather_mv_scalar")
 
 
 @numba.njit(cache=True, nogil=True)
@@ -491,9 +540,7 @@ def parts_scatter_mm_scalar(threads, params, seed, cfg, x, out):
     return _scatter_in_parts(_scatter_mm_rows, _nonzero_row, _wb_scalar, threads, params, seed, cfg, x, out)
 
 
-@numba.njit(cache=True, nogil=True)
-def serial_gather_mv_normal(threads, params, seed, cfg, x, out):
-    return _gather_serially(_gather_rows, _wb_normal, threads, params, seed, cfg, x, out)
+serial_gather_mv_normal = _plain_gather_tier("normal", "serial_gather_mv_normal")
 
 
 @numba.njit(cache=True, nogil=True)
@@ -521,9 +568,7 @@ def parts_scatter_mm_normal(threads, params, seed, cfg, x, out):
     return _scatter_in_parts(_scatter_mm_rows, _nonzero_row, _wb_normal, threads, params, seed, cfg, x, out)
 
 
-@numba.njit(cache=True, nogil=True)
-def serial_gather_mv_uniform(threads, params, seed, cfg, x, out):
-    return _gather_serially(_gather_rows, _wb_uniform, threads, params, seed, cfg, x, out)
+serial_gather_mv_uniform = _plain_gather_tier("uniform", "serial_gather_mv_uniform")
 
 
 @numba.njit(cache=True, nogil=True)
