@@ -265,7 +265,6 @@ def _make_array_view():
     from llvmlite import ir
     from numba.core import types
     from numba.extending import intrinsic
-    from numba.np.arrayobj import make_array, populate_array
 
     @intrinsic(prefer_literal=True)
     def array_view(typingctx, data, dims, dtype, ndim):
@@ -278,19 +277,28 @@ def _make_array_view():
             extents = builder.inttoptr(args[1], i64.as_pointer())
             shape = [builder.load(builder.gep(extents, [i64(d)])) for d in range(array_type.ndim)]
             item = context.get_data_type(array_type.dtype)
-            itemsize = i64(context.get_abi_sizeof(item))
-            strides, step = [], itemsize
-            for extent in reversed(shape):
-                strides.append(step)
-                step = builder.mul(step, extent)
-            array = make_array(array_type)(context, builder)
-            populate_array(array, data=builder.inttoptr(args[0], item.as_pointer()), shape=shape,
-                           strides=strides[::-1], itemsize=itemsize, meminfo=None)
-            return array._getvalue()
+            return _c_array(context, builder, array_type, builder.inttoptr(args[0], item.as_pointer()), shape)
 
         return array_type(types.int64, types.int64, dtype, ndim), codegen
 
     return array_view
+
+
+def _c_array(context, builder, array_type, data, shape):
+    """The value of a C-contiguous ``array_type`` (not memory-managed) over the pointer ``data``, of
+    extents ``shape`` (int64 IR values): what :func:`array_view_intrinsic` and
+    :func:`stack_array_intrinsic` return."""
+    from llvmlite import ir
+    from numba.np.arrayobj import make_array, populate_array
+
+    itemsize = ir.IntType(64)(context.get_abi_sizeof(context.get_data_type(array_type.dtype)))
+    strides, step = [], itemsize
+    for extent in reversed(shape):
+        strides.append(step)
+        step = builder.mul(step, extent)
+    array = make_array(array_type)(context, builder)
+    populate_array(array, data=data, shape=shape, strides=strides[::-1], itemsize=itemsize, meminfo=None)
+    return array._getvalue()
 
 
 def stack_array_intrinsic():
@@ -314,7 +322,6 @@ def _make_stack_array():
     from llvmlite import ir
     from numba.core import types
     from numba.extending import intrinsic
-    from numba.np.arrayobj import make_array, populate_array
 
     @intrinsic(prefer_literal=True)
     def stack_array(typingctx, n, dtype):
@@ -324,16 +331,12 @@ def _make_stack_array():
         count = int(n.literal_value)
 
         def codegen(context, builder, signature, args):
-            i64 = ir.IntType(64)
             item = context.get_data_type(array_type.dtype)
             with builder.goto_entry_block():
                 slot = builder.alloca(ir.ArrayType(item, count), name="evjax_stack_array")
                 slot.align = 16
-            itemsize = i64(context.get_abi_sizeof(item))
-            array = make_array(array_type)(context, builder)
-            populate_array(array, data=builder.bitcast(slot, item.as_pointer()), shape=[i64(count)],
-                           strides=[itemsize], itemsize=itemsize, meminfo=None)
-            return array._getvalue()
+            shape = [ir.IntType(64)(count)]
+            return _c_array(context, builder, array_type, builder.bitcast(slot, item.as_pointer()), shape)
 
         return array_type(n, dtype), codegen
 
