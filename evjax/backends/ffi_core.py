@@ -50,7 +50,8 @@ from numba.extending import intrinsic
 from .. import _disk_cache, _kernel_compat
 from . import ffi_abi as abi
 from .intrinsics import (
-    call_ptr_ptr, constant_cstring, load_i32, load_i64, stack_bytes, store_i64,
+    call_ptr_ptr, constant_cstring, emit_call_ptr_ptr, emit_stack_bytes, load_i32, load_i64, stack_bytes,
+    store_i64,
 )
 
 __all__ = [
@@ -133,18 +134,13 @@ def _internal_function(module, name: str, n_args: int, emit_body):
 def _emit_create_error(builder, frame, message, errc):
     """``XLA_FFI_Error_Create(&(XLA_FFI_Error_Create_Args){size, NULL, message, errc})`` through the
     frame's API table: an ``XLA_FFI_Error*`` as int64."""
-    with builder.goto_entry_block():  # XLA_FFI_Error_Create_Args {struct_size, extension_start, message, errc}
-        slot = builder.alloca(ir.ArrayType(ir.IntType(8), 32), name="evjax_error_args")
-        slot.align = 16
-    args = builder.ptrtoint(slot, _I64)
+    args = emit_stack_bytes(builder, 32)  # XLA_FFI_Error_Create_Args {struct_size, extension_start, message, errc}
     _set_field(builder, args, 0, _I64(abi.ERROR_CREATE_ARGS_SIZE))
     _set_field(builder, args, abi.ARGS_EXTENSION_START, _I64(0))
     _set_field(builder, args, abi.ERROR_CREATE_MESSAGE, message)
     _set_field(builder, args, abi.ERROR_CREATE_ERRC, errc, _I32)
     create = _field(builder, _field(builder, frame, abi.FRAME_API), abi.API_ERROR_CREATE)
-    bytes_ptr = ir.IntType(8).as_pointer()
-    function = builder.inttoptr(create, ir.FunctionType(bytes_ptr, [bytes_ptr]).as_pointer())
-    return builder.ptrtoint(builder.call(function, [builder.bitcast(slot, bytes_ptr)]), _I64)
+    return emit_call_ptr_ptr(builder, create, args)
 
 
 def _emit_abi_mismatch(builder, frame, which: int):

@@ -18,7 +18,8 @@ from numba.extending import intrinsic
 
 __all__ = [
     "load_i64", "load_i32", "load_i64_unaligned", "store_i64", "store_i32", "store_u16",
-    "as_int", "as_voidptr", "typed_pointer", "stack_bytes", "cstring", "constant_cstring",
+    "as_int", "as_voidptr", "typed_pointer", "stack_bytes", "cstring", "constant_cstring", "emit_stack_bytes",
+    "emit_call_ptr_ptr",
     "call_ptr_ptr", "call_void_ptr_ptr", "call_i32_ptr", "advise_huge_pages", "own_slot", "load_acquire_i64", "store_release_i64", "fetch_add_i64",
 ]
 
@@ -179,12 +180,17 @@ def stack_bytes(typingctx, size):
     n = int(size.literal_value)
 
     def codegen(context, builder, signature, args):
-        with builder.goto_entry_block():
-            slot = builder.alloca(ir.ArrayType(I8, n), name="evjax_stack")
-            slot.align = 16
-        return builder.ptrtoint(slot, I64)
+        return emit_stack_bytes(builder, n)
 
     return types.int64(size), codegen
+
+
+def emit_stack_bytes(builder, n: int):
+    """The IR of :func:`stack_bytes`: ``n`` bytes reserved in the entry block, 16-aligned, as an int64."""
+    with builder.goto_entry_block():
+        slot = builder.alloca(ir.ArrayType(I8, n), name="evjax_stack")
+        slot.align = 16
+    return builder.ptrtoint(slot, I64)
 
 
 def constant_cstring(builder, text: str):
@@ -222,11 +228,15 @@ def call_ptr_ptr(typingctx, function, argument):
     """Call ``void* function(void*)`` (XLA's API entries take one argument struct); int64 result."""
 
     def codegen(context, builder, signature, args):
-        fnty = ir.FunctionType(PTR, [PTR])
-        result = builder.call(_pointer(builder, args[0], fnty), [builder.inttoptr(args[1], PTR)])
-        return builder.ptrtoint(result, I64)
+        return emit_call_ptr_ptr(builder, *args)
 
     return types.int64(types.int64, types.int64), codegen
+
+
+def emit_call_ptr_ptr(builder, function, argument):
+    """The IR of :func:`call_ptr_ptr`: ``((void* (*)(void*)) function)((void*) argument)`` as an int64."""
+    result = builder.call(_pointer(builder, function, ir.FunctionType(PTR, [PTR])), [builder.inttoptr(argument, PTR)])
+    return builder.ptrtoint(result, I64)
 
 
 @intrinsic
