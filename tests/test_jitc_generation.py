@@ -125,13 +125,27 @@ def test_jax_gap_matches_exact_integers(prob):
 
 @pytest.mark.parametrize("law,params", [("scalar", (0.7,)), ("normal", (0.3, 1.2)), ("uniform", (-1.0, 2.0))])
 def test_reference_matches_pure_python(law, params):
-    """The JAX reference's generated matrix equals the pure-Python scheme: structure bitwise, weights 1 ulp."""
+    """The JAX reference's generated matrix equals the pure-Python scheme: structure bitwise, weights
+    within one rounding of the final product (:func:`assert_within_one_product_rounding`)."""
     seed, prob, n_outer, n_inner = 123456789, 0.3, 9, 13
     want = python_dense(law, params, seed, prob, n_outer, n_inner)
     fn = {"scalar": evjax.jits, "normal": evjax.jitn, "uniform": evjax.jitu}[law]
     got = np.asarray(fn(*params, prob, seed, shape=(n_outer, n_inner), corder=True, backend="reference"))
     np.testing.assert_array_equal(got != 0, want != 0)
-    np.testing.assert_array_max_ulp(got, want, maxulp=1)
+    assert_within_one_product_rounding(got, want, params[0])
+    if law == "scalar":
+        np.testing.assert_array_equal(got, want)
+
+
+def assert_within_one_product_rounding(got, want, offset):
+    """``|got - want| <= ulp(want - offset) + ulp(want)``: the weights' last step, ``loc + scale * z``
+    (``low + (high - low) * u``), rounds the product first in the pure-Python scheme and Numba, while
+    XLA's CPU backend may contract it into an FMA (one rounding fewer).  Near a cancelling sum that is
+    many ulps of the weight (25 measured, loc 0.3, scale 1.2), but never more than the product's."""
+    got, want = np.asarray(got, np.float32), np.asarray(want, np.float32)
+    bound = np.spacing(np.abs(want - np.float32(offset))) + np.spacing(np.abs(want))
+    excess = np.abs(got.astype(np.float64) - want.astype(np.float64)) - bound.astype(np.float64)
+    assert excess.max() <= 0, f"weights differ by more than one rounding of the product: {excess.max()}"
 
 
 def _backends():

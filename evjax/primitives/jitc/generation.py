@@ -36,7 +36,7 @@ is bitwise identical everywhere: no float, no libm, no FMA contraction.
   computed once on the host in exact decimal arithmetic (:func:`gap_multiplier`); a ``prob`` below
   :data:`PROB_FLOOR` (about 3.85e-17) gets ``R / 2^S = 2^30``, an empty matrix at every supported size.
 
-* Weights (floats, within one ulp across backends): uniform
+* Weights (floats, within one rounding of the last product across backends): uniform
   ``u = (draw(4k + 1) >> 8) * 2^-24`` (exact in float32), ``w = low + (high - low) u``;
   normal by Box-Muller, ``z = sqrt(2 ln 2 * E2) * cos(2 pi v)`` with ``E2`` the
   integer ``-log2`` above of ``draw(4k + 1)`` and the cosine from a 1025-entry
@@ -44,7 +44,9 @@ is bitwise identical everywhere: no float, no libm, no FMA contraction.
   takes one int->float conversion, one product, one ``sqrt`` and one product,
   each correctly rounded by IEEE 754 everywhere, and nothing a compiler can
   contract into an FMA.  Only ``loc + scale * z`` (and ``low + (high - low) u``)
-  may be contracted on one backend and not another: one rounding, one ulp.
+  may be contracted on one backend (XLA's CPU backend does) and not another
+  (Numba does not): one rounding of the product, which near a cancelling sum
+  is many ulps of the weight (docs/jit_connectivity.md).
 """
 from __future__ import annotations
 
