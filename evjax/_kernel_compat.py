@@ -169,7 +169,7 @@ def launch_numba_threads() -> None:
 COMPILED_CODE_ONLY = {"no_cpython_wrapper": True, "no_cfunc_wrapper": True}
 
 
-_RAISED = _OUTCOME = _ARRAY_VIEW = _STACK_ARRAY = None
+_RAISED = _OUTCOME = _ARRAY_VIEW = _STACK_ARRAY = _HEAP_ARRAY = None
 _intrinsics_lock = threading.Lock()
 
 
@@ -286,8 +286,8 @@ def _make_array_view():
 
 def _c_array(context, builder, array_type, data, shape):
     """The value of a C-contiguous ``array_type`` (not memory-managed) over the pointer ``data``, of
-    extents ``shape`` (int64 IR values): what :func:`array_view_intrinsic` and
-    :func:`stack_array_intrinsic` return."""
+    extents ``shape`` (int64 IR values): what :func:`array_view_intrinsic`,
+    :func:`stack_array_intrinsic` and :func:`heap_array_intrinsics` return."""
     from llvmlite import ir
     from numba.np.arrayobj import make_array, populate_array
 
@@ -341,6 +341,65 @@ def _make_stack_array():
         return array_type(n, dtype), codegen
 
     return stack_array
+
+
+def heap_array_intrinsics():
+    """Two Numba intrinsics: ``heap_array(n, dtype)``, a C-contiguous 1-d array of ``n`` (an int64)
+    elements of ``dtype`` (a Numba dtype, e.g. ``out.dtype``) from C's ``malloc``, not
+    memory-managed, its contents undefined, of length 0 where the allocation failed; and
+    ``free_array(array)``, which gives it back (C's ``free``).
+
+    For a serial tier's scratch the size of an output: ``np.empty`` compiles Numba's allocator
+    (and its reference counting) into the tier, about 0.09 s of a first call's compile.  The
+    caller checks the length before writing anything (a failed allocation is its to report,
+    e.g. by declining the call) and frees the array on every path.
+    """
+    global _HEAP_ARRAY
+    with _intrinsics_lock:
+        if _HEAP_ARRAY is None:
+            _HEAP_ARRAY = _make_heap_array()
+    return _HEAP_ARRAY
+
+
+def _make_heap_array():
+    from llvmlite import ir
+    from numba.core import cgutils, types
+    from numba.extending import intrinsic
+    from numba.np.arrayobj import make_array
+
+    i64, bytes_ptr = ir.IntType(64), ir.IntType(8).as_pointer()
+
+    @intrinsic
+    def heap_array(typingctx, n, dtype):
+        if not isinstance(n, types.Integer) or not isinstance(getattr(dtype, "dtype", None), types.Type):
+            return None
+        array_type = types.Array(dtype.dtype, 1, "C")
+
+        def codegen(context, builder, signature, args):
+            item = context.get_data_type(array_type.dtype)
+            count = context.cast(builder, args[0], signature.args[0], types.int64)
+            count = builder.select(builder.icmp_signed("<", count, i64(0)), i64(0), count)
+            malloc = cgutils.get_or_insert_function(builder.module, ir.FunctionType(bytes_ptr, [i64]), "malloc")
+            data = builder.call(malloc, [builder.mul(count, i64(context.get_abi_sizeof(item)))])
+            length = builder.select(cgutils.is_null(builder, data), i64(0), count)  # 0: the allocation failed
+            return _c_array(context, builder, array_type, builder.bitcast(data, item.as_pointer()), [length])
+
+        return array_type(n, dtype), codegen
+
+    @intrinsic
+    def free_array(typingctx, array):
+        if not isinstance(array, types.Array):
+            return None
+
+        def codegen(context, builder, signature, args):
+            data = make_array(array)(context, builder, args[0]).data
+            free = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [bytes_ptr]), "free")
+            builder.call(free, [builder.bitcast(data, bytes_ptr)])
+            return context.get_dummy_value()
+
+        return types.none(array), codegen
+
+    return heap_array, free_array
 
 
 def lazy_cfunc(sig, cache: bool = False, **options):

@@ -65,7 +65,7 @@ import numba
 import numpy as np
 from numba import prange
 
-from ..._kernel_compat import COMPILED_CODE_ONLY
+from ..._kernel_compat import COMPILED_CODE_ONLY, heap_array_intrinsics
 from ...backends import numba_cpu
 from ...backends.threads import add_parts, part_done, pool_chunks, region_done, start_region
 from ...dtypes import compute_dtype
@@ -107,6 +107,7 @@ __all__ = [
 ]
 
 I0 = np.int64(0)
+heap_array, free_array = heap_array_intrinsics()  # a serial tier's scratch (no np.empty: a cheaper compile)
 
 
 # ---------------------------------------------------------------------------
@@ -564,26 +565,41 @@ def _plain_parts_tier(weighted: bool, name: str):
     """The second serial tier of a vector scatter: the sum as :func:`_serial_scatter` does it on one
     thread: one pass where the estimate of :func:`_one_pass_scatter` keeps it, else the parts of
     :func:`_scatter_plan` (from the exact work), the first into ``out``, each later one into a zeroed
-    copy then added to ``out``: ``((p0 + p1) + p2) ...``, the order of ``add_parts`` (:func:`_plain_rows`,
-    the other helpers written out).  One copy serves every part: one allocation (a 2-d array of
-    copies compiled 0.1 s slower).  SPLITTABLE: the row loop's tier takes over once hot."""
+    copy then added to ``out``: ``((p0 + p1) + p2) ...``, the order of ``add_parts``.  SPLITTABLE:
+    the row loop's tier takes over once hot.
+
+    Written for the cheapest compile (0.58-0.63 s before, 0.46 s after, 2026-11-28): every helper
+    written out but :func:`_plain_rows`; :func:`_one_pass_kept`'s estimate counted in the same scan
+    as the exact work (its visited rows); one copy serves every part, from C's ``malloc``
+    (:func:`evjax._kernel_compat.heap_array_intrinsics`: ``np.empty`` compiled Numba's allocator
+    in, 0.09 s).  Where that allocation fails the tier declines (nothing written yet) and the full
+    kernel, whose ``np.zeros`` raises ``MemoryError``, takes the call."""
 
     def tier(threads, data, indices, indptr, x, out):
         selects = True if weighted else _selects(x)
         rows = np.int64(x.shape[0])
         n_out = np.int64(out.shape[0])
+        pool = np.int64(pool_chunks())
         parts = np.int64(1)
         work = I0
-        if not _one_pass_kept(indices, indptr, x, rows, n_out, selects):  # (this tier serves every later call)
-            for i in range(rows):  # (as _active_work, then _vector_scatter_parts)
+        if pool >= 2:
+            visited = I0
+            for i in range(rows):  # the visited rows (as _one_pass_kept) and their synapses (_active_work)
                 if not selects or x[i] != 0:
+                    visited += 1
                     work += np.int64(indptr[i + 1]) - np.int64(indptr[i])
-            if not (work < VECTOR_SCATTER_PARALLEL_MIN_WORK or work < VECTOR_SCATTER_WORK_PER_OUTPUT * n_out):
-                parts = work // (VECTOR_SCATTER_WORK_PER_OUTPUT * n_out)  # in [2, the pool] (no min/max:
-                parts = np.int64(2) if parts < 2 else parts  # each is a compile of its own)
-                pool = np.int64(pool_chunks())
-                parts = pool if pool < parts else parts
-        copy = np.empty(n_out if parts > 1 else 0, out.dtype)
+            n_rows = np.int64(indptr.shape[0] - 1)
+            estimate = 2 * visited * (np.int64(indices.shape[0]) // (n_rows if n_rows > 1 else 1))
+            if not (estimate < VECTOR_SCATTER_PARALLEL_MIN_WORK or estimate < VECTOR_SCATTER_WORK_PER_OUTPUT * n_out):
+                # not kept in one pass: the parts of _vector_scatter_parts, in [2, the pool]
+                if not (work < VECTOR_SCATTER_PARALLEL_MIN_WORK or work < VECTOR_SCATTER_WORK_PER_OUTPUT * n_out):
+                    parts = work // (VECTOR_SCATTER_WORK_PER_OUTPUT * n_out)  # (no min/max: each is a
+                    parts = np.int64(2) if parts < 2 else parts  # compile of its own)
+                    parts = pool if pool < parts else parts
+        copy = heap_array(n_out if parts > 1 else I0, out.dtype)
+        if parts > 1 and copy.shape[0] != n_out:
+            free_array(copy)
+            return np.int64(DECLINED)  # no memory for the copy: the full kernel raises MemoryError
         for j in range(n_out):
             out[j] = 0
         start, done, row = I0, I0, I0
@@ -605,6 +621,7 @@ def _plain_parts_tier(weighted: bool, name: str):
                 for j in range(n_out):
                     out[j] += copy[j]
             start = stop
+        free_array(copy)
         return np.int64(SPLITTABLE)
 
     tier.__name__ = tier.__qualname__ = name
