@@ -277,14 +277,14 @@ def _make_array_view():
             extents = builder.inttoptr(args[1], i64.as_pointer())
             shape = [builder.load(builder.gep(extents, [i64(d)])) for d in range(array_type.ndim)]
             item = context.get_data_type(array_type.dtype)
-            return _c_array(context, builder, array_type, builder.inttoptr(args[0], item.as_pointer()), shape)
+            return c_array_value(context, builder, array_type, builder.inttoptr(args[0], item.as_pointer()), shape)
 
         return array_type(types.int64, types.int64, dtype, ndim), codegen
 
     return array_view
 
 
-def _c_array(context, builder, array_type, data, shape):
+def c_array_value(context, builder, array_type, data, shape):
     """The value of a C-contiguous ``array_type`` (not memory-managed) over the pointer ``data``, of
     extents ``shape`` (int64 IR values): what :func:`array_view_intrinsic`,
     :func:`stack_array_intrinsic` and :func:`heap_array_intrinsics` return."""
@@ -336,7 +336,7 @@ def _make_stack_array():
                 slot = builder.alloca(ir.ArrayType(item, count), name="evjax_stack_array")
                 slot.align = 16
             shape = [ir.IntType(64)(count)]
-            return _c_array(context, builder, array_type, builder.bitcast(slot, item.as_pointer()), shape)
+            return c_array_value(context, builder, array_type, builder.bitcast(slot, item.as_pointer()), shape)
 
         return array_type(n, dtype), codegen
 
@@ -382,7 +382,7 @@ def _make_heap_array():
             malloc = cgutils.get_or_insert_function(builder.module, ir.FunctionType(bytes_ptr, [i64]), "malloc")
             data = builder.call(malloc, [builder.mul(count, i64(context.get_abi_sizeof(item)))])
             length = builder.select(cgutils.is_null(builder, data), i64(0), count)  # 0: the allocation failed
-            return _c_array(context, builder, array_type, builder.bitcast(data, item.as_pointer()), [length])
+            return c_array_value(context, builder, array_type, builder.bitcast(data, item.as_pointer()), [length])
 
         return array_type(n, dtype), codegen
 

@@ -50,9 +50,10 @@ from numba.extending import intrinsic
 from .. import _disk_cache, _kernel_compat
 from . import ffi_abi as abi
 from .intrinsics import (
-    call_ptr_ptr, constant_cstring, emit_call_ptr_ptr, emit_stack_bytes, load_i32, load_i64, stack_bytes,
-    store_i64,
+    call_ptr_ptr, constant_cstring, emit_advise_huge_pages, emit_call_ptr_ptr, emit_stack_bytes, load_i32,
+    load_i64, stack_bytes, store_i64,
 )
+from .threads import emit_now_ns
 
 __all__ = [
     "cache_dir", "prologue", "create_error", "report", "register_describer", "query_stream",
@@ -361,11 +362,49 @@ def report(typingctx, frame, key, detail, errc):
     in Python (only on a failure path: the call takes the GIL); int64 arguments."""
 
     def codegen(context, builder, signature, args):
-        frame, key, detail, errc = args
-        message = _emit_python_call(builder, MESSAGE_SYMBOL, frame, key, detail)
-        return _emit_create_error(builder, frame, message, errc)
+        return emit_report(builder, *args)
 
     return types.int64(types.int64, types.int64, types.int64, types.int64), codegen
+
+
+def emit_report(builder, frame, key, detail, errc):
+    """The IR of :func:`report` (int64 IR values)."""
+    message = _emit_python_call(builder, MESSAGE_SYMBOL, frame, key, detail)
+    return _emit_create_error(builder, frame, message, errc)
+
+
+@intrinsic(prefer_literal=True)
+def frame_array(typingctx, frame, table, index, dtype, ndim, advise):
+    """Buffer ``index`` of the call frame's arguments (``table`` :data:`ffi_abi.FRAME_ARGS`) or results
+    (:data:`ffi_abi.FRAME_RETS`) as a C-contiguous array of ``dtype`` (a Numba type) and ``ndim``
+    dimensions, over XLA's memory (not memory-managed); with ``advise`` 1 a large one is advised to
+    huge pages first (:func:`evjax.backends.intrinsics.advise_huge_pages`).  ``table``, ``index``,
+    ``ndim`` and ``advise`` are literals.
+
+    One intrinsic per buffer, not a handler's statements loading the buffer, its data and extents and
+    viewing them (:func:`evjax._kernel_compat.array_view_intrinsic`): Numba's typing and lowering of
+    each statement cost every handler's compile."""
+    literals = (table, index, ndim, advise)
+    if not all(isinstance(v, types.IntegerLiteral) for v in literals) \
+            or not isinstance(getattr(dtype, "dtype", None), types.Type):
+        return None
+    array_type = types.Array(dtype.dtype, ndim.literal_value, "C")
+
+    def codegen(context, builder, signature, args):
+        buffer = _field(builder, _field(builder, args[0], table.literal_value), 8 * index.literal_value)
+        data = _field(builder, buffer, abi.BUFFER_DATA)
+        extents = builder.inttoptr(_field(builder, buffer, abi.BUFFER_DIMS), _I64.as_pointer())
+        shape = [builder.load(builder.gep(extents, [_I64(d)])) for d in range(array_type.ndim)]
+        item = context.get_data_type(array_type.dtype)
+        if advise.literal_value:
+            size = _I64(context.get_abi_sizeof(item))
+            for extent in shape:
+                size = builder.mul(size, extent)
+            emit_advise_huge_pages(builder, data, size)
+        return _kernel_compat.c_array_value(context, builder, array_type, builder.inttoptr(data, item.as_pointer()),
+                                            shape)
+
+    return array_type(types.int64, table, index, dtype, ndim, advise), codegen
 
 
 # ---------------------------------------------------------------------------
@@ -413,9 +452,97 @@ def upgrade(typingctx, key, compile, slot):
     ``slot`` (which Python learns here, to hand a compiled one over itself)."""
 
     def codegen(context, builder, signature, args):
-        return _emit_python_call(builder, UPGRADE_SYMBOL, *args)
+        return emit_upgrade(builder, *args)
 
     return types.int64(types.int64, types.int64, types.int64), codegen
+
+
+def emit_upgrade(builder, key, compile, slot):
+    """The IR of :func:`upgrade` (int64 IR values)."""
+    return _emit_python_call(builder, UPGRADE_SYMBOL, key, compile, slot)
+
+
+# What a serial tier returns (an int64): it did the call; it did, but what comes after it does the call
+# faster (the full kernel would have split the work across threads, or a later tier runs a faster loop:
+# same bits, only slower); it declined (wrote nothing: the next tier or the full kernel does it, e.g. a
+# sum split into parts).  (evjax.backends.numba_cpu.call describes the tiers.)
+DONE, SPLITTABLE, DECLINED = 0, 1, 2
+KERNEL_RAISED, UPGRADE_FAILED = 0, 1  # what a tiered handler's error report says went wrong
+
+
+@intrinsic
+def after_tier(typingctx, frame, key, slot, outcome, start, hot_ns):
+    """What a tiered handler returns (an ``XLA_FFI_Error*`` as int64, 0: done) once its serial tier,
+    started at ``start`` (ns, :func:`evjax.backends.threads.now_ns`), returned ``outcome``; ``slot``
+    is the handler's own slot (:func:`evjax.backends.intrinsics.own_slot`: the address of the
+    handler that takes over, and the tier's time on splittable calls so far), ``key`` its key,
+    ``hot_ns`` the time after which splittable calls compile the next handler
+    (:data:`evjax.backends.numba_cpu.HOT_NS`, a constant of the handler's source).
+
+    * DONE: 0.  A negative outcome (the tier raised): the error :func:`report` composes.
+    * SPLITTABLE: 0; the first such call takes the next handler if that costs no compile
+      (:func:`upgrade` with ``compile`` 0); once such calls have kept the tier busy
+      ``hot_ns``, the next handler is compiled and kept in the slot.
+    * DECLINED: the next handler is compiled (or loaded), kept in the slot, and does the call.
+
+    One intrinsic, not the same steps as handler source: Numba's typing and lowering of each
+    statement cost every tiered handler's compile (2026-11-28: 0.19 s -> XXX per handler)."""
+
+    def codegen(context, builder, signature, args):
+        frame, key, slot, outcome, start, hot_ns = args
+        function = builder.function
+        blocks = {name: function.append_basic_block(f"tier_{name}") for name in (
+            "not_done", "raised", "not_raised", "splittable", "first", "first_found", "not_first",
+            "compile", "failed", "found", "pass_on", "zero", "end")}
+        end = blocks["end"]
+        with builder.goto_entry_block():
+            result = builder.alloca(_I64)
+
+        def finish(value):
+            builder.store(value, result)
+            builder.branch(end)
+
+        builder.cbranch(builder.icmp_signed("==", outcome, _I64(DONE)), blocks["zero"], blocks["not_done"])
+        builder.position_at_end(blocks["not_done"])
+        builder.cbranch(builder.icmp_signed("<", outcome, _I64(0)), blocks["raised"], blocks["not_raised"])
+        builder.position_at_end(blocks["raised"])
+        finish(emit_report(builder, frame, key, _I64(KERNEL_RAISED), _I64(abi.ERRC_INTERNAL)))
+        builder.position_at_end(blocks["not_raised"])
+        splittable = builder.icmp_signed("==", outcome, _I64(SPLITTABLE))
+        builder.cbranch(splittable, blocks["splittable"], blocks["compile"])
+
+        builder.position_at_end(blocks["splittable"])
+        spent = builder.sub(emit_now_ns(builder), start)
+        spent = builder.select(builder.icmp_signed(">", spent, _I64(0)), spent, _I64(1))
+        times = builder.inttoptr(builder.add(slot, _I64(8)), _I64.as_pointer())
+        before = builder.atomic_rmw("add", times, spent, "monotonic")  # the tier's time so far
+        builder.cbranch(builder.icmp_signed("==", before, _I64(0)), blocks["first"], blocks["not_first"])
+        builder.position_at_end(blocks["first"])  # the next handler now, if that costs no compile
+        full = emit_upgrade(builder, key, _I64(0), slot)
+        builder.cbranch(builder.icmp_signed("!=", full, _I64(0)), blocks["first_found"], blocks["zero"])
+        builder.position_at_end(blocks["first_found"])
+        builder.store_atomic(full, builder.inttoptr(slot, _I64.as_pointer()), "release", 8)
+        builder.branch(blocks["zero"])
+        builder.position_at_end(blocks["not_first"])
+        hot = builder.icmp_signed(">=", builder.add(before, spent), hot_ns)
+        builder.cbranch(hot, blocks["compile"], blocks["zero"])
+
+        builder.position_at_end(blocks["compile"])
+        full = emit_upgrade(builder, key, _I64(1), slot)
+        builder.cbranch(builder.icmp_signed("==", full, _I64(0)), blocks["failed"], blocks["found"])
+        builder.position_at_end(blocks["failed"])
+        finish(emit_report(builder, frame, key, _I64(UPGRADE_FAILED), _I64(abi.ERRC_INTERNAL)))
+        builder.position_at_end(blocks["found"])
+        builder.store_atomic(full, builder.inttoptr(slot, _I64.as_pointer()), "release", 8)
+        builder.cbranch(splittable, blocks["zero"], blocks["pass_on"])
+        builder.position_at_end(blocks["pass_on"])  # a declined call: the next handler does it
+        finish(emit_call_ptr_ptr(builder, full, frame))
+        builder.position_at_end(blocks["zero"])
+        finish(_I64(0))
+        builder.position_at_end(end)
+        return builder.load(result)
+
+    return types.int64(types.int64, types.int64, types.int64, types.int64, types.int64, types.int64), codegen
 
 
 # ---------------------------------------------------------------------------
@@ -426,7 +553,8 @@ _TEMPLATE = '''\
 import numba
 from numba import types
 from evjax.backends.intrinsics import *  # noqa: F403
-from evjax.backends.ffi_core import prologue, PROCEED, create_error, report, upgrade, query_stream, \\
+from evjax.backends.ffi_core import prologue, PROCEED, create_error, report, upgrade, after_tier, frame_array, \\
+    query_stream, \\
     query_device_ordinal, scalar_attribute, array_attribute
 {imports}
 {preamble}

@@ -301,19 +301,23 @@ def advise_huge_pages(typingctx, address, nbytes):
     """
 
     def codegen(context, builder, signature, args):
-        if not _MADVISE:
-            return context.get_dummy_value()
-        start_address, size = args
-        mask = I64(~(HUGE_PAGE - 1))
-        start = builder.and_(builder.add(start_address, I64(HUGE_PAGE - 1)), mask)
-        end = builder.and_(builder.add(start_address, size), mask)
-        large = builder.icmp_signed(">=", size, I64(HUGE_PAGE_MIN_BYTES))
-        whole_pages = builder.icmp_signed(">", end, start)
-        with builder.if_then(builder.and_(large, whole_pages), likely=False):
-            callee = builder.module.globals.get(MADVISE_SYMBOL)
-            if callee is None:
-                callee = ir.Function(builder.module, ir.FunctionType(I32, [I64, I64, I32]), MADVISE_SYMBOL)
-            builder.call(callee, [start, builder.sub(end, start), I32(MADV_HUGEPAGE)])
+        emit_advise_huge_pages(builder, *args)
         return context.get_dummy_value()
 
     return types.void(types.int64, types.int64), codegen
+
+
+def emit_advise_huge_pages(builder, start_address, size):
+    """The IR of :func:`advise_huge_pages` (int64 IR values; nothing where libc has no ``madvise``)."""
+    if not _MADVISE:
+        return
+    mask = I64(~(HUGE_PAGE - 1))
+    start = builder.and_(builder.add(start_address, I64(HUGE_PAGE - 1)), mask)
+    end = builder.and_(builder.add(start_address, size), mask)
+    large = builder.icmp_signed(">=", size, I64(HUGE_PAGE_MIN_BYTES))
+    whole_pages = builder.icmp_signed(">", end, start)
+    with builder.if_then(builder.and_(large, whole_pages), likely=False):
+        callee = builder.module.globals.get(MADVISE_SYMBOL)
+        if callee is None:
+            callee = ir.Function(builder.module, ir.FunctionType(I32, [I64, I64, I32]), MADVISE_SYMBOL)
+        builder.call(callee, [start, builder.sub(end, start), I32(MADV_HUGEPAGE)])

@@ -172,7 +172,8 @@ def _handler_source(in_types, out_types, threads: bool, tiered: bool = False,
     would have split across threads (:data:`SPLITTABLE`), the handler takes the
     full handler at once if that costs no compile (compiled in this process,
     or in the disk cache), else only once such calls have kept the tier busy
-    for :data:`HOT_NS` (then the compile is worth it).
+    for :data:`HOT_NS` (then the compile is worth it).  All of that after the
+    tier's call is one intrinsic, :func:`evjax.backends.ffi_core.after_tier`.
     """
     names = [f"a{i}" for i in range(len(in_types))] + [f"r{i}" for i in range(len(out_types))]
     params = ("threads, " if threads else "") + ", ".join(names)
@@ -184,23 +185,14 @@ def _handler_source(in_types, out_types, threads: bool, tiered: bool = False,
             "    if full != 0:",
             "        return as_voidptr(call_ptr_ptr(full, frame))",
         ]
-    body += [
-        f"    args = load_i64(frame + {ffi_abi.FRAME_ARGS})",
-        f"    rets = load_i64(frame + {ffi_abi.FRAME_RETS})",
-    ]
     if threads:
         body.append("    threads = threads_now()")
     for name, table, index, (dtype, rank) in (
-        [(f"a{i}", "args", i, t) for i, t in enumerate(in_types)]
-        + [(f"r{i}", "rets", i, t) for i, t in enumerate(out_types)]
+        [(f"a{i}", ffi_abi.FRAME_ARGS, i, t) for i, t in enumerate(in_types)]
+        + [(f"r{i}", ffi_abi.FRAME_RETS, i, t) for i, t in enumerate(out_types)]
     ):
-        body += [
-            f"    {name}_buf = load_i64({table} + {8 * index})",
-            f"    {name} = array_view(load_i64({name}_buf + {ffi_abi.BUFFER_DATA}), "
-            f"load_i64({name}_buf + {ffi_abi.BUFFER_DIMS}), types.{NUMBA_TYPE_NAMES[dtype]}, {rank})",
-        ]
-        if table == "rets" and rank and advise_huge_pages:  # see intrinsics.advise_huge_pages
-            body.append(f"    advise_huge_pages(load_i64({name}_buf + {ffi_abi.BUFFER_DATA}), numba.int64({name}.nbytes))")
+        advise = int(table == ffi_abi.FRAME_RETS and rank > 0 and advise_huge_pages)  # see intrinsics.advise_huge_pages
+        body.append(f"    {name} = frame_array(frame, {table}, {index}, types.{NUMBA_TYPE_NAMES[dtype]}, {rank}, {advise})")
     failed = (f"as_voidptr(report(frame, numba.int64(HANDLER_KEY), numba.int64({{detail}}), "
               f"numba.int64({ffi_abi.ERRC_INTERNAL})))")
     if not tiered:
@@ -213,41 +205,20 @@ def _handler_source(in_types, out_types, threads: bool, tiered: bool = False,
     body += [
         "    start = now_ns()",
         f"    outcome = outcome_of(KERNEL, ({params},))",
-        f"    if outcome == {DONE}:",
-        "        return as_voidptr(0)",
-        "    if outcome < 0:",
-        f"        return {failed.format(detail=KERNEL_RAISED)}",
-        f"    if outcome == {SPLITTABLE}:",
-        "        spent = now_ns() - start",
-        "        spent = spent if spent > 0 else numba.int64(1)",  # (not max(): a compile of its own)
-        "        before = fetch_add_i64(slot + 8, spent)",  # the tier's time on splittable calls so far
-        "        if before == 0:",  # the first one: the full kernel now, if that costs no compile
-        "            full = upgrade(numba.int64(HANDLER_KEY), numba.int64(0), slot)",
-        "            if full != 0:",
-        "                store_release_i64(slot, full)",
-        "            return as_voidptr(0)",
-        f"        if before + spent < {HOT_NS}:",
-        "            return as_voidptr(0)",
-        "    full = upgrade(numba.int64(HANDLER_KEY), numba.int64(1), slot)",
-        "    if full == 0:",
-        f"        return {failed.format(detail=UPGRADE_FAILED)}",
-        "    store_release_i64(slot, full)",
-        f"    if outcome == {SPLITTABLE}:",
-        "        return as_voidptr(0)",
-        "    return as_voidptr(call_ptr_ptr(full, frame))",
+        f"    return as_voidptr(after_tier(frame, numba.int64(HANDLER_KEY), slot, outcome, start, "
+        f"numba.int64({HOT_NS})))",
     ]
     return "\n".join(body)
 
 
-KERNEL_RAISED, UPGRADE_FAILED = 0, 1  # what a handler's error report says went wrong
-# What a serial tier returns (an int64): it did the call; it did, but what comes after it does the call
-# faster (the full kernel would have split the work across threads, or a later tier runs a faster loop:
-# same bits, only slower); it declined (wrote nothing: the next tier or the full kernel does it, e.g. a
-# sum split into parts).
-DONE, SPLITTABLE, DECLINED = 0, 1, 2
+# The tier protocol (ffi_core.after_tier): what a serial tier returns, and what a tiered handler's error
+# report says went wrong.
+DONE, SPLITTABLE, DECLINED = ffi_core.DONE, ffi_core.SPLITTABLE, ffi_core.DECLINED
+KERNEL_RAISED, UPGRADE_FAILED = ffi_core.KERNEL_RAISED, ffi_core.UPGRADE_FAILED
 # Splittable calls run on the tier until they have kept it busy this long (ns), unless the full kernel
 # costs no compile (then it takes over at the first): on several threads the full kernel would have
 # saved at most about this much, the price of its compile (1 to 3 s of CPU for the built-in kernels).
+# A constant of each tiered handler's source (hence of its cache key).
 HOT_NS = 1_000_000_000
 
 
@@ -291,8 +262,8 @@ def _new_job(kernel, in_types, out_types, traits, threads: bool, full=None) -> _
         fingerprint = ":".join([fingerprint] + [_kernel_fingerprint(k)[0] for k in full])
     body = _handler_source(in_types, out_types, threads, tiered=full is not None,
                            advise_huge_pages=huge_pages_advised())
-    imports = ("from evjax._kernel_compat import array_view_intrinsic, raised_intrinsic, outcome_intrinsic\n"
-               "array_view, raised, outcome_of = array_view_intrinsic(), raised_intrinsic(), outcome_intrinsic()")
+    imports = ("from evjax._kernel_compat import raised_intrinsic, outcome_intrinsic\n"
+               "raised, outcome_of = raised_intrinsic(), outcome_intrinsic()")
     if threads:
         imports += "\nfrom evjax.backends.threads import threads_now"
     if full is not None:

@@ -110,7 +110,7 @@ _backoff = _cell_loader("evjax_backoff_ns", I64, types.int64, "The fall-back's c
 _set_backoff = _cell_storer("evjax_backoff_ns", I64, types.int64, "Set the fall-back's length (ns).")
 
 
-def _emit_now_ns(builder):
+def emit_now_ns(builder):
     """``clock_gettime(CLOCK_MONOTONIC)`` in nanoseconds: the IR of :func:`now_ns`."""
     timespec = ir.LiteralStructType([I64, I64])
     module = builder.module
@@ -130,7 +130,7 @@ def now_ns(typingctx):
     """``CLOCK_MONOTONIC`` in nanoseconds (libc's ``clock_gettime``, a vDSO call: ~40 ns)."""
 
     def codegen(context, builder, signature, args):
-        return _emit_now_ns(builder)
+        return emit_now_ns(builder)
 
     return types.int64(), codegen
 
@@ -145,7 +145,7 @@ def threads_now(typingctx):
         n = builder.sext(builder.load(_global(builder, "evjax_thread_count", I32)), I64)
         before = builder.block
         with builder.if_then(builder.icmp_signed(">", n, I64(1))):
-            stalled = builder.icmp_signed("<", _emit_now_ns(builder),
+            stalled = builder.icmp_signed("<", emit_now_ns(builder),
                                           builder.load(_global(builder, "evjax_serial_until_ns", I64)))
             limited = builder.select(stalled, I64(1), n)
             checked = builder.block
