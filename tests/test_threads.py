@@ -25,6 +25,9 @@ def call_report(x):
 
 @pytest.fixture
 def restore_threads():
+    # no fall-back left by an earlier test's parallel kernel that stalled on a loaded machine (it keeps
+    # threads_now at 1 for up to a second: a run of the suite under -n 2 read 1 where the count was the pool's)
+    threads._cells["evjax_serial_until_ns"].value = 0
     before = evjax.get_num_threads()
     yield
     evjax.set_num_threads(before)
