@@ -50,8 +50,8 @@ from numba.extending import intrinsic
 from .. import _disk_cache, _kernel_compat
 from . import ffi_abi as abi
 from .intrinsics import (
-    call_ptr_ptr, constant_cstring, emit_advise_huge_pages, emit_call_ptr_ptr, emit_stack_bytes, load_i32,
-    load_i64, stack_bytes, store_i64,
+    call_ptr_ptr, constant_cstring, emit_advise_huge_pages, emit_call_ptr_ptr, emit_load, emit_stack_bytes,
+    emit_store, load_i32, load_i64, stack_bytes, store_i64,
 )
 from .threads import emit_now_ns
 
@@ -110,14 +110,12 @@ _I32, _I64 = ir.IntType(32), ir.IntType(64)
 
 def _field(builder, address, offset: int, kind=_I64):
     """``*(kind*)(address + offset)``."""
-    return builder.load(builder.inttoptr(builder.add(address, _I64(offset)), kind.as_pointer()))
+    return emit_load(builder, builder.add(address, _I64(offset)), kind)
 
 
 def _set_field(builder, address, offset: int, value, kind=_I64):
     """``*(kind*)(address + offset) = value`` (a wider integer is truncated)."""
-    if value.type != kind:
-        value = builder.trunc(value, kind)
-    builder.store(value, builder.inttoptr(builder.add(address, _I64(offset)), kind.as_pointer()))
+    emit_store(builder, builder.add(address, _I64(offset)), value, kind)
 
 
 def _internal_function(module, name: str, n_args: int, emit_body):

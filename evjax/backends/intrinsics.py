@@ -19,7 +19,7 @@ from numba.extending import intrinsic
 __all__ = [
     "load_i64", "load_i32", "load_i64_unaligned", "store_i64", "store_i32", "store_u16",
     "as_int", "as_voidptr", "typed_pointer", "stack_bytes", "cstring", "constant_cstring", "emit_stack_bytes",
-    "emit_call_ptr_ptr",
+    "emit_call_ptr_ptr", "emit_load", "emit_store", "emit_advise_huge_pages",
     "call_ptr_ptr", "call_void_ptr_ptr", "call_i32_ptr", "advise_huge_pages", "own_slot", "load_acquire_i64", "store_release_i64", "fetch_add_i64",
 ]
 
@@ -34,10 +34,22 @@ def _pointer(builder, address, kind):
     return builder.inttoptr(address, kind.as_pointer())
 
 
+def emit_load(builder, address, kind):
+    """The IR of ``*(kind*)address`` (``address`` an int64 IR value)."""
+    return builder.load(_pointer(builder, address, kind))
+
+
+def emit_store(builder, address, value, kind):
+    """The IR of ``*(kind*)address = value`` (a wider integer ``value`` is truncated)."""
+    if value.type != kind:
+        value = builder.trunc(value, kind)
+    builder.store(value, _pointer(builder, address, kind))
+
+
 def _loader(kind, numba_type, doc):
     def load(typingctx, address):
         def codegen(context, builder, signature, args):
-            return builder.load(_pointer(builder, args[0], kind))
+            return emit_load(builder, args[0], kind)
 
         return numba_type(types.int64), codegen
 
@@ -48,10 +60,7 @@ def _loader(kind, numba_type, doc):
 def _storer(kind, numba_type, doc):
     def store(typingctx, address, value):
         def codegen(context, builder, signature, args):
-            value = args[1]
-            if value.type != kind:  # narrower stores take a wider integer
-                value = builder.trunc(value, kind)
-            builder.store(value, _pointer(builder, args[0], kind))
+            emit_store(builder, args[0], args[1], kind)  # (narrower stores take a wider integer)
 
         return types.void(types.int64, numba_type), codegen
 
