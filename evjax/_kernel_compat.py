@@ -350,7 +350,8 @@ def heap_array_intrinsics():
     ``free_array(array)``, which gives it back (C's ``free``).
 
     For a serial tier's scratch the size of an output: ``np.empty`` compiles Numba's allocator
-    (and its reference counting) into the tier, about 0.09 s of a first call's compile.  The
+    (and its reference counting) into the tier, a large part of a first call's compile
+    (docs/performance.md).  The
     caller checks the length before writing anything (a failed allocation is its to report,
     e.g. by declining the call) and frees the array on every path.
     """

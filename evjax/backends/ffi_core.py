@@ -484,7 +484,7 @@ def after_tier(typingctx, frame, key, slot, outcome, start, hot_ns):
     * DECLINED: the next handler is compiled (or loaded), kept in the slot, and does the call.
 
     One intrinsic, not the same steps as handler source: Numba's typing and lowering of each
-    statement cost every tiered handler's compile (2026-11-28: 0.19 s -> XXX per handler)."""
+    statement cost every tiered handler's compile (docs/performance.md has the figures)."""
 
     def codegen(context, builder, signature, args):
         frame, key, slot, outcome, start, hot_ns = args

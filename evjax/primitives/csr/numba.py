@@ -568,12 +568,12 @@ def _plain_parts_tier(weighted: bool, name: str):
     copy then added to ``out``: ``((p0 + p1) + p2) ...``, the order of ``add_parts``.  SPLITTABLE:
     the row loop's tier takes over once hot.
 
-    Written for the cheapest compile (0.58-0.63 s before, 0.46 s after, 2026-11-28): every helper
-    written out but :func:`_plain_rows`; :func:`_one_pass_kept`'s estimate counted in the same scan
-    as the exact work (its visited rows); one copy serves every part, from C's ``malloc``
-    (:func:`evjax._kernel_compat.heap_array_intrinsics`: ``np.empty`` compiled Numba's allocator
-    in, 0.09 s).  Where that allocation fails the tier declines (nothing written yet) and the full
-    kernel, whose ``np.zeros`` raises ``MemoryError``, takes the call."""
+    Written for the cheapest compile (docs/performance.md, "What a first call's compile is made
+    of"): every helper written out but :func:`_plain_rows`; :func:`_one_pass_kept`'s estimate
+    counted in the same scan as the exact work (its visited rows); one copy serves every part, from
+    C's ``malloc`` (:func:`evjax._kernel_compat.heap_array_intrinsics`: ``np.empty`` compiles
+    Numba's allocator in).  Where that allocation fails the tier declines (nothing written yet) and
+    the full kernel, whose ``np.zeros`` raises ``MemoryError``, takes the call."""
 
     def tier(threads, data, indices, indptr, x, out):
         selects = True if weighted else _selects(x)
