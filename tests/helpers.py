@@ -44,6 +44,15 @@ HANG_GUARD_S = 1800
 # under the default (CI) profile some tests run a diagonal of them
 THOROUGH = os.environ.get("HYPOTHESIS_PROFILE") == "thorough"
 
+# The checks of evjax.testing.check_all that the tests/cudasim modules leave out: check_grads and the
+# nested vmap always (the simulator runs each CUDA thread as a Python thread), and under the simulator in
+# the default profile also check_vmap (every in_axes case: 43 % of test_sim_harness.py's time).  The
+# batching rules are the same for every backend and check_vmap runs them on the CPU backends;
+# check_jit_grad_vmap still drives the batched kernels here.  The thorough profile and a GPU run
+# (EVJAX_CUDA_TESTS_ON_GPU=1) keep check_vmap.
+SIM_SKIP = ("check_grads", "nested_vmap") + (
+    () if THOROUGH or os.environ.get("EVJAX_CUDA_TESTS_ON_GPU") == "1" else ("vmap",))
+
 
 # tests/cudasim runs the Numba CUDA kernels in Numba's simulator (NUMBA_ENABLE_CUDASIM=1), or, with
 # this variable set to 1 on a machine with a CUDA GPU, the same tests on the device

@@ -11,7 +11,7 @@ import evjax
 from evjax.primitives import compact, csr
 from evjax.primitives.compact import active_list
 from evjax.testing import OpSpec, check_all, csr_resampler, random_csr
-from tests.helpers import cuda_kernel_tests_on_simulator, structural_matmul
+from tests.helpers import cuda_kernel_tests_on_simulator, structural_matmul, SIM_SKIP
 
 ON_SIMULATOR = cuda_kernel_tests_on_simulator(compact.OPS + csr.OPS)
 
@@ -44,4 +44,4 @@ def test_listed_scatter_properties():
     for homogeneous in (False, True):
         data = rng.uniform(-1, 1, 1 if homogeneous else len(indices)).astype(np.float32)
         x = rng.random(5) < 0.5
-        check_all(spec, (data, indices, indptr, x, (5, 4)), skip=("check_grads", "nested_vmap"))
+        check_all(spec, (data, indices, indptr, x, (5, 4)), skip=SIM_SKIP)

@@ -10,7 +10,7 @@ import pytest
 from evjax.primitives import delay
 from evjax.primitives.delay import CSRDelayLayout, csr_delay_deliver, csr_delay_deliver_layout
 from evjax.testing import OpSpec, check_all, random_csr
-from tests.helpers import cuda_kernel_tests_on_simulator, delay_deliver_reference, delay_resampler
+from tests.helpers import cuda_kernel_tests_on_simulator, delay_deliver_reference, delay_resampler, SIM_SKIP
 
 ON_SIMULATOR = cuda_kernel_tests_on_simulator(delay.OPS)
 
@@ -45,7 +45,7 @@ def test_deliver(weighted, homogeneous):
     if not homogeneous:  # NaN weights: forward and jvp only (a NaN cotangent would meet it in the vjp checks)
         check_all(spec, args, skip=("check_grads", "vjp", "vmap", "nested_vmap", "jit_grad_vmap"))
         args = (args[0], args[1], np.nan_to_num(args[2]), *args[3:])
-    check_all(spec, args, skip=("check_grads", "nested_vmap"))
+    check_all(spec, args, skip=SIM_SKIP)
 
 
 def test_traced_delays_clamp_and_the_layout_agrees():

@@ -20,7 +20,7 @@ import pytest
 import evjax
 from evjax.primitives import csr
 from evjax.testing import check_all
-from tests.helpers import cuda_kernel_tests_on_simulator, FIXED_OPS, fixed_matmul_spec, fixed_sddmm_spec
+from tests.helpers import cuda_kernel_tests_on_simulator, FIXED_OPS, fixed_matmul_spec, fixed_sddmm_spec, SIM_SKIP
 
 ON_SIMULATOR = cuda_kernel_tests_on_simulator(csr.OPS)
 
@@ -90,7 +90,7 @@ def _one_table(rank, event, transpose, seed):
 def test_every_transform(rank, event, transpose):
     seed = CASES.index((rank, event, transpose))
     check_all(fixed_matmul_spec(rank, event, transpose, BACKEND), _one_table(rank, event, transpose, seed),
-              skip=("check_grads", "nested_vmap"), seed=seed)
+              skip=SIM_SKIP, seed=seed)
 
 
 def test_sddmm_every_transform():
@@ -98,4 +98,4 @@ def test_sddmm_every_transform():
     indices = rng.integers(0, 4, (5, 3)).astype(np.int32)
     r = (rng.standard_normal((5, 2)) * (rng.random((5, 2)) < 0.6)).astype(np.float32)
     q = rng.standard_normal((4, 2)).astype(np.float32)
-    check_all(fixed_sddmm_spec(BACKEND), (indices, r, q, (5, 4)), skip=("check_grads", "nested_vmap"))
+    check_all(fixed_sddmm_spec(BACKEND), (indices, r, q, (5, 4)), skip=SIM_SKIP)

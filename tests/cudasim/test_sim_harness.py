@@ -18,7 +18,7 @@ from evjax.primitives import csr
 from evjax.testing import check_all, random_csr
 from tests.helpers import (
     OP_CASES, OP_IDS, WEIGHTED_CASES, WEIGHTED_IDS, csr_matmul_spec, csr_sddmm_spec, weighted_sddmm_spec,
-    cuda_kernel_tests_on_simulator,
+    cuda_kernel_tests_on_simulator, SIM_SKIP,
 )
 
 ON_SIMULATOR = cuda_kernel_tests_on_simulator(csr.OPS)
@@ -41,7 +41,7 @@ def csr_case(rank, transpose, event, seed):
 def test_csr_matmul_ops(rank, event, transpose):
     spec = csr_matmul_spec(rank, event, transpose, BACKEND)
     check_all(spec, csr_case(rank, transpose, event, seed=rank + 2 * transpose + 4 * event),
-              skip=("check_grads", "nested_vmap"))
+              skip=SIM_SKIP)
 
 
 def test_csr_sddmm():
@@ -49,7 +49,7 @@ def test_csr_sddmm():
     indices, indptr = random_csr(rng, 4, 3, 6)
     r = (rng.standard_normal((4, 2)) * (rng.random((4, 2)) < 0.6)).astype(np.float32)  # silent rows skipped
     q = rng.standard_normal((3, 2)).astype(np.float32)
-    check_all(csr_sddmm_spec(BACKEND), (indices, indptr, r, q, (4, 3)), skip=("check_grads", "nested_vmap"))
+    check_all(csr_sddmm_spec(BACKEND), (indices, indptr, r, q, (4, 3)), skip=SIM_SKIP)
 
 
 @pytest.mark.parametrize("nonfinite", [False, True], ids=["finite", "nonfinite"])
@@ -59,7 +59,7 @@ def test_csr_weighted_ops(rank, transpose, nonfinite):
     data, indices, indptr, x, shape = csr_case(rank, transpose, False, seed=rank + 2 * transpose)
     x = (x * (np.random.default_rng(rank).random(x.shape) < 0.6)).astype(np.float32)
     spec = csr_matmul_spec(rank, True, transpose, BACKEND, weighted=True, nonfinite=nonfinite)
-    check_all(spec, (data, indices, indptr, x, shape), skip=("check_grads", "nested_vmap"))
+    check_all(spec, (data, indices, indptr, x, shape), skip=SIM_SKIP)
 
 
 @pytest.mark.parametrize("mode", ["r", "q"])
@@ -68,4 +68,4 @@ def test_csr_weighted_sddmm(mode):
     indices, indptr = random_csr(rng, 4, 3, 6)
     r, q = ((rng.standard_normal((n, 2)) * (rng.random((n, 2)) < 0.6)).astype(np.float32) for n in (4, 3))
     check_all(weighted_sddmm_spec(mode, BACKEND), (indices, indptr, r, q, (4, 3)),
-              skip=("check_grads", "nested_vmap"))
+              skip=SIM_SKIP)

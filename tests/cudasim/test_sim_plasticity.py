@@ -10,7 +10,7 @@ import scipy.sparse as sp
 import evjax
 from evjax.primitives import plasticity
 from evjax.testing import OpSpec, check_all, random_csr
-from tests.helpers import cuda_kernel_tests_on_simulator, line_update_reference, line_update_resampler
+from tests.helpers import cuda_kernel_tests_on_simulator, line_update_reference, line_update_resampler, SIM_SKIP
 
 ON_SIMULATOR = cuda_kernel_tests_on_simulator(plasticity.OPS)
 
@@ -39,7 +39,7 @@ def test_pre_update(bounds):
                   name="update_csr_on_binary_pre[numba_cuda]",
                   resample=line_update_resampler(indices=1, indptr=2, positions=None, shape=5, other_axis=1))
     args = (weight, indices, indptr, rng.random(4) < 0.5, rng.uniform(-0.5, 0.5, 3).astype(np.float32), (4, 3))
-    check_all(spec, args, skip=("check_grads", "nested_vmap"))
+    check_all(spec, args, skip=SIM_SKIP)
 
 
 def test_post_update():
@@ -61,7 +61,7 @@ def test_post_update():
                   resample=line_update_resampler(indices=1, indptr=2, positions=3, shape=6, other_axis=0))
     args = (weight, c_indices, c_indptr, weight_indices, rng.uniform(-0.5, 0.5, 4).astype(np.float32),
             rng.random(3) < 0.5, (4, 3))
-    check_all(spec, args, skip=("check_grads", "nested_vmap"))
+    check_all(spec, args, skip=SIM_SKIP)
 
 
 @pytest.mark.parametrize("axis", [0, 1])
@@ -86,4 +86,4 @@ def test_dense_update(axis):
     spec = OpSpec(fn, reference, diff_argnums=(0, 2 if axis == 0 else 1), backend=BACKEND, smooth=False,
                   name=f"update_dense[{axis}, numba_cuda]")
     check_all(spec, (weight, spikes, trace) if axis == 0 else (weight, trace, spikes),
-              skip=("check_grads", "nested_vmap"))
+              skip=SIM_SKIP)
