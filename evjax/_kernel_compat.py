@@ -24,7 +24,7 @@ __all__ = [
     # Numba (CPU)
     "quiet_numba_compile", "is_cpu_dispatcher", "kernel_options", "can_compile", "declared_signatures",
     "serial_clone", "python_callable", "prange_only", "threadsafe_layer", "launch_numba_threads", "COMPILED_CODE_ONLY",
-    "raised_intrinsic", "array_view_intrinsic", "lazy_cfunc", "cfunc_in_disk_cache",
+    "raised_intrinsic", "lazy_cfunc", "cfunc_in_disk_cache",
     "compile_cfunc", "cfunc_cache_dir", "kernel_source_stamp", "stamp_kernel_caches", "guard_numba_cache",
     # Numba CUDA
     "cuda_simulator_enabled", "cuda_simulator_threadsafe_shared", "is_cuda_dispatcher", "is_cuda_device_function", "cuda_overload", "cuda_function", "cuda_kernel_limits",
@@ -169,7 +169,7 @@ def launch_numba_threads() -> None:
 COMPILED_CODE_ONLY = {"no_cpython_wrapper": True, "no_cfunc_wrapper": True}
 
 
-_RAISED = _OUTCOME = _ARRAY_VIEW = _STACK_ARRAY = _HEAP_ARRAY = None
+_RAISED = _OUTCOME = _STACK_ARRAY = _HEAP_ARRAY = None
 _intrinsics_lock = threading.Lock()
 
 
@@ -244,50 +244,10 @@ def _make_raised(tier: bool):
     return raised
 
 
-def array_view_intrinsic():
-    """A Numba intrinsic ``array_view(data, dims, dtype, ndim)``: the C-contiguous array of
-    ``ndim`` (a literal) dimensions of ``dtype`` (a Numba type, e.g. ``types.float32``) at
-    address ``data``, its extents the ``ndim`` int64 at address ``dims``.
-
-    What ``numba.carray(typed_pointer(data, dtype), (dims[0], ...))`` gives (zero-copy, not
-    memory-managed), built in one step: a handler typed and compiled the carray call, its
-    shape tuple and Numba's carray implementation for each buffer, some 0.03 s of CPU
-    per buffer.  Built at first use (no Numba import before).
-    """
-    global _ARRAY_VIEW
-    with _intrinsics_lock:
-        if _ARRAY_VIEW is None:
-            _ARRAY_VIEW = _make_array_view()
-    return _ARRAY_VIEW
-
-
-def _make_array_view():
-    from llvmlite import ir
-    from numba.core import types
-    from numba.extending import intrinsic
-
-    @intrinsic(prefer_literal=True)
-    def array_view(typingctx, data, dims, dtype, ndim):
-        if not isinstance(ndim, types.IntegerLiteral) or not isinstance(getattr(dtype, "dtype", None), types.Type):
-            return None
-        array_type = types.Array(dtype.dtype, ndim.literal_value, "C")
-
-        def codegen(context, builder, signature, args):
-            i64 = ir.IntType(64)
-            extents = builder.inttoptr(args[1], i64.as_pointer())
-            shape = [builder.load(builder.gep(extents, [i64(d)])) for d in range(array_type.ndim)]
-            item = context.get_data_type(array_type.dtype)
-            return c_array_value(context, builder, array_type, builder.inttoptr(args[0], item.as_pointer()), shape)
-
-        return array_type(types.int64, types.int64, dtype, ndim), codegen
-
-    return array_view
-
-
 def c_array_value(context, builder, array_type, data, shape):
     """The value of a C-contiguous ``array_type`` (not memory-managed) over the pointer ``data``, of
-    extents ``shape`` (int64 IR values): what :func:`array_view_intrinsic`,
-    :func:`stack_array_intrinsic` and :func:`heap_array_intrinsics` return."""
+    extents ``shape`` (int64 IR values): what :func:`stack_array_intrinsic`,
+    :func:`heap_array_intrinsics` and :func:`evjax.backends.ffi_core.frame_array` return."""
     from llvmlite import ir
     from numba.np.arrayobj import make_array, populate_array
 
@@ -351,9 +311,8 @@ def heap_array_intrinsics():
 
     For a serial tier's scratch the size of an output: ``np.empty`` compiles Numba's allocator
     (and its reference counting) into the tier, a large part of a first call's compile
-    (docs/performance.md).  The
-    caller checks the length before writing anything (a failed allocation is its to report,
-    e.g. by declining the call) and frees the array on every path.
+    (docs/performance.md).  The caller checks the length before writing anything (a failed
+    allocation is its to report, e.g. by declining the call) and frees the array on every path.
     """
     global _HEAP_ARRAY
     with _intrinsics_lock:

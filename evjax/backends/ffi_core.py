@@ -50,8 +50,8 @@ from numba.extending import intrinsic
 from .. import _disk_cache, _kernel_compat
 from . import ffi_abi as abi
 from .intrinsics import (
-    call_ptr_ptr, constant_cstring, emit_advise_huge_pages, emit_call_ptr_ptr, emit_load, emit_stack_bytes,
-    emit_store, load_i32, load_i64, stack_bytes, store_i64,
+    call_ptr_ptr, constant_cstring, emit_advise_huge_pages, emit_call_ptr_ptr, emit_fetch_add_i64, emit_load,
+    emit_stack_bytes, emit_store, emit_store_release_i64, load_i32, load_i64, stack_bytes, store_i64,
 )
 from .threads import emit_now_ns
 
@@ -380,8 +380,7 @@ def frame_array(typingctx, frame, table, index, dtype, ndim, advise):
     ``ndim`` and ``advise`` are literals.
 
     One intrinsic per buffer, not a handler's statements loading the buffer, its data and extents and
-    viewing them (:func:`evjax._kernel_compat.array_view_intrinsic`): Numba's typing and lowering of
-    each statement cost every handler's compile."""
+    viewing them: Numba's typing and lowering of each statement cost every handler's compile."""
     literals = (table, index, ndim, advise)
     if not all(isinstance(v, types.IntegerLiteral) for v in literals) \
             or not isinstance(getattr(dtype, "dtype", None), types.Type):
@@ -512,14 +511,13 @@ def after_tier(typingctx, frame, key, slot, outcome, start, hot_ns):
         builder.position_at_end(blocks["splittable"])
         spent = builder.sub(emit_now_ns(builder), start)
         spent = builder.select(builder.icmp_signed(">", spent, _I64(0)), spent, _I64(1))
-        times = builder.inttoptr(builder.add(slot, _I64(8)), _I64.as_pointer())
-        before = builder.atomic_rmw("add", times, spent, "monotonic")  # the tier's time so far
+        before = emit_fetch_add_i64(builder, builder.add(slot, _I64(8)), spent)  # the tier's time so far
         builder.cbranch(builder.icmp_signed("==", before, _I64(0)), blocks["first"], blocks["not_first"])
         builder.position_at_end(blocks["first"])  # the next handler now, if that costs no compile
         full = emit_upgrade(builder, key, _I64(0), slot)
         builder.cbranch(builder.icmp_signed("!=", full, _I64(0)), blocks["first_found"], blocks["zero"])
         builder.position_at_end(blocks["first_found"])
-        builder.store_atomic(full, builder.inttoptr(slot, _I64.as_pointer()), "release", 8)
+        emit_store_release_i64(builder, slot, full)
         builder.branch(blocks["zero"])
         builder.position_at_end(blocks["not_first"])
         hot = builder.icmp_signed(">=", builder.add(before, spent), hot_ns)
@@ -531,7 +529,7 @@ def after_tier(typingctx, frame, key, slot, outcome, start, hot_ns):
         builder.position_at_end(blocks["failed"])
         finish(emit_report(builder, frame, key, _I64(UPGRADE_FAILED), _I64(abi.ERRC_INTERNAL)))
         builder.position_at_end(blocks["found"])
-        builder.store_atomic(full, builder.inttoptr(slot, _I64.as_pointer()), "release", 8)
+        emit_store_release_i64(builder, slot, full)
         builder.cbranch(splittable, blocks["zero"], blocks["pass_on"])
         builder.position_at_end(blocks["pass_on"])  # a declined call: the next handler does it
         finish(emit_call_ptr_ptr(builder, full, frame))
@@ -552,8 +550,7 @@ import numba
 from numba import types
 from evjax.backends.intrinsics import *  # noqa: F403
 from evjax.backends.ffi_core import prologue, PROCEED, create_error, report, upgrade, after_tier, frame_array, \\
-    query_stream, \\
-    query_device_ordinal, scalar_attribute, array_attribute
+    query_stream, query_device_ordinal, scalar_attribute, array_attribute
 {imports}
 {preamble}
 

@@ -19,7 +19,8 @@ from numba.extending import intrinsic
 __all__ = [
     "load_i64", "load_i32", "load_i64_unaligned", "store_i64", "store_i32", "store_u16",
     "as_int", "as_voidptr", "typed_pointer", "stack_bytes", "cstring", "constant_cstring", "emit_stack_bytes",
-    "emit_call_ptr_ptr", "emit_load", "emit_store", "emit_advise_huge_pages",
+    "emit_call_ptr_ptr", "emit_load", "emit_store", "emit_advise_huge_pages", "emit_store_release_i64",
+    "emit_fetch_add_i64",
     "call_ptr_ptr", "call_void_ptr_ptr", "call_i32_ptr", "advise_huge_pages", "own_slot", "load_acquire_i64", "store_release_i64", "fetch_add_i64",
 ]
 
@@ -100,9 +101,14 @@ def store_release_i64(typingctx, address, value):
     """``*(int64*)address = value``, an atomic store with release ordering."""
 
     def codegen(context, builder, signature, args):
-        builder.store_atomic(args[1], _pointer(builder, args[0], I64), "release", 8)
+        emit_store_release_i64(builder, *args)
 
     return types.void(types.int64, types.int64), codegen
+
+
+def emit_store_release_i64(builder, address, value):
+    """The IR of :func:`store_release_i64` (int64 IR values)."""
+    builder.store_atomic(value, _pointer(builder, address, I64), "release", 8)
 
 
 @intrinsic
@@ -110,9 +116,14 @@ def fetch_add_i64(typingctx, address, value):
     """``*(int64*)address += value``, atomically; the value before."""
 
     def codegen(context, builder, signature, args):
-        return builder.atomic_rmw("add", _pointer(builder, args[0], I64), args[1], "monotonic")
+        return emit_fetch_add_i64(builder, *args)
 
     return types.int64(types.int64, types.int64), codegen
+
+
+def emit_fetch_add_i64(builder, address, value):
+    """The IR of :func:`fetch_add_i64` (int64 IR values)."""
+    return builder.atomic_rmw("add", _pointer(builder, address, I64), value, "monotonic")
 
 
 OWN_SLOT = "evjax_own_slot"
