@@ -36,6 +36,7 @@ ignored, so a malformed structure never reads out of bounds.  float16 and
 bfloat16 are computed in float32 (:func:`~evjax.dtypes.compute_dtype`) and
 rounded back.
 """
+import functools
 import math
 import operator
 
@@ -44,7 +45,6 @@ from numba import cuda
 from numba.cuda import libdevice
 
 from ...backends import numba_cuda as bridge
-from ...dtypes import compute_dtype
 from ...numba_cuda_kernel import numba_cuda_kernel
 from . import ops
 
@@ -250,8 +250,10 @@ KERNELS = {(name, compute): factory(compute) for name, factory in _FACTORIES.ite
 # ---------------------------------------------------------------------------
 # generators (the ops' "numba_cuda" backend)
 # ---------------------------------------------------------------------------
-def _cast(x, dtype):
-    return x if x.dtype == dtype else x.astype(dtype)
+def _run(op, name: str, outs):
+    """``op``'s kernel: ``name`` in the output's compute dtype, one thread per output entry."""
+    (out,) = outs
+    return ops.in_compute_dtype(op, out, functools.partial(_call, name, out))
 
 
 def _call(name: str, out, dtype):
@@ -267,18 +269,8 @@ def csrmv_nonzero_numba_cuda(outs, ins, *, shape, transpose, sorted_rows):
     Returns:
         ``run(data, indices, indptr, t_indices, t_indptr, perm, v) -> [out]``.
     """
-    (out,) = outs
-    if out.size == 0:
-        return ops.empty_result(out)
-    dtype = compute_dtype(out.dtype)
     name = "csrmv_columns" if transpose else "csrmv_select"  # a sorted row is walked in stored order
-    call = _call(name, out, dtype)
-
-    def run(data, indices, indptr, t_indices, t_indptr, perm, v):
-        y = call(_cast(data, dtype), indices, indptr, t_indices, t_indptr, perm, _cast(v, dtype))
-        return [_cast(y, out.dtype)]
-
-    return run
+    return _run(ops.csrmv_nonzero_p, name, outs)
 
 
 def csr_sddmm_nonzero_numba_cuda(outs, ins, *, shape):
@@ -287,17 +279,7 @@ def csr_sddmm_nonzero_numba_cuda(outs, ins, *, shape):
     Returns:
         ``run(indices, indptr, t_indices, t_indptr, perm, r, q) -> [g]``.
     """
-    (out,) = outs
-    if out.size == 0:
-        return ops.empty_result(out)
-    dtype = compute_dtype(out.dtype)
-    call = _call("sddmm_nonzero", out, dtype)
-
-    def run(indices, indptr, t_indices, t_indptr, perm, r, q):
-        g = call(indices, indptr, t_indices, t_indptr, perm, _cast(r, dtype), _cast(q, dtype))
-        return [_cast(g, out.dtype)]
-
-    return run
+    return _run(ops.csr_sddmm_nonzero_p, "sddmm_nonzero", outs)
 
 
 def densemv_nonzero_numba_cuda(outs, ins, *, transpose):
@@ -306,16 +288,7 @@ def densemv_nonzero_numba_cuda(outs, ins, *, transpose):
     Returns:
         ``run(w, v) -> [out]``.
     """
-    (out,) = outs
-    if out.size == 0:
-        return ops.empty_result(out)
-    dtype = compute_dtype(out.dtype)
-    call = _call("densemv_t" if transpose else "densemv", out, dtype)
-
-    def run(w, v):
-        return [_cast(call(_cast(w, dtype), _cast(v, dtype)), out.dtype)]
-
-    return run
+    return _run(ops.densemv_nonzero_p, "densemv_t" if transpose else "densemv", outs)
 
 
 def dense_outer_nonzero_numba_cuda(outs, ins):
@@ -324,16 +297,7 @@ def dense_outer_nonzero_numba_cuda(outs, ins):
     Returns:
         ``run(r, q) -> [g]``.
     """
-    (out,) = outs
-    if out.size == 0:
-        return ops.empty_result(out)
-    dtype = compute_dtype(out.dtype)
-    call = _call("outer_nonzero", out, dtype)
-
-    def run(r, q):
-        return [_cast(call(_cast(r, dtype), _cast(q, dtype)), out.dtype)]
-
-    return run
+    return _run(ops.dense_outer_nonzero_p, "outer_nonzero", outs)
 
 
 for _op, _generator in ((ops.csrmv_nonzero_p, csrmv_nonzero_numba_cuda),

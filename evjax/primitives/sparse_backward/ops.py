@@ -39,15 +39,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ...dtypes import compute_dtype
 from ...rules import ad as ad_rules
 from ...rules.batching import broadcast_batch, move_batch_axis, sequential_batch
 from ...rules.partitioning import PartitionRule
 from ...xla_custom_kernel import XLACustomKernel
 from ..grouping import entry_rows
 
-__all__ = ["empty_result", "csrmv_nonzero", "csr_sddmm_nonzero", "densemv_nonzero", "dense_outer_nonzero", "rows_sorted",
+__all__ = ["empty_result", "in_compute_dtype", "csrmv_nonzero", "csr_sddmm_nonzero", "densemv_nonzero",
+           "dense_outer_nonzero", "rows_sorted",
            "csrmv_nonzero_p", "csr_sddmm_nonzero_p", "densemv_nonzero_p", "dense_outer_nonzero_p",
-           "SPARSE_DENSITY", "OPS"]
+           "SPARSE_DENSITY", "OPS", "FLOAT_OPERANDS"]
 
 # the kernels take the path over the nonzero entries when at most this fraction of a row is nonzero
 SPARSE_DENSITY = 0.1
@@ -56,6 +58,38 @@ SPARSE_DENSITY = 0.1
 def empty_result(out):
     """A generator's kernel where the output has no entries: zeros of ``out``'s shape, nothing launched."""
     return lambda *args: [jnp.zeros(out.shape, out.dtype)]
+
+
+def in_compute_dtype(op, out, launch):
+    """A GPU generator's kernel: one launch in ``out``'s compute dtype, its result rounded back.
+
+    The float operands of ``op`` (:data:`FLOAT_OPERANDS`) are cast to
+    ``compute_dtype(out.dtype)`` (float16 and bfloat16 are computed in
+    float32), the others (the structure's integers) passed as they are.
+
+    Args:
+        op: the op whose kernel this is (one of :data:`OPS`).
+        out: the ``ShapeDtypeStruct`` of its one output.
+        launch: ``launch(dtype) -> call``, the backend's kernel computing in ``dtype``.
+
+    Returns:
+        ``run(*operands) -> [out]``; zeros, nothing launched, where ``out`` has no entries.
+    """
+    if out.size == 0:
+        return empty_result(out)
+    dtype = compute_dtype(out.dtype)
+    call = launch(dtype)
+    floats = FLOAT_OPERANDS[op]
+
+    def run(*operands):
+        cast = [_as(x, dtype) if k in floats else x for k, x in enumerate(operands)]
+        return [_as(call(*cast), out.dtype)]
+
+    return run
+
+
+def _as(x, dtype):
+    return x if x.dtype == dtype else x.astype(dtype)
 
 
 def rows_sorted(indices, indptr) -> bool:
@@ -499,3 +533,7 @@ dense_outer_nonzero_p.def_batching_rule(_dense_outer_nonzero_batching)
 dense_outer_nonzero_p.def_partition_rule(_dense_outer_nonzero_partition)
 
 OPS = (csrmv_nonzero_p, csr_sddmm_nonzero_p, densemv_nonzero_p, dense_outer_nonzero_p)
+
+# the positions of each op's float operands (the others are the structure's integers)
+FLOAT_OPERANDS = {csrmv_nonzero_p: (0, 6), csr_sddmm_nonzero_p: (5, 6), densemv_nonzero_p: (0, 1),
+                  dense_outer_nonzero_p: (0, 1)}

@@ -56,7 +56,6 @@ import jax
 import numpy as np
 
 from ...backends import warp as bridge
-from ...dtypes import compute_dtype
 from ...warp_kernel import jaxtype_to_warptype, warp_kernel
 from . import ops
 
@@ -287,16 +286,23 @@ def dense_kernels(compute_dt: str) -> dict:
 # ---------------------------------------------------------------------------
 # generators (the ops' "warp" backend)
 # ---------------------------------------------------------------------------
-def _as(x, dtype):
-    return x if x.dtype == dtype else x.astype(dtype)
+def _run(op, outs, kernel_of):
+    """``op``'s kernel: ``kernel_of(compute dtype name)`` in the output's compute dtype, one thread per
+    output entry."""
+    (out,) = outs
+    return ops.in_compute_dtype(op, out, functools.partial(_call, kernel_of, out))
+
+
+def _call(kernel_of, out, dtype):
+    """The kernel ``kernel_of(str(dtype))`` on a pure output of ``out``'s shape, one thread per entry."""
+    with _lock:
+        kernel = kernel_of(str(dtype))
+    dims = tuple(int(d) for d in out.shape)
+    return warp_kernel(kernel, jax.ShapeDtypeStruct(dims, dtype), launch_dims=dims)
 
 
 def _dtypes(structs) -> tuple:
     return tuple(str(np.dtype(s.dtype)) for s in structs)
-
-
-def _launch(out) -> tuple:
-    return tuple(int(d) for d in out.shape)
 
 
 def csrmv_nonzero_warp(outs, ins, *, shape, transpose, sorted_rows):
@@ -305,21 +311,9 @@ def csrmv_nonzero_warp(outs, ins, *, shape, transpose, sorted_rows):
     Returns:
         ``run(data, indices, indptr, t_indices, t_indptr, perm, v) -> [out]``.
     """
-    (out,) = outs
-    if out.size == 0:
-        return ops.empty_result(out)
-    dtype = compute_dtype(out.dtype)
     order = "columns" if transpose else "select"  # a sorted row is walked in stored order
-    with _lock:
-        kernel = csr_kernels(str(dtype), _dtypes(ins[1:6]))[order]
-    dims = _launch(out)
-    call = warp_kernel(kernel, jax.ShapeDtypeStruct(dims, dtype), launch_dims=dims)
-
-    def run(data, indices, indptr, t_indices, t_indptr, perm, v):
-        y = call(_as(data, dtype), indices, indptr, t_indices, t_indptr, perm, _as(v, dtype))
-        return [_as(y, out.dtype)]
-
-    return run
+    index_dts = _dtypes(ins[1:6])
+    return _run(ops.csrmv_nonzero_p, outs, lambda dt: csr_kernels(dt, index_dts)[order])
 
 
 def csr_sddmm_nonzero_warp(outs, ins, *, shape):
@@ -328,20 +322,8 @@ def csr_sddmm_nonzero_warp(outs, ins, *, shape):
     Returns:
         ``run(indices, indptr, t_indices, t_indptr, perm, r, q) -> [g]``.
     """
-    (out,) = outs
-    if out.size == 0:
-        return ops.empty_result(out)
-    dtype = compute_dtype(out.dtype)
-    with _lock:
-        kernel = csr_kernels(str(dtype), _dtypes(ins[0:5]))["sddmm"]
-    dims = _launch(out)
-    call = warp_kernel(kernel, jax.ShapeDtypeStruct(dims, dtype), launch_dims=dims)
-
-    def run(indices, indptr, t_indices, t_indptr, perm, r, q):
-        g = call(indices, indptr, t_indices, t_indptr, perm, _as(r, dtype), _as(q, dtype))
-        return [_as(g, out.dtype)]
-
-    return run
+    index_dts = _dtypes(ins[0:5])
+    return _run(ops.csr_sddmm_nonzero_p, outs, lambda dt: csr_kernels(dt, index_dts)["sddmm"])
 
 
 def densemv_nonzero_warp(outs, ins, *, transpose):
@@ -350,19 +332,7 @@ def densemv_nonzero_warp(outs, ins, *, transpose):
     Returns:
         ``run(w, v) -> [out]``.
     """
-    (out,) = outs
-    if out.size == 0:
-        return ops.empty_result(out)
-    dtype = compute_dtype(out.dtype)
-    with _lock:
-        kernel = dense_kernels(str(dtype))[("mv", bool(transpose))]
-    dims = _launch(out)
-    call = warp_kernel(kernel, jax.ShapeDtypeStruct(dims, dtype), launch_dims=dims)
-
-    def run(w, v):
-        return [_as(call(_as(w, dtype), _as(v, dtype)), out.dtype)]
-
-    return run
+    return _run(ops.densemv_nonzero_p, outs, lambda dt: dense_kernels(dt)[("mv", bool(transpose))])
 
 
 def dense_outer_nonzero_warp(outs, ins):
@@ -371,19 +341,7 @@ def dense_outer_nonzero_warp(outs, ins):
     Returns:
         ``run(r, q) -> [g]``.
     """
-    (out,) = outs
-    if out.size == 0:
-        return ops.empty_result(out)
-    dtype = compute_dtype(out.dtype)
-    with _lock:
-        kernel = dense_kernels(str(dtype))["outer"]
-    dims = _launch(out)
-    call = warp_kernel(kernel, jax.ShapeDtypeStruct(dims, dtype), launch_dims=dims)
-
-    def run(r, q):
-        return [_as(call(_as(r, dtype), _as(q, dtype)), out.dtype)]
-
-    return run
+    return _run(ops.dense_outer_nonzero_p, outs, lambda dt: dense_kernels(dt)["outer"])
 
 
 for _op, _generator in ((ops.csrmv_nonzero_p, csrmv_nonzero_warp),
