@@ -102,12 +102,7 @@ def update_generator(outs, ins, indirect: bool, clip_min: bool, clip_max: bool):
     dtype = compute_dtype(out.dtype)
 
     def kernel(*args):
-        weight, indices, indptr, positions, trace, spikes, bounds = ops._lines(args, indirect)
-        if positions is None:
-            positions = jnp.zeros((0,), indices.dtype)
-        active = spikes != 0
-        w, t, b = (x if x.dtype == dtype else x.astype(dtype) for x in (weight, trace, bounds))
-        y = numba_cpu.call(_update_lines, (w, indices, indptr, positions, t, active, b), out.shape, dtype,
+        y = numba_cpu.call(_update_lines, ops.kernel_lines(args, indirect, dtype), out.shape, dtype,
                            threads=False, bool_as_bytes=True, in_place=0)
         return [y.astype(out.dtype)]
 
@@ -120,10 +115,8 @@ def dense_update_generator(outs, ins, axis: int, clip_min: bool, clip_max: bool)
     dtype = compute_dtype(out.dtype)
 
     def kernel(*args):
-        weight, spikes, trace, bounds = ops.dense_lines(args, axis)
-        w, t, b = (x if x.dtype == dtype else x.astype(dtype) for x in (weight, trace, bounds))
-        y = numba_cpu.call(_update_dense, (w, spikes != 0, t, b, jnp.full((1,), axis, jnp.int32)), out.shape,
-                           dtype, threads=False, bool_as_bytes=True, in_place=0)
+        operands = ops.kernel_dense(args, axis, dtype) + (jnp.full((1,), axis, jnp.int32),)
+        y = numba_cpu.call(_update_dense, operands, out.shape, dtype, threads=False, bool_as_bytes=True, in_place=0)
         return [y.astype(out.dtype)]
 
     return kernel

@@ -67,21 +67,24 @@ def update_dense(weight, spikes, trace, bounds, by_row, out):
             out[i, j] = v
 
 
+def _in_place(kernel, out, dtype, threads: int):
+    """``kernel`` launched with one of ``threads`` per thread, its output (in ``dtype``) aliasing the weights."""
+    return numba_cuda_kernel(kernel, out.update(dtype=dtype), grid=max(-(-threads // THREADS), 1), block=THREADS,
+                             input_output_aliases={0: 0})
+
+
 def dense_update_numba_cuda(outs, ins, axis: int, clip_min: bool, clip_max: bool):
     """Numba CUDA generator for ``update_dense_on_binary_pre_p`` / ``_post_p``: ``run(*operands) -> [weights]``."""
     out = outs[0]
     dtype = compute_dtype(out.dtype)
     size = int(out.shape[0]) * int(out.shape[1])
     if size:
-        call = numba_cuda_kernel(update_dense, out.update(dtype=dtype), grid=-(-size // THREADS), block=THREADS,
-                                 input_output_aliases={0: 0})
+        call = _in_place(update_dense, out, dtype, size)
 
     def run(*args):
-        weight, spikes, trace, bounds = ops.dense_lines(args, axis)
         if not size:
-            return [weight]
-        w, t, b = (x if x.dtype == dtype else x.astype(dtype) for x in (weight, trace, bounds))
-        return [call(w, spikes != 0, t, b, jnp.full((1,), axis == 0)).astype(out.dtype)]
+            return [args[0]]
+        return [call(*ops.kernel_dense(args, axis, dtype), jnp.full((1,), axis == 0)).astype(out.dtype)]
 
     return run
 
@@ -93,16 +96,12 @@ def update_numba_cuda(outs, ins, indirect: bool, clip_min: bool, clip_max: bool)
     n_lines = int(ins[2].shape[0]) - 1
     empty = n_lines == 0 or int(out.shape[0]) == 0
     if not empty:
-        call = numba_cuda_kernel(update_lines, out.update(dtype=dtype), grid=max(-(-n_lines // THREADS), 1),
-                                 block=THREADS, input_output_aliases={0: 0})
+        call = _in_place(update_lines, out, dtype, n_lines)
 
     def run(*args):
-        weight, indices, indptr, positions, trace, spikes, bounds = ops._lines(args, indirect)
         if empty:
-            return [weight]
-        positions = jnp.zeros((0,), indices.dtype) if positions is None else positions
-        w, t, b = (x if x.dtype == dtype else x.astype(dtype) for x in (weight, trace, bounds))
-        return [call(w, indices, indptr, positions, t, spikes != 0, b).astype(out.dtype)]
+            return [args[0]]
+        return [call(*ops.kernel_lines(args, indirect, dtype)).astype(out.dtype)]
 
     return run
 

@@ -119,13 +119,36 @@ def _shape(shape, who: str) -> tuple[int, int]:
     return check_shape(shape, who, dims=("n_pre", "n_post"))
 
 
-def _bind_lines(weight, indices, indptr, spikes, trace, w_min, w_max, backend, who: str):
-    """``update_csr_on_binary_pre_p`` on lines kept contiguous (CSR rows, CSC columns, table rows): the
-    one binding of every update whose entries are their own weight positions."""
-    return update_csr_on_binary_pre_p.bind(
-        weight, indices, indptr, trace, spikes, _bounds(w_min, w_max, weight.dtype, who),
-        outs=[jax.ShapeDtypeStruct(weight.shape, weight.dtype)], indirect=False, clip_min=w_min is not None,
-        clip_max=w_max is not None, backend=backend)[0]
+def _spikes_and_trace(spike, trace, shape, on_pre: bool, who: str):
+    """The checked spikes of the lines that fire (``pre_spike``: ``n_pre`` rows; ``post_spike``: ``n_post``
+    columns) and the trace of the other end (``post_trace``, ``pre_trace``)."""
+    n_pre, n_post = shape
+    if on_pre:
+        return (_check_line_vector(spike, "pre_spike", n_pre, who, events=True),
+                _check_line_vector(trace, "post_trace", n_post, who, events=False))
+    return (_check_line_vector(spike, "post_spike", n_post, who, events=True),
+            _check_line_vector(trace, "pre_trace", n_pre, who, events=False))
+
+
+def _bind_lines(weight, indices, indptr, spikes, trace, w_min, w_max, backend, who: str, positions=None):
+    """The one binding of every update: ``update_csr_on_binary_pre_p`` on lines kept contiguous (CSR rows,
+    CSC columns, table rows: each entry is its own weight position), ``update_csr_on_binary_post_p`` where
+    ``positions`` gives each entry's weight position."""
+    op, lines = (update_csr_on_binary_pre_p, (weight, indices, indptr)) if positions is None else (
+        update_csr_on_binary_post_p, (weight, indices, indptr, positions))
+    return op.bind(*lines, trace, spikes, _bounds(w_min, w_max, weight.dtype, who),
+                   outs=[jax.ShapeDtypeStruct(weight.shape, weight.dtype)], indirect=positions is not None,
+                   clip_min=w_min is not None, clip_max=w_max is not None, backend=backend)[0]
+
+
+def _update_contiguous(weight, indices, indptr, spike, trace, w_min, w_max, shape, backend, on_pre: bool, who: str):
+    """The update of weights stored with the firing lines contiguous: CSR rows (``on_pre``), CSC columns."""
+    n_pre, n_post = _shape(shape, who)
+    weight = _check_weight(weight, who)
+    view = "CSR (row)" if on_pre else "CSC (column)"
+    indices, indptr = _check_structure(indices, indptr, weight, n_pre if on_pre else n_post, who, view)
+    spikes, trace = _spikes_and_trace(spike, trace, (n_pre, n_post), on_pre, who)
+    return _bind_lines(weight, indices, indptr, spikes, trace, w_min, w_max, backend, who)
 
 
 # ===========================================================================
@@ -149,6 +172,21 @@ def _lines(args, indirect: bool):
         return args
     weight, indices, indptr, trace, spikes, bounds = args
     return weight, indices, indptr, None, trace, spikes, bounds
+
+
+def _in(x, dtype):
+    """``x`` in ``dtype`` (itself where it already is)."""
+    return x if x.dtype == dtype else x.astype(dtype)
+
+
+def kernel_lines(args, indirect: bool, dtype):
+    """The CSR ops' operands as every backend's kernel takes them: ``(weight, indices, indptr, positions,
+    trace, active, bounds)``, with the weights, trace and bounds in ``dtype`` (the compute dtype),
+    ``active = spikes != 0``, and ``positions`` empty (of the indices' dtype) for the row view."""
+    weight, indices, indptr, positions, trace, spikes, bounds = _lines(args, indirect)
+    if positions is None:
+        positions = jnp.zeros((0,), indices.dtype)
+    return (_in(weight, dtype), indices, indptr, positions, _in(trace, dtype), spikes != 0, _in(bounds, dtype))
 
 
 def _raw_update(args, indirect: bool):
@@ -244,13 +282,8 @@ def update_csr_on_binary_pre(weight, indices, indptr, pre_spike, post_trace, w_m
         >>> w = evjax.update_csr_on_binary_pre(w, W.indices, W.indptr, spikes, post_trace,
         ...                                    w_min=0.0, w_max=1.0, shape=W.shape)
     """
-    who = "update_csr_on_binary_pre"
-    n_pre, n_post = _shape(shape, who)
-    weight = _check_weight(weight, who)
-    indices, indptr = _check_structure(indices, indptr, weight, n_pre, who, "CSR (row)")
-    spikes = _check_line_vector(pre_spike, "pre_spike", n_pre, who, events=True)
-    trace = _check_line_vector(post_trace, "post_trace", n_post, who, events=False)
-    return _bind_lines(weight, indices, indptr, spikes, trace, w_min, w_max, backend, who)
+    return _update_contiguous(weight, indices, indptr, pre_spike, post_trace, w_min, w_max, shape, backend, True,
+                              "update_csr_on_binary_pre")
 
 
 @carries_units("weight", events=("post_spike",), shared={"pre_trace": "weight", "w_min": "weight", "w_max": "weight"})
@@ -293,12 +326,8 @@ def update_csr_on_binary_post(weight, indices, indptr, weight_indices, pre_trace
     weight = _check_weight(weight, who)
     indices, indptr = _check_structure(indices, indptr, weight, n_post, who, "CSC (column)")
     positions = check_index_vector(weight_indices, "weight_indices", weight.shape[0], who).astype(indices.dtype)
-    trace = _check_line_vector(pre_trace, "pre_trace", n_pre, who, events=False)
-    spikes = _check_line_vector(post_spike, "post_spike", n_post, who, events=True)
-    operands = (weight, indices, indptr, positions, trace, spikes, _bounds(w_min, w_max, weight.dtype, who))
-    return update_csr_on_binary_post_p.bind(*operands, outs=[jax.ShapeDtypeStruct(weight.shape, weight.dtype)],
-                                            indirect=True, clip_min=w_min is not None, clip_max=w_max is not None,
-                                            backend=backend)[0]
+    spikes, trace = _spikes_and_trace(post_spike, pre_trace, (n_pre, n_post), False, who)
+    return _bind_lines(weight, indices, indptr, spikes, trace, w_min, w_max, backend, who, positions)
 
 
 update_csr_on_binary_pre_p = XLACustomKernel("evjax_update_csr_on_binary_pre")
@@ -349,14 +378,12 @@ update_csr_on_binary_post_p.def_batching_rule(_update_batching)
 # update_dense_on_binary_pre, update_dense_on_binary_post: a dense (n_pre, n_post) weight matrix; the
 # lines are its rows (pre) or its columns (post).  Two primitives, one set of rules (param ``axis``).
 # ===========================================================================
-def _check_dense(weight, spikes, trace, spike_name, trace_name, axis: int, who: str):
+def _check_dense(weight, spike, trace, axis: int, who: str):
     weight = canonical(weight)
     if weight.ndim != 2 or weight.dtype not in [jnp.dtype(d) for d in _FLOATS]:
         raise TypeError(f"{who}: weight must be a 2-d float (n_pre, n_post) matrix, got "
                         f"{weight.dtype}{list(weight.shape)}")
-    spikes = _check_line_vector(spikes, spike_name, weight.shape[axis], who, events=True)
-    trace = _check_line_vector(trace, trace_name, weight.shape[1 - axis], who, events=False)
-    return weight, spikes, trace
+    return (weight,) + _spikes_and_trace(spike, trace, weight.shape, axis == 0, who)
 
 
 @carries_units("weight", events=("pre_spike",), shared={"post_trace": "weight", "w_min": "weight", "w_max": "weight"})
@@ -384,8 +411,7 @@ def update_dense_on_binary_pre(weight, pre_spike, post_trace, w_min=None, w_max=
     Example:
         >>> W = evjax.update_dense_on_binary_pre(W, pre_spikes, post_trace, w_min=0.0, w_max=1.0)
     """
-    weight, spikes, trace = _check_dense(weight, pre_spike, post_trace, "pre_spike", "post_trace", 0,
-                                         "update_dense_on_binary_pre")
+    weight, spikes, trace = _check_dense(weight, pre_spike, post_trace, 0, "update_dense_on_binary_pre")
     return update_dense_on_binary_pre_p.bind(
         weight, spikes, trace, _bounds(w_min, w_max, weight.dtype, "update_dense_on_binary_pre"),
         outs=[jax.ShapeDtypeStruct(weight.shape, weight.dtype)], axis=0, clip_min=w_min is not None,
@@ -416,8 +442,7 @@ def update_dense_on_binary_post(weight, pre_trace, post_spike, w_min=None, w_max
     Example:
         >>> W = evjax.update_dense_on_binary_post(W, pre_trace, post_spikes, w_min=0.0, w_max=1.0)
     """
-    weight, spikes, trace = _check_dense(weight, post_spike, pre_trace, "post_spike", "pre_trace", 1,
-                                         "update_dense_on_binary_post")
+    weight, spikes, trace = _check_dense(weight, post_spike, pre_trace, 1, "update_dense_on_binary_post")
     return update_dense_on_binary_post_p.bind(
         weight, trace, spikes, _bounds(w_min, w_max, weight.dtype, "update_dense_on_binary_post"),
         outs=[jax.ShapeDtypeStruct(weight.shape, weight.dtype)], axis=1, clip_min=w_min is not None,
@@ -433,6 +458,13 @@ def dense_lines(args, axis: int):
     post: ``(W, trace, spikes, bounds)``)."""
     weight, a, b, bounds = args
     return (weight, a, b, bounds) if axis == 0 else (weight, b, a, bounds)
+
+
+def kernel_dense(args, axis: int, dtype):
+    """Either dense op's operands as every backend's kernel takes them: ``(weight, active, trace, bounds)``,
+    with ``active = spikes != 0`` and the rest in ``dtype`` (the compute dtype)."""
+    weight, spikes, trace, bounds = dense_lines(args, axis)
+    return _in(weight, dtype), spikes != 0, _in(trace, dtype), _in(bounds, dtype)
 
 
 def _dense_raw(args, axis: int):
@@ -527,13 +559,8 @@ def update_csc_on_binary_post(weight, indices, indptr, pre_trace, post_spike, w_
     Example:
         >>> w = evjax.update_csc_on_binary_post(w, C.indices, C.indptr, pre_trace, post_spikes, shape=C.shape)
     """
-    who = "update_csc_on_binary_post"
-    n_pre, n_post = _shape(shape, who)
-    weight = _check_weight(weight, who)
-    indices, indptr = _check_structure(indices, indptr, weight, n_post, who, "CSC (column)")
-    spikes = _check_line_vector(post_spike, "post_spike", n_post, who, events=True)
-    trace = _check_line_vector(pre_trace, "pre_trace", n_pre, who, events=False)
-    return _bind_lines(weight, indices, indptr, spikes, trace, w_min, w_max, backend, who)
+    return _update_contiguous(weight, indices, indptr, post_spike, pre_trace, w_min, w_max, shape, backend, False,
+                              "update_csc_on_binary_post")
 
 
 @carries_units("weight", events=("pre_spike",), shared={"post_trace": "weight", "w_min": "weight", "w_max": "weight"})
@@ -589,16 +616,20 @@ def update_on_row_view(weight, row_indices, row_indptr, positions, pre_spike, po
     (``row_indices, row_indptr``: CSR; ``positions``: the weight position of each CSR entry): binds
     ``update_csr_on_binary_post_p`` on it (the synapses of active rows only).  ``CSC.update_on_pre`` calls
     it with the view it caches."""
-    n_pre, n_post = shape
-    spikes = _check_line_vector(pre_spike, "pre_spike", n_pre, who, events=True)
-    trace = _check_line_vector(post_trace, "post_trace", n_post, who, events=False)
-    operands = (weight, row_indices, row_indptr, positions, trace, spikes, _bounds(w_min, w_max, weight.dtype, who))
-    return update_csr_on_binary_post_p.bind(*operands, outs=[jax.ShapeDtypeStruct(weight.shape, weight.dtype)],
-                                            indirect=True, clip_min=w_min is not None, clip_max=w_max is not None,
-                                            backend=backend)[0]
+    spikes, trace = _spikes_and_trace(pre_spike, post_trace, shape, True, who)
+    return _bind_lines(weight, row_indices, row_indptr, spikes, trace, w_min, w_max, backend, who, positions)
 
 
-def _table(data, indices, n_rows: int, n_other: int, who: str):
+def _update_table(data, indices, spike, trace, w_min, w_max, shape, backend, on_pre: bool, who: str):
+    """The update of a fixed-width table whose rows are the firing lines: presynaptic (``on_pre``: a fan-out
+    table ``(n_pre, k)``) or postsynaptic (a fan-in table ``(n_post, k)``)."""
+    n_pre, n_post = _shape(shape, who)
+    weight, flat, indptr = _table(data, indices, n_pre if on_pre else n_post, who)
+    spikes, trace = _spikes_and_trace(spike, trace, (n_pre, n_post), on_pre, who)
+    return _bind_lines(weight, flat, indptr, spikes, trace, w_min, w_max, backend, who).reshape(data.shape)
+
+
+def _table(data, indices, n_rows: int, who: str):
     """A fixed-width table ``(n_rows, k)`` as lines: ``(weight, indices, indptr)`` flat, in one index dtype."""
     data, indices = canonical(data), canonical(indices)
     if data.ndim != 2 or data.dtype not in [jnp.dtype(d) for d in _FLOATS]:
@@ -645,12 +676,8 @@ def update_fixed_post_conn_on_binary_pre(data, indices, pre_spike, post_trace, w
         >>> data = evjax.update_fixed_post_conn_on_binary_pre(C.data, C.indices, spikes, post_trace,
         ...                                                   shape=C.shape)
     """
-    who = "update_fixed_post_conn_on_binary_pre"
-    n_pre, n_post = _shape(shape, who)
-    weight, flat, indptr = _table(data, indices, n_pre, n_post, who)
-    spikes = _check_line_vector(pre_spike, "pre_spike", n_pre, who, events=True)
-    trace = _check_line_vector(post_trace, "post_trace", n_post, who, events=False)
-    return _bind_lines(weight, flat, indptr, spikes, trace, w_min, w_max, backend, who).reshape(data.shape)
+    return _update_table(data, indices, pre_spike, post_trace, w_min, w_max, shape, backend, True,
+                         "update_fixed_post_conn_on_binary_pre")
 
 
 @carries_units("data", events=("post_spike",), shared={"pre_trace": "data", "w_min": "data", "w_max": "data"})
@@ -684,9 +711,5 @@ def update_fixed_pre_conn_on_binary_post(data, indices, pre_trace, post_spike, w
         >>> data = evjax.update_fixed_pre_conn_on_binary_post(C.data, C.indices, pre_trace, post_spikes,
         ...                                                   shape=C.shape)
     """
-    who = "update_fixed_pre_conn_on_binary_post"
-    n_pre, n_post = _shape(shape, who)
-    weight, flat, indptr = _table(data, indices, n_post, n_pre, who)
-    trace = _check_line_vector(pre_trace, "pre_trace", n_pre, who, events=False)
-    spikes = _check_line_vector(post_spike, "post_spike", n_post, who, events=True)
-    return _bind_lines(weight, flat, indptr, spikes, trace, w_min, w_max, backend, who).reshape(data.shape)
+    return _update_table(data, indices, post_spike, pre_trace, w_min, w_max, shape, backend, False,
+                         "update_fixed_pre_conn_on_binary_post")

@@ -16,7 +16,6 @@ which moves only if its row (pre) or column (post) fired.
 import functools
 import threading
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -79,6 +78,19 @@ def plasticity_kernels(compute_dt: str) -> dict:
     return {"lines": update_lines, "dense": update_dense}
 
 
+def _in_place(name: str, dtype, launch_dims):
+    """The kernel ``name`` in ``dtype`` over ``launch_dims`` threads, updating its in-out ``out`` (the weights)."""
+    with _lock:
+        kernel = plasticity_kernels(str(np.dtype(dtype)))[name]
+    call = warp_kernel(kernel, [], launch_dims=launch_dims, in_out_argnames=["out"])
+
+    def run(*operands):
+        y = call(*operands)
+        return y[0] if isinstance(y, (tuple, list)) else y
+
+    return run
+
+
 def dense_update_warp(outs, ins, axis: int, clip_min: bool, clip_max: bool):
     """Warp generator for ``update_dense_on_binary_pre_p`` / ``_post_p``: ``run(*operands) -> [weights]``."""
     out = outs[0]
@@ -86,18 +98,13 @@ def dense_update_warp(outs, ins, axis: int, clip_min: bool, clip_max: bool):
     shape = tuple(int(d) for d in out.shape)
     empty = 0 in shape
     if not empty:
-        with _lock:
-            kernel = plasticity_kernels(str(np.dtype(dtype)))["dense"]
-        call = warp_kernel(kernel, [], launch_dims=shape, in_out_argnames=["out"])
+        call = _in_place("dense", dtype, shape)
 
     def run(*args):
-        weight, spikes, trace, bounds = ops.dense_lines(args, axis)
         if empty:
-            return [weight]
-        w, t, b = (x if x.dtype == dtype else x.astype(dtype) for x in (weight, trace, bounds))
-        y = call(spikes != 0, t, b, jnp.full((1,), axis == 0), w)
-        y = y[0] if isinstance(y, (tuple, list)) else y
-        return [y.astype(out.dtype)]
+            return [args[0]]
+        w, active, t, b = ops.kernel_dense(args, axis, dtype)
+        return [call(active, t, b, jnp.full((1,), axis == 0), w).astype(out.dtype)]
 
     return run
 
@@ -109,19 +116,14 @@ def update_warp(outs, ins, indirect: bool, clip_min: bool, clip_max: bool):
     n_lines = int(ins[2].shape[0]) - 1
     empty = n_lines == 0 or int(out.shape[0]) == 0
     if not empty:
-        with _lock:
-            kernel = plasticity_kernels(str(np.dtype(dtype)))["lines"]
-        call = warp_kernel(kernel, [], launch_dims=n_lines, in_out_argnames=["out"])
+        call = _in_place("lines", dtype, n_lines)
 
     def run(*args):
-        weight, indices, indptr, positions, trace, spikes, bounds = ops._lines(args, indirect)
         if empty:
-            return [weight]
-        positions = jnp.zeros((0,), jnp.int32) if positions is None else positions.astype(jnp.int32)
-        w, t, b = (x if x.dtype == dtype else x.astype(dtype) for x in (weight, trace, bounds))
-        y = call(indices.astype(jnp.int32), indptr.astype(jnp.int32), positions, t, spikes != 0, b, w)
-        y = y[0] if isinstance(y, (tuple, list)) else y
-        return [y.astype(out.dtype)]
+            return [args[0]]
+        w, indices, indptr, positions, t, active, b = ops.kernel_lines(args, indirect, dtype)
+        narrow = (x.astype(jnp.int32) for x in (indices, indptr, positions))  # int32 structures (module docstring)
+        return [call(*narrow, t, active, b, w).astype(out.dtype)]
 
     return run
 
