@@ -375,98 +375,65 @@ def _dense(weight, threads, params, seed, cfg, out):
 
 
 # ---------------------------------------------------------------------------
-# kernels: one per (kind, law), each one line
+# kernels: one per (kind, law), each made by a factory.  The kind and the law are the closure's
+# constants, strings (Numba keys a closure's disk cache on its constants, pickled: a dispatcher would
+# pickle differently in every process), on which Numba prunes the branches before typing: each kernel
+# compiles only its own row loop and block function.  A row loop is named in the call that passes it
+# (Numba inlines only a function it resolves to a global); a block function may come through a
+# variable (its call is not inlined).
 # ---------------------------------------------------------------------------
-@numba.njit(**_KERNEL)
-def gather_mv_scalar(threads, params, seed, cfg, x, out):
-    _gather(_gather_rows, _wb_scalar, threads, params, seed, cfg, x, out)
+MATMUL_KINDS = ("gather_mv", "gather_mm", "scatter_mv", "scatter_mm")
 
 
-@numba.njit(**_KERNEL)
-def gather_mm_scalar(threads, params, seed, cfg, x, out):
-    _gather(_gather_mm_rows, _wb_scalar, threads, params, seed, cfg, x, out)
+def _named(function, name: str, options: dict):
+    """``numba.njit(**options)`` of a factory's closure under ``name`` (Numba's cache files and evjax's
+    log name it)."""
+    function.__name__ = function.__qualname__ = name
+    return numba.njit(**options)(function)
 
 
-@numba.njit(**_KERNEL)
-def scatter_mv_scalar(threads, params, seed, cfg, x, out):
-    _scatter(_scatter_rows, _nonzero, _wb_scalar, threads, params, seed, cfg, x, out)
+def _matmul_kernel(kind: str, law: str):
+    """The kernel ``{kind}_{law}`` (``kind`` in :data:`MATMUL_KINDS`, ``law`` in ``ops.LAWS``): the
+    gather or scatter driver (:func:`_gather`, :func:`_scatter`) with the kind's row loop and the law's
+    block function."""
+
+    def kernel(threads, params, seed, cfg, x, out):
+        weight = _wb_scalar if law == "scalar" else (_wb_normal if law == "normal" else _wb_uniform)
+        if kind == "gather_mv":
+            _gather(_gather_rows, weight, threads, params, seed, cfg, x, out)
+        elif kind == "gather_mm":
+            _gather(_gather_mm_rows, weight, threads, params, seed, cfg, x, out)
+        elif kind == "scatter_mv":
+            _scatter(_scatter_rows, _nonzero, weight, threads, params, seed, cfg, x, out)
+        else:
+            _scatter(_scatter_mm_rows, _nonzero_row, weight, threads, params, seed, cfg, x, out)
+
+    return _named(kernel, f"{kind}_{law}", _KERNEL)
 
 
-@numba.njit(**_KERNEL)
-def scatter_mm_scalar(threads, params, seed, cfg, x, out):
-    _scatter(_scatter_mm_rows, _nonzero_row, _wb_scalar, threads, params, seed, cfg, x, out)
+def _dense_kernel(law: str):
+    """The kernel ``dense_{law}``: :func:`_dense` with the law's block function."""
+
+    def kernel(threads, params, seed, cfg, out):
+        weight = _wb_scalar if law == "scalar" else (_wb_normal if law == "normal" else _wb_uniform)
+        _dense(weight, threads, params, seed, cfg, out)
+
+    return _named(kernel, f"dense_{law}", _KERNEL)
 
 
-@numba.njit(**_KERNEL)
-def dense_scalar(threads, params, seed, cfg, out):
-    _dense(_wb_scalar, threads, params, seed, cfg, out)
-
-
-@numba.njit(**_KERNEL)
-def gather_mv_normal(threads, params, seed, cfg, x, out):
-    _gather(_gather_rows, _wb_normal, threads, params, seed, cfg, x, out)
-
-
-@numba.njit(**_KERNEL)
-def gather_mm_normal(threads, params, seed, cfg, x, out):
-    _gather(_gather_mm_rows, _wb_normal, threads, params, seed, cfg, x, out)
-
-
-@numba.njit(**_KERNEL)
-def scatter_mv_normal(threads, params, seed, cfg, x, out):
-    _scatter(_scatter_rows, _nonzero, _wb_normal, threads, params, seed, cfg, x, out)
-
-
-@numba.njit(**_KERNEL)
-def scatter_mm_normal(threads, params, seed, cfg, x, out):
-    _scatter(_scatter_mm_rows, _nonzero_row, _wb_normal, threads, params, seed, cfg, x, out)
-
-
-@numba.njit(**_KERNEL)
-def dense_normal(threads, params, seed, cfg, out):
-    _dense(_wb_normal, threads, params, seed, cfg, out)
-
-
-@numba.njit(**_KERNEL)
-def gather_mv_uniform(threads, params, seed, cfg, x, out):
-    _gather(_gather_rows, _wb_uniform, threads, params, seed, cfg, x, out)
-
-
-@numba.njit(**_KERNEL)
-def gather_mm_uniform(threads, params, seed, cfg, x, out):
-    _gather(_gather_mm_rows, _wb_uniform, threads, params, seed, cfg, x, out)
-
-
-@numba.njit(**_KERNEL)
-def scatter_mv_uniform(threads, params, seed, cfg, x, out):
-    _scatter(_scatter_rows, _nonzero, _wb_uniform, threads, params, seed, cfg, x, out)
-
-
-@numba.njit(**_KERNEL)
-def scatter_mm_uniform(threads, params, seed, cfg, x, out):
-    _scatter(_scatter_mm_rows, _nonzero_row, _wb_uniform, threads, params, seed, cfg, x, out)
-
-
-@numba.njit(**_KERNEL)
-def dense_uniform(threads, params, seed, cfg, out):
-    _dense(_wb_uniform, threads, params, seed, cfg, out)
-
-
-KERNELS = {(kind, law): globals()[f"{kind}_{law}"]
-           for kind in ("gather_mv", "gather_mm", "scatter_mv", "scatter_mm", "dense")
-           for law in ("scalar", "normal", "uniform")}
+KERNELS = {**{(kind, law): _matmul_kernel(kind, law) for kind in MATMUL_KINDS for law in ops.LAWS},
+           **{("dense", law): _dense_kernel(law) for law in ops.LAWS}}
 
 
 # ---------------------------------------------------------------------------
 # serial tiers (numba_cpu.call's ``serial``): a kernel's one-pass path alone, and a scatter's parts in
-# turn, with no parallel region (Numba's parallel passes cost a JITC kernel most of its 3 s compile);
-# one line each
+# turn, with no parallel region (Numba's parallel passes cost a JITC kernel most of its 3 s compile)
 # ---------------------------------------------------------------------------
-def _plain_gather_tier(law: str, name: str):
-    """The serial tier of a vector gather of the law ``law`` ("scalar", "normal" or "uniform") as one
-    loop: what :func:`_gather_serially` does with :func:`_gather_rows`, :func:`_next_block` written
-    out (the same draws, and the same sums in the same order: the kernel's bits;
-    ``tests/test_serial_tiers.py``).  Only the stream's own helpers are inlined into it (:func:`_keys`,
+def _plain_gather_tier(law: str):
+    """The serial tier ``serial_gather_mv_{law}`` of a vector gather (``law``: "scalar", "normal" or
+    "uniform") as one loop: what :func:`_gather_serially` does with :func:`_gather_rows`,
+    :func:`_next_block` written out (the same draws, and the same sums in the same order: the kernel's
+    bits; ``tests/test_serial_tiers.py``).  Only the stream's own helpers are inlined into it (:func:`_keys`,
     :func:`_gap`); the law is a constant of the closure, so Numba prunes the other laws' branches.
     Helpers inlining helpers, four levels deep, cost the first compile 0.2 s more."""
 
@@ -508,100 +475,50 @@ def _plain_gather_tier(law: str, name: str):
         split = threads >= 2 and n_outer * np.int64(cfg[3]) >= PARALLEL_MIN_WORK  # (as _threads, one column)
         return SPLITTABLE if split else DONE
 
-    tier.__name__ = tier.__qualname__ = name  # (Numba's cache files and evjax's log name the tier)
-    return numba.njit(cache=True, nogil=True)(tier)
+    return _named(tier, f"serial_gather_mv_{law}", dict(cache=True, nogil=True))
 
 
-serial_gather_mv_scalar = _plain_gather_tier("scalar", "serial_gather_mv_scalar")
+def _serial_tier(kind: str, law: str):
+    """The serial tier ``serial_{kind}_{law}`` of a kernel but the vector gather's: its one-pass path,
+    :func:`_gather_serially` or :func:`_scatter_serially`, with the kind's row loop and the law's block
+    function."""
+
+    def tier(threads, params, seed, cfg, x, out):
+        weight = _wb_scalar if law == "scalar" else (_wb_normal if law == "normal" else _wb_uniform)
+        if kind == "gather_mm":
+            return _gather_serially(_gather_mm_rows, weight, threads, params, seed, cfg, x, out)
+        if kind == "scatter_mv":
+            return _scatter_serially(_scatter_rows, _nonzero, weight, threads, params, seed, cfg, x, out)
+        return _scatter_serially(_scatter_mm_rows, _nonzero_row, weight, threads, params, seed, cfg, x, out)
+
+    return _named(tier, f"serial_{kind}_{law}", dict(cache=True, nogil=True))
 
 
-@numba.njit(cache=True, nogil=True)
-def serial_gather_mm_scalar(threads, params, seed, cfg, x, out):
-    return _gather_serially(_gather_mm_rows, _wb_scalar, threads, params, seed, cfg, x, out)
+def _parts_tier(kind: str, law: str):
+    """The second serial tier ``parts_{kind}_{law}`` of a scatter: :func:`_scatter_in_parts` with the
+    kind's row loop and the law's block function."""
+
+    def tier(threads, params, seed, cfg, x, out):
+        weight = _wb_scalar if law == "scalar" else (_wb_normal if law == "normal" else _wb_uniform)
+        if kind == "scatter_mv":
+            return _scatter_in_parts(_scatter_rows, _nonzero, weight, threads, params, seed, cfg, x, out)
+        return _scatter_in_parts(_scatter_mm_rows, _nonzero_row, weight, threads, params, seed, cfg, x, out)
+
+    return _named(tier, f"parts_{kind}_{law}", dict(cache=True, nogil=True))
 
 
-@numba.njit(cache=True, nogil=True)
-def serial_scatter_mv_scalar(threads, params, seed, cfg, x, out):
-    return _scatter_serially(_scatter_rows, _nonzero, _wb_scalar, threads, params, seed, cfg, x, out)
+def _serial_tiers(kind: str, law: str) -> tuple:
+    """The serial tiers of the kernel ``{kind}_{law}``, cheapest first: a gather's one, a scatter's two (the
+    first declines a sum in parts, which the second does in turn on one thread)."""
+    if kind == "gather_mv":
+        return (_plain_gather_tier(law),)
+    if kind == "gather_mm":
+        return (_serial_tier(kind, law),)
+    return (_serial_tier(kind, law), _parts_tier(kind, law))
 
 
-@numba.njit(cache=True, nogil=True)
-def parts_scatter_mv_scalar(threads, params, seed, cfg, x, out):
-    return _scatter_in_parts(_scatter_rows, _nonzero, _wb_scalar, threads, params, seed, cfg, x, out)
-
-
-@numba.njit(cache=True, nogil=True)
-def serial_scatter_mm_scalar(threads, params, seed, cfg, x, out):
-    return _scatter_serially(_scatter_mm_rows, _nonzero_row, _wb_scalar, threads, params, seed, cfg, x, out)
-
-
-@numba.njit(cache=True, nogil=True)
-def parts_scatter_mm_scalar(threads, params, seed, cfg, x, out):
-    return _scatter_in_parts(_scatter_mm_rows, _nonzero_row, _wb_scalar, threads, params, seed, cfg, x, out)
-
-
-serial_gather_mv_normal = _plain_gather_tier("normal", "serial_gather_mv_normal")
-
-
-@numba.njit(cache=True, nogil=True)
-def serial_gather_mm_normal(threads, params, seed, cfg, x, out):
-    return _gather_serially(_gather_mm_rows, _wb_normal, threads, params, seed, cfg, x, out)
-
-
-@numba.njit(cache=True, nogil=True)
-def serial_scatter_mv_normal(threads, params, seed, cfg, x, out):
-    return _scatter_serially(_scatter_rows, _nonzero, _wb_normal, threads, params, seed, cfg, x, out)
-
-
-@numba.njit(cache=True, nogil=True)
-def parts_scatter_mv_normal(threads, params, seed, cfg, x, out):
-    return _scatter_in_parts(_scatter_rows, _nonzero, _wb_normal, threads, params, seed, cfg, x, out)
-
-
-@numba.njit(cache=True, nogil=True)
-def serial_scatter_mm_normal(threads, params, seed, cfg, x, out):
-    return _scatter_serially(_scatter_mm_rows, _nonzero_row, _wb_normal, threads, params, seed, cfg, x, out)
-
-
-@numba.njit(cache=True, nogil=True)
-def parts_scatter_mm_normal(threads, params, seed, cfg, x, out):
-    return _scatter_in_parts(_scatter_mm_rows, _nonzero_row, _wb_normal, threads, params, seed, cfg, x, out)
-
-
-serial_gather_mv_uniform = _plain_gather_tier("uniform", "serial_gather_mv_uniform")
-
-
-@numba.njit(cache=True, nogil=True)
-def serial_gather_mm_uniform(threads, params, seed, cfg, x, out):
-    return _gather_serially(_gather_mm_rows, _wb_uniform, threads, params, seed, cfg, x, out)
-
-
-@numba.njit(cache=True, nogil=True)
-def serial_scatter_mv_uniform(threads, params, seed, cfg, x, out):
-    return _scatter_serially(_scatter_rows, _nonzero, _wb_uniform, threads, params, seed, cfg, x, out)
-
-
-@numba.njit(cache=True, nogil=True)
-def parts_scatter_mv_uniform(threads, params, seed, cfg, x, out):
-    return _scatter_in_parts(_scatter_rows, _nonzero, _wb_uniform, threads, params, seed, cfg, x, out)
-
-
-@numba.njit(cache=True, nogil=True)
-def serial_scatter_mm_uniform(threads, params, seed, cfg, x, out):
-    return _scatter_serially(_scatter_mm_rows, _nonzero_row, _wb_uniform, threads, params, seed, cfg, x, out)
-
-
-@numba.njit(cache=True, nogil=True)
-def parts_scatter_mm_uniform(threads, params, seed, cfg, x, out):
-    return _scatter_in_parts(_scatter_mm_rows, _nonzero_row, _wb_uniform, threads, params, seed, cfg, x, out)
-
-
-# kernel -> its serial tiers, cheapest first (the matmul kernels; the dense materialisation has none): a
-# scatter's first tier declines a sum in parts, which its second does in turn on one thread
-SERIAL_TIERS = {KERNELS[(kind, law)]: tuple(globals()[f"{tier}_{kind}_{law}"] for tier in tiers)
-                for kind, tiers in (("gather_mv", ("serial",)), ("gather_mm", ("serial",)),
-                                    ("scatter_mv", ("serial", "parts")), ("scatter_mm", ("serial", "parts")))
-                for law in ("scalar", "normal", "uniform")}
+# kernel -> its serial tiers (the matmul kernels; the dense materialisation has none)
+SERIAL_TIERS = {KERNELS[(kind, law)]: _serial_tiers(kind, law) for kind in MATMUL_KINDS for law in ops.LAWS}
 
 
 # ---------------------------------------------------------------------------
