@@ -60,7 +60,6 @@ from ..._kernel_compat import COMPILED_CODE_ONLY, prange_only, stack_array_intri
 from ...backends import numba_cpu
 from ...backends.threads import part_done, region_done, start_region
 from ...dtypes import compute_dtype
-from ..._event_values import as_bool_events
 from ..event_scan import eight_zero
 from . import ops
 
@@ -543,14 +542,6 @@ def _serial_tier(kernel_fn, x2):
 # ---------------------------------------------------------------------------
 
 
-def events_for_kernel(x, weighted: bool, dtype):
-    """Events as a kernel reads them: bool (binary; the handler hands the kernel their bytes) or values in
-    the compute dtype (weighted)."""
-    if not weighted:
-        return as_bool_events(x)
-    return x if x.dtype == dtype else x.astype(dtype)
-
-
 def matmul_generator(outs, ins, transpose: bool, weighted: bool):
     """Numba kernel for ``binary_densemv_p`` / ``binary_densemm_p`` (a vector is a ``(k, 1)`` matrix)."""
     out = outs[0]
@@ -558,9 +549,8 @@ def matmul_generator(outs, ins, transpose: bool, weighted: bool):
     kernel_fn = KERNELS[("matmul", bool(transpose))]
 
     def kernel(weights, spikes):
-        w = weights if weights.dtype == dtype else weights.astype(dtype)
-        x = events_for_kernel(spikes, weighted, dtype)
-        x2 = x if x.ndim == 2 else x.reshape(x.shape[0], 1)
+        w = ops.in_dtype(weights, dtype)
+        x2 = ops.kernel_events(spikes, weighted, dtype)  # bool: the handler hands the kernel their bytes
         m, n = (w.shape[1] if transpose else w.shape[0]), x2.shape[1]
         if transpose:  # batch-major inside; the transposes cancel with callers' ``S (n, k) @ W``
             y = numba_cpu.call(kernel_fn, (w, x2), (n, m), dtype, bool_as_bytes=True,
@@ -580,10 +570,8 @@ def outer_generator(outs, ins, transpose: bool, weighted: bool):
     kernel_fn = KERNELS[("outer", bool(transpose))]
 
     def kernel(spikes, g):
-        x = events_for_kernel(spikes, weighted, dtype)
-        g = g if g.dtype == dtype else g.astype(dtype)
-        x2 = x if x.ndim == 2 else x.reshape(x.shape[0], 1)
-        g2 = g if g.ndim == 2 else g.reshape(g.shape[0], 1)
+        x2 = ops.kernel_events(spikes, weighted, dtype)
+        g2 = ops.as_columns(ops.in_dtype(g, dtype))
         y = numba_cpu.call(kernel_fn, (x2, g2.T if transpose else g2), out.shape, dtype,
                            bool_as_bytes=True, serial=_serial_tier(kernel_fn, x2))
         return [y.astype(out.dtype)]

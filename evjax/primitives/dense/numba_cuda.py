@@ -2,7 +2,8 @@
 
 Imported (through the family's ``BACKEND_LOADERS``) the first time an op needs this
 backend; it registers its generators at the bottom.  The kernels are
-module-level and dtype-generic (Numba specialises them per signature), picked
+dtype-generic (Numba specialises them per signature), built at import (the
+product and the gradient each by one factory of ``transpose``) and picked
 from :data:`KERNELS`; a vector of events is a ``(k, 1)`` matrix:
 
 * ``compact``: one thread per sample ``c`` lists its active events in order
@@ -46,73 +47,60 @@ def compact(x, idx, vals, count):
         count[c] = n
 
 
-@cuda.jit
-def scatter(w, idx, vals, count, out):
-    t = cuda.grid(1)
-    m = out.shape[0]
-    if t < m * out.shape[1]:
-        i, c = t % m, t // m
-        acc = out.dtype.type(0)
-        for a in range(count[c]):
-            acc += w[idx[c, a], i] * vals[c, a]
-        out[i, c] = acc
+# The product and the weight gradient are each written once, as a factory of ``transpose``: a closure
+# constant of the kernel, whose branches on it Numba prunes before typing (as csr/numba_cuda.py's
+# flavours), so each built kernel compiles its own orientation only.
+def _named(kernel, name: str):
+    """``cuda.jit`` of a factory's Python function under its table name."""
+    kernel.__name__ = kernel.__qualname__ = name
+    return cuda.jit(kernel)
 
 
-@cuda.jit
-def gather(w, idx, vals, count, out):
-    t = cuda.grid(1)
-    m = out.shape[0]
-    if t < m * out.shape[1]:
-        i, c = t % m, t // m
-        acc = out.dtype.type(0)
-        for a in range(count[c]):
-            acc += w[i, idx[c, a]] * vals[c, a]
-        out[i, c] = acc
+def _product(transpose: bool):
+    """``scatter`` (``transpose``, W (k, m)) or ``gather`` (W (m, k)): ``out[i, c] = sum_a W(i, idx[c, a])
+    * vals[c, a]`` over the listed events of sample ``c``, in order."""
+    def product(w, idx, vals, count, out):
+        t = cuda.grid(1)
+        m = out.shape[0]
+        if t < m * out.shape[1]:
+            i, c = t % m, t // m
+            acc = out.dtype.type(0)
+            for a in range(count[c]):
+                if transpose:
+                    acc += w[idx[c, a], i] * vals[c, a]
+                else:
+                    acc += w[i, idx[c, a]] * vals[c, a]
+            out[i, c] = acc
+
+    return _named(product, "scatter" if transpose else "gather")
 
 
-@cuda.jit
-def outer_rows(x, g, out):
-    t = cuda.grid(1)
-    m = out.shape[1]
-    if t < out.shape[0] * m:
-        j, i = t // m, t % m  # out (k, m)
-        acc = out.dtype.type(0)
-        for c in range(x.shape[1]):
-            e = x[j, c]
-            if e != 0:
-                acc += g[i, c] * e
-        out[j, i] = acc
+def _outer(transpose: bool):
+    """``outer_rows`` (``transpose``: out (k, m), entry ``(j, i)``) or ``outer_cols`` (out (m, k), entry
+    ``(i, j)``): ``sum_c e(x[j, c]) g[i, c]``, an inactive event selected out, never multiplied by 0."""
+    def outer(x, g, out):
+        t = cuda.grid(1)
+        width = out.shape[1]
+        if t < out.shape[0] * width:
+            r, s = t // width, t % width  # the entry out[r, s]
+            j, i = (r, s) if transpose else (s, r)
+            acc = out.dtype.type(0)
+            for c in range(x.shape[1]):
+                e = x[j, c]
+                if e != 0:
+                    acc += g[i, c] * e
+            out[r, s] = acc
 
-
-@cuda.jit
-def outer_cols(x, g, out):
-    t = cuda.grid(1)
-    k = out.shape[1]
-    if t < out.shape[0] * k:
-        i, j = t // k, t % k  # out (m, k)
-        acc = out.dtype.type(0)
-        for c in range(x.shape[1]):
-            e = x[j, c]
-            if e != 0:
-                acc += g[i, c] * e
-        out[i, j] = acc
+    return _named(outer, "outer_rows" if transpose else "outer_cols")
 
 
 # (kind, transpose) -> kernel
-KERNELS = {("matmul", True): scatter, ("matmul", False): gather,
-           ("outer", True): outer_rows, ("outer", False): outer_cols}
+KERNELS = {("matmul", True): _product(True), ("matmul", False): _product(False),
+           ("outer", True): _outer(True), ("outer", False): _outer(False)}
 
 
 def _launch(threads: int) -> dict:
     return dict(grid=max(-(-threads // THREADS), 1), block=THREADS)
-
-
-def _events(x, weighted: bool, dtype):
-    """Events as ``(k, n)``: bool for spikes (value 1), values in the compute dtype when weighted."""
-    x = x if x.ndim == 2 else x.reshape(x.shape[0], 1)
-    if not weighted:
-        return x if x.dtype == jnp.bool_ else x != 0
-    return x if x.dtype == dtype else x.astype(dtype)
 
 
 def matmul_numba_cuda(outs, ins, transpose, weighted):
@@ -132,9 +120,8 @@ def matmul_numba_cuda(outs, ins, transpose, weighted):
     def run(weights, spikes):
         if empty:
             return [jnp.zeros(out.shape, out.dtype)]
-        w = weights if weights.dtype == dtype else weights.astype(dtype)
-        idx, vals, count = compact_call(_events(spikes, weighted, dtype))
-        return [product(w, idx, vals, count).reshape(out.shape).astype(out.dtype)]
+        idx, vals, count = compact_call(ops.kernel_events(spikes, weighted, dtype))
+        return [product(ops.in_dtype(weights, dtype), idx, vals, count).reshape(out.shape).astype(out.dtype)]
 
     return run
 
@@ -152,9 +139,8 @@ def outer_numba_cuda(outs, ins, transpose, weighted):
     def run(spikes, g):
         if empty:
             return [jnp.zeros(out.shape, out.dtype)]
-        g = g if g.dtype == dtype else g.astype(dtype)
-        g2 = g if g.ndim == 2 else g.reshape(g.shape[0], 1)
-        return [call(_events(spikes, weighted, dtype), g2).astype(out.dtype)]
+        y = call(ops.kernel_events(spikes, weighted, dtype), ops.as_columns(ops.in_dtype(g, dtype)))
+        return [y.astype(out.dtype)]
 
     return run
 

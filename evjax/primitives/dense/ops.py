@@ -44,7 +44,7 @@ import jax.numpy as jnp
 from ...units import carries_units
 from ..._validation import canonical
 from ...dtypes import compute_dtype
-from ..._event_values import event_operand
+from ..._event_values import as_bool_events, event_operand
 from ...rules import ad as ad_rules
 from ...rules import batching as batching_rules
 from ...rules.partitioning import PartitionRule
@@ -149,6 +149,25 @@ def _dense_product(weights, t, transpose: bool, dtype):
     acc = compute_dtype(dtype)
     w = weights.astype(acc)
     return ((w.T if transpose else w) @ t.astype(acc)).astype(dtype)
+
+
+# ===========================================================================
+# The kernels' operands (backend-neutral: every backend's generator prepares them so)
+# ===========================================================================
+def in_dtype(x, dtype):
+    """``x`` in ``dtype`` (itself where it already is)."""
+    return x if x.dtype == dtype else x.astype(dtype)
+
+
+def as_columns(x):
+    """``x`` as a matrix: a vector ``(k,)`` is the one column ``(k, 1)`` (a free reshape)."""
+    return x if x.ndim == 2 else x.reshape(x.shape[0], 1)
+
+
+def kernel_events(x, weighted: bool, dtype):
+    """Events as the kernels read them, a ``(k, n)`` matrix: bool (binary: a spike counts 1) or their
+    values in ``dtype``, the compute dtype (weighted)."""
+    return as_columns(in_dtype(x, dtype) if weighted else as_bool_events(x))
 
 
 # ===========================================================================

@@ -153,13 +153,6 @@ def dense_kernels(compute_dt: str, weighted: bool) -> dict:
     return kernels
 
 
-def _events(x, weighted: bool, dtype):
-    x = x if x.ndim == 2 else x.reshape(x.shape[0], 1)
-    if not weighted:
-        return x if x.dtype == jnp.bool_ else x != 0
-    return x if x.dtype == dtype else x.astype(dtype)
-
-
 def matmul_warp(outs, ins, transpose, weighted):
     """Warp generator for ``binary_densemv_p``/``binary_densemm_p``: ``run(weights, spikes) -> [out]``."""
     out = outs[0]
@@ -177,9 +170,8 @@ def matmul_warp(outs, ins, transpose, weighted):
                           launch_dims=(m, n))
 
     def run(weights, spikes):
-        w = weights if weights.dtype == dtype else weights.astype(dtype)
-        idx, vals, count = compact(_events(spikes, weighted, dtype))
-        y = product(w, idx, vals, count)
+        idx, vals, count = compact(ops.kernel_events(spikes, weighted, dtype))
+        y = product(ops.in_dtype(weights, dtype), idx, vals, count)
         return [y.reshape(out.shape).astype(out.dtype)]
 
     return run
@@ -195,9 +187,7 @@ def outer_warp(outs, ins, transpose, weighted):
     call = warp_kernel(kernel, jax.ShapeDtypeStruct(shape, dtype), launch_dims=shape)
 
     def run(spikes, g):
-        g = g if g.dtype == dtype else g.astype(dtype)
-        g2 = g if g.ndim == 2 else g.reshape(g.shape[0], 1)
-        y = call(_events(spikes, weighted, dtype), g2)
+        y = call(ops.kernel_events(spikes, weighted, dtype), ops.as_columns(ops.in_dtype(g, dtype)))
         return [y.astype(out.dtype)]
 
     return run
