@@ -90,67 +90,56 @@ def _compact(t):
     return compact
 
 
-def _scatter(t):
-    @wp.kernel(**t.opts)
-    def scatter(w: t.F2, idx: t.I2, vals: t.F2, count: t.I1, out: t.F2):
-        i, c = wp.tid()  # out (m, n); w (k, m)
+# The product and the gradient are each written once, a factory of ``transpose``: ``wp.static`` decides
+# its branches when Warp generates the kernel's code, so each kernel holds its own orientation only.
+def _product(t, transpose: bool):
+    @wp.kernel(name="scatter" if transpose else "gather", **t.opts)
+    def product(w: t.F2, idx: t.I2, vals: t.F2, count: t.I1, out: t.F2):
+        i, c = wp.tid()  # out (m, n); w (k, m) (scatter) or (m, k) (gather)
         acc = t.F(0)
         for a in range(count[c]):
-            acc += w[idx[c, a], i] * vals[c, a]
+            if wp.static(transpose):
+                acc += w[idx[c, a], i] * vals[c, a]
+            else:
+                acc += w[i, idx[c, a]] * vals[c, a]
         out[i, c] = acc
 
-    return scatter
+    return product
 
 
-def _gather(t):
-    @wp.kernel(**t.opts)
-    def gather(w: t.F2, idx: t.I2, vals: t.F2, count: t.I1, out: t.F2):
-        i, c = wp.tid()  # out (m, n); w (m, k)
-        acc = t.F(0)
-        for a in range(count[c]):
-            acc += w[i, idx[c, a]] * vals[c, a]
-        out[i, c] = acc
-
-    return gather
-
-
-def _outer(t):
+def _outer(t, transpose: bool):
     value, active = t.value, t.active
 
-    @wp.kernel(**t.opts)
+    @wp.kernel(name="outer" if transpose else "outer_t", **t.opts)
     def outer(x: t.E2, g: t.F2, out: t.F2):
-        j, i = wp.tid()  # out (k, m) = sum_c e(x[j, c]) g[i, c]; selected, never multiplied by 0
+        # out[r, s]: (j, i) of outer (k, m) = sum_c e(x[j, c]) g[i, c], or (i, j) of its transpose (outer_t,
+        # written in place); selected, never multiplied by 0
+        r, s = wp.tid()
+        if wp.static(transpose):
+            j, i = r, s
+        else:
+            j, i = s, r
         acc = t.F(0)
         for c in range(x.shape[1]):
             e = x[j, c]
             if active(e):
                 acc += value(e) * g[i, c]
-        out[j, i] = acc
+        out[r, s] = acc
 
-    @wp.kernel(**t.opts)
-    def outer_t(x: t.E2, g: t.F2, out: t.F2):
-        i, j = wp.tid()  # out (m, k) = the transpose, written in place
-        acc = t.F(0)
-        for c in range(x.shape[1]):
-            e = x[j, c]
-            if active(e):
-                acc += value(e) * g[i, c]
-        out[i, j] = acc
-
-    return outer, outer_t
+    return outer
 
 
-# kernel name -> factory; all four are built together in the signature's module
-KERNELS = {"compact": _compact, "scatter": _scatter, "gather": _gather, "outer": _outer}
+# kernel name -> factory of the signature's types; all five are built together in the signature's module
+KERNELS = {"compact": _compact, "scatter": functools.partial(_product, transpose=True),
+           "gather": functools.partial(_product, transpose=False), "outer": functools.partial(_outer, transpose=True),
+           "outer_t": functools.partial(_outer, transpose=False)}
 
 
 @functools.lru_cache(maxsize=None)
 def dense_kernels(compute_dt: str, weighted: bool) -> dict:
     """The Warp kernels of one signature: ``compute_dt`` (``"float32"``/``"float64"``) and event kind."""
     t = _types(compute_dt, weighted)
-    kernels = {name: factory(t) for name, factory in KERNELS.items()}
-    kernels["outer"], kernels["outer_t"] = kernels["outer"]
-    return kernels
+    return {name: factory(t) for name, factory in KERNELS.items()}
 
 
 def matmul_warp(outs, ins, transpose, weighted):
