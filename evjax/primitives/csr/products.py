@@ -56,7 +56,7 @@ from ...units import carries_units
 from ..._validation import canonical, check_shape
 from ...registry import check_backend_name
 from .ops import csr_sddmm
-from .validation import check_line_values, validate_csr
+from .validation import validate_csr
 
 __all__ = ["csrmv_dt2t", "cscmv_dt2t", "csrmm_dt2t", "cscmm_dt2t"]
 
@@ -109,15 +109,20 @@ def _products(y, w, indices, indptr, shape, user_transpose: bool, batched: bool,
     n_y = shape[1] if transpose else shape[0]
     user_shape = shape[::-1] if csc else shape
     axis = "column" if transpose != csc else "row"
-    check_line_values(y, n_y, batched, f"{axis} of the matrix of shape {user_shape}, transpose={user_transpose}",
-                      who)
     if batched:
+        if y.ndim != 2 or y.shape[1] != n_y:
+            raise ValueError(f"{who}: y must have shape (n_batch, {n_y}) (one value per {axis} of the matrix of "
+                             f"shape {user_shape}, transpose={user_transpose}), got {y.shape}")
         if w.shape != (y.shape[0], nse):
             raise ValueError(f"{who}: w must have shape (n_batch, nse) = ({y.shape[0]}, {nse}) (y's batch, then "
                              f"one value per synapse of indices), got {w.shape}")
-    elif w.shape != (nse,):
-        raise ValueError(f"{who}: w must have shape (nse,) = ({nse},) (one value per synapse, like indices), "
-                         f"got {w.shape}")
+    else:
+        if y.ndim != 1 or y.shape[0] != n_y:
+            raise ValueError(f"{who}: y must have shape ({n_y},) (one value per {axis} of the matrix of shape "
+                             f"{user_shape}, transpose={user_transpose}), got {y.shape}")
+        if w.shape != (nse,):
+            raise ValueError(f"{who}: w must have shape (nse,) = ({nse},) (one value per synapse, like indices), "
+                             f"got {w.shape}")
     dtype = jnp.result_type(y, w)
     y, w = y.astype(dtype), w.astype(dtype)
     n_rows, n_cols = shape

@@ -42,29 +42,9 @@ from ..._validation import (  # noqa: F401 (INT32_MAX, check_active_list, check_
     is_concrete as _is_concrete,
 )
 
-__all__ = ["INT32_MAX", "check_active_list", "check_shape", "index_dtypes", "checked_index_cast", "validate_csr", "check_operand",
-           "check_line_values"]
+__all__ = ["INT32_MAX", "check_active_list", "check_shape", "index_dtypes", "checked_index_cast", "validate_csr", "check_operand"]
 
 _INT32, _INT64 = np.dtype(np.int32), np.dtype(np.int64)
-
-
-def check_line_values(y, n_y: int, batched: bool, where: str, who: str) -> None:
-    """Check a per-synapse product's ``y``: one value per row (or column) of a structure.
-
-    Args:
-        y: the operand, ``(n_y,)``, or ``(n_batch, n_y)`` when ``batched``.
-        n_y: the rows (or columns) it follows.
-        batched: whether ``y`` carries a leading batch axis.
-        where: the line each value belongs to, for the message (``"row of the matrix of shape (2, 3),
-            transpose=False"``).
-        who: the function's name, for the message.
-
-    Raises:
-        ValueError: ``y`` of another shape.
-    """
-    if y.ndim != (2 if batched else 1) or y.shape[-1] != n_y:
-        want = f"(n_batch, {n_y})" if batched else f"({n_y},)"
-        raise ValueError(f"{who}: y must have shape {want} (one value per {where}), got {y.shape}")
 
 
 # ---------------------------------------------------------------------------

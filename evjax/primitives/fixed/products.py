@@ -35,7 +35,6 @@ import numpy as np
 
 from ...units import carries_units
 from ..._validation import canonical, check_shape
-from ..csr.validation import check_line_values
 from .validation import validate_table
 
 __all__ = ["fcnmv_dt2t", "fcnmm_dt2t"]
@@ -55,15 +54,21 @@ def _checked(weights, indices, y, shape, transpose: bool, batched: bool, who: st
     _, indices, shape = validate_table(np.zeros(1, np.float32), indices, shape, who=who)
     n_y = shape[1] if transpose else shape[0]
     axis = "column" if transpose else "row"
-    check_line_values(y, n_y, batched, f"{axis} of the table of shape {shape}, transpose={transpose}", who)
     if batched:
+        if y.ndim != 2 or y.shape[1] != n_y:
+            raise ValueError(f"{who}: y must have shape (n_batch, {n_y}) (one value per {axis} of the table of "
+                             f"shape {shape}, transpose={transpose}), got {y.shape}")
         want = (y.shape[0],) + indices.shape
         if weights.size != 1 and weights.shape != want:
             raise ValueError(f"{who}: weights must have size 1 (one value for every synapse) or shape "
                              f"(n_batch, n_rows, k) = {want} (y's batch, then indices' shape), got {weights.shape}")
-    elif weights.size != 1 and weights.shape != indices.shape:
-        raise ValueError(f"{who}: weights must have size 1 (one value for every synapse) or the shape of "
-                         f"indices, {indices.shape}, got {weights.shape}")
+    else:
+        if y.ndim != 1 or y.shape[0] != n_y:
+            raise ValueError(f"{who}: y must have shape ({n_y},) (one value per {axis} of the table of shape "
+                             f"{shape}, transpose={transpose}), got {y.shape}")
+        if weights.size != 1 and weights.shape != indices.shape:
+            raise ValueError(f"{who}: weights must have size 1 (one value for every synapse) or the shape of "
+                             f"indices, {indices.shape}, got {weights.shape}")
     if weights.size == 1:
         weights = weights.reshape(())
     dtype = jnp.result_type(weights, y)
