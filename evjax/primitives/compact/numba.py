@@ -48,20 +48,11 @@ def list_active(x, ids, count):
 
 def active_list_generator(outs, ins):
     """Numba kernel for ``active_list_p`` (the spikes as a ``(rows, n)`` view of their bytes)."""
-    ids_out, count_out = outs
-    n = ins[0].shape[-1]
+    def build(rows, results):
+        shapes = [(r.shape, r.dtype) for r in results]
+        return lambda x: numba_cpu.call_outputs(list_active, (x,), shapes, threads=False, bool_as_bytes=True)
 
-    if ids_out.size == 0:  # no entries: nothing to launch
-        return lambda x: ops.empty_lists(outs)
-
-    def kernel(x):
-        rows = x.reshape((ids_out.size // n, n))
-        ids, count = numba_cpu.call_outputs(
-            list_active, (rows,), [(rows.shape, ids_out.dtype), ((rows.shape[0], 1), count_out.dtype)],
-            threads=False, bool_as_bytes=True)
-        return [ids.reshape(ids_out.shape), count.reshape(count_out.shape)]
-
-    return kernel
+    return ops.row_lists(outs, ins, build)
 
 
 ops.active_list_p.def_numba_kernel(active_list_generator)

@@ -5,7 +5,6 @@ Not the GPU default (the reference is: XLA's ``nonzero`` scans in parallel there
 """
 import math
 
-import jax
 from numba import cuda
 
 from ...numba_cuda_kernel import numba_cuda_kernel
@@ -33,20 +32,10 @@ def list_active(x, ids, count):
 
 def active_list_numba_cuda(outs, ins):
     """Numba CUDA kernel generator for ``active_list_p``: ``run(x) -> [ids, count]``."""
-    ids_out, count_out = outs
-    n = ins[0].shape[-1]
-    rows = int(ids_out.size // n) if n else 0
-    if ids_out.size == 0:  # no entries: nothing to launch
-        return lambda x: ops.empty_lists(outs)
-    call = numba_cuda_kernel(list_active, [jax.ShapeDtypeStruct((rows, n), ids_out.dtype),
-                                           jax.ShapeDtypeStruct((rows, 1), count_out.dtype)],
-                             grid=max(1, math.ceil(rows / THREADS)), block=THREADS)
+    def build(rows, results):
+        return numba_cuda_kernel(list_active, results, grid=max(1, math.ceil(rows / THREADS)), block=THREADS)
 
-    def run(x):
-        ids, count = call(x.reshape((rows, n)))
-        return [ids.reshape(ids_out.shape), count.reshape(count_out.shape)]
-
-    return run
+    return ops.row_lists(outs, ins, build)
 
 
 ops.active_list_p.def_numba_cuda_kernel(active_list_numba_cuda)

@@ -23,7 +23,7 @@ from ..._event_values import as_bool_events
 from ..._validation import INT32_MAX, canonical
 from ...xla_custom_kernel import XLACustomKernel
 
-__all__ = ["active_list", "active_list_p", "list_dtype", "empty_lists", "OPS"]
+__all__ = ["active_list", "active_list_p", "list_dtype", "empty_lists", "row_lists", "OPS"]
 
 
 def list_dtype(n: int):
@@ -34,6 +34,33 @@ def list_dtype(n: int):
 def empty_lists(outs):
     """The kernels' result where there is nothing to list (no entries): zeros of ``outs``' shapes."""
     return [jnp.zeros(o.shape, o.dtype) for o in outs]
+
+
+def row_lists(outs, ins, build):
+    """Every backend's generator: ``run(x) -> [ids, count]`` over the spikes as ``(rows, n)``.
+
+    Args:
+        outs: the op's ``(ids, count)`` results.
+        ins: the op's operand, the spikes.
+        build: ``build(rows, results) -> call``, the backend's kernel as ``call(x) -> (ids, count)`` on
+            the ``(rows, n)`` spikes, ``results`` the shapes of its outputs ``(rows, n)`` and ``(rows, 1)``.
+
+    Returns:
+        ``run``; where there is no entry, one that gives :func:`empty_lists` and launches nothing.
+    """
+    ids_out, count_out = outs
+    if ids_out.size == 0:  # no entries: nothing to launch
+        return lambda x: empty_lists(outs)
+    n = ins[0].shape[-1]
+    rows = int(ids_out.size // n)
+    call = build(rows, [jax.ShapeDtypeStruct((rows, n), ids_out.dtype),
+                        jax.ShapeDtypeStruct((rows, 1), count_out.dtype)])
+
+    def run(x):
+        ids, count = call(x.reshape((rows, n)))
+        return [ids.reshape(ids_out.shape), count.reshape(count_out.shape)]
+
+    return run
 
 
 # ===========================================================================

@@ -8,8 +8,6 @@ Not the GPU default (the reference is: XLA's ``nonzero`` scans in parallel there
 import functools
 import threading
 
-import jax
-
 from ...backends import warp as bridge
 from ...warp_kernel import jaxtype_to_warptype, warp_kernel
 from . import ops
@@ -45,21 +43,12 @@ def list_kernel(list_dt: str):
 
 def active_list_warp(outs, ins):
     """Warp kernel generator for ``active_list_p``: ``run(x) -> [ids, count]``."""
-    ids_out, count_out = outs
-    n = ins[0].shape[-1]
-    rows = int(ids_out.size // n) if n else 0
-    if ids_out.size == 0:  # no entries: nothing to launch
-        return lambda x: ops.empty_lists(outs)
-    with _lock:
-        kernel = list_kernel(str(ids_out.dtype))
-    call = warp_kernel(kernel, [jax.ShapeDtypeStruct((rows, n), ids_out.dtype),
-                                jax.ShapeDtypeStruct((rows, 1), count_out.dtype)], launch_dims=(rows,))
+    def build(rows, results):
+        with _lock:
+            kernel = list_kernel(str(outs[0].dtype))
+        return warp_kernel(kernel, results, launch_dims=(rows,))
 
-    def run(x):
-        ids, count = call(x.reshape((rows, n)))
-        return [ids.reshape(ids_out.shape), count.reshape(count_out.shape)]
-
-    return run
+    return ops.row_lists(outs, ins, build)
 
 
 ops.active_list_p.def_warp_kernel(active_list_warp)
