@@ -29,7 +29,6 @@ a nonzero one multiplies (``w * 1.0 == w`` exactly, NaN and inf included).
 """
 from __future__ import annotations
 
-import jax.numpy as jnp
 import numba
 import numpy as np
 from numba import prange
@@ -39,7 +38,7 @@ from ...backends import numba_cpu
 from ...backends.threads import add_parts, part_done, pool_chunks, region_done, start_region
 from ...dtypes import compute_dtype
 from . import ops
-from .kernel_args import config, operand_values, params_array
+from .kernel_args import config, dense_generator, matmul_generator
 from .numba_stream import (  # the generation scheme, inlined: keys, gaps, weights, blocks of synapses
     BLOCK,
     stack_array,
@@ -56,7 +55,7 @@ from .numba_stream import (  # the generation scheme, inlined: keys, gaps, weigh
     _wb_uniform,
 )
 
-__all__ = ["KERNELS", "matmul_generator", "dense_generator", "generated_structure"]
+__all__ = ["KERNELS", "SERIAL_TIERS", "generated_structure"]
 
 # Below this many synapses (expected) a kernel stays on the calling thread.
 PARALLEL_MIN_WORK = 65536
@@ -575,52 +574,21 @@ def generated_structure(law: str, params, seed: int, prob: float, n_outer: int, 
 # ---------------------------------------------------------------------------
 
 
-def matmul_generator(law: str, event: bool):
-    """The generator of the matmul ops of ``law``: mv and mm, float or events."""
-    n = ops.LAWS[law]
+def _launcher(law: str, kind: str, dtype, out_shape: tuple, launch: int):
+    """``call(params, seed, cfg, *operand)`` of the kernel of ``kind`` and ``law`` through its FFI handler,
+    with its serial tiers (``kernel_args.matmul_generator``'s launcher; ``launch`` unused: the kernel
+    splits its outer indices itself)."""
+    kernel = KERNELS[(kind, law)]
 
-    def generator(outs, ins, shape, prob, transpose, corder, weighted=False):
-        out = outs[0]
-        dtype = compute_dtype(out.dtype)
-        _, n_inner = ops.generated_shape(shape, transpose, corder)
-        rank = len(ins[n + 1].shape)
-        kernel = KERNELS[(("gather_" if corder else "scatter_") + ("mv" if rank == 1 else "mm"), law)]
-        cfg = config(prob, event, n_inner)
+    def call(*args):
+        return numba_cpu.call(kernel, args, out_shape, dtype, serial=SERIAL_TIERS.get(kernel))
 
-        def run(*args):
-            x = operand_values(args[n + 1], event, weighted, dtype)
-            y = numba_cpu.call(kernel, (params_array(args[:n], n, dtype), args[n], jnp.asarray(cfg), x),
-                               out.shape, dtype, serial=SERIAL_TIERS[kernel])
-            return [y.astype(out.dtype)]
-
-        return run
-
-    return generator
-
-
-def dense_generator(law: str):
-    """The generator of the materialiser of ``law``."""
-    n = ops.LAWS[law]
-
-    def generator(outs, ins, shape, prob, transpose, corder):
-        out = outs[0]
-        dtype = compute_dtype(out.dtype)
-        _, n_inner = ops.generated_shape(shape, transpose, corder)
-        cfg = config(prob, corder, n_inner)  # flag: G written directly (corder) or transposed
-
-        def run(*args):
-            y = numba_cpu.call(KERNELS[("dense", law)], (params_array(args[:n], n, dtype), args[n], jnp.asarray(cfg)),
-                     out.shape, dtype)
-            return [y.astype(out.dtype)]
-
-        return run
-
-    return generator
+    return call
 
 
 for (_law, _rank, _event), _op in ops.MATMUL_OPS.items():
-    _op.def_numba_kernel(matmul_generator(_law, _event))
+    _op.def_numba_kernel(matmul_generator(_law, _event, _launcher))
 for _law, _op in ops.DENSE_OPS.items():
-    _op.def_numba_kernel(dense_generator(_law))
+    _op.def_numba_kernel(dense_generator(_law, _launcher))
 
 

@@ -25,13 +25,12 @@ import jax.numpy as jnp
 import numpy as np
 from numba import cuda
 
-from ...dtypes import compute_dtype
 from ...numba_cuda_kernel import numba_cuda_kernel
 from . import ops
 from .generation import TWO_LN2, cos_table, log2_table
-from .kernel_args import config, operand_values, params_array
+from .kernel_args import dense_generator, matmul_generator
 
-__all__ = ["THREADS", "kernels", "matmul_generator", "dense_generator"]
+__all__ = ["THREADS", "kernels"]
 
 THREADS = 128
 _LOG2 = log2_table().astype(np.uint64)
@@ -251,55 +250,20 @@ def _blocks(n: int) -> dict:
     return dict(grid=max(math.ceil(n / THREADS), 1), block=THREADS)
 
 
-def matmul_generator(law: str, event: bool):
-    """The Numba CUDA generator of the matmul ops of ``law``."""
-    n = ops.LAWS[law]
+def _launcher(law: str, kind: str, dtype, out_shape: tuple, launch: int):
+    """``call(params, seed, cfg, *operand)``: the kernel of ``kind`` and ``law``, one thread per outer
+    index of ``launch``, into an aliased buffer of zeros (``kernel_args.matmul_generator``'s launcher)."""
+    zeros_at = 3 if kind == "dense" else 4  # the zeros' argument: after params, seed, cfg (and x)
+    kernel = numba_cuda_kernel(kernels(law)[kind], jax.ShapeDtypeStruct(out_shape, dtype),
+                               input_output_aliases={zeros_at: 0}, **_blocks(launch))
 
-    def generator(outs, ins, shape, prob, transpose, corder, weighted=False):
-        out = outs[0]
-        dtype = compute_dtype(out.dtype)
-        n_outer, n_inner = ops.generated_shape(shape, transpose, corder)
-        rank = len(ins[n + 1].shape)
-        kernel = kernels(law)[("gather_" if corder else "scatter_") + ("mv" if rank == 1 else "mm")]
-        cfg = config(prob, event, n_inner)
-        out_shape = tuple(int(d) for d in out.shape)
-        # a gather: one thread per output asked for (all, or a device's slice); a scatter: per input
-        call = numba_cuda_kernel(kernel, jax.ShapeDtypeStruct(out_shape, dtype), input_output_aliases={4: 0},
-                                 **_blocks(out_shape[0] if corder else n_outer))
+    def call(*args):
+        return kernel(*args, jnp.zeros(out_shape, dtype))
 
-        def run(*args):
-            x = operand_values(args[n + 1], event, weighted, dtype)
-            y = call(params_array(args[:n], n, dtype), args[n], jnp.asarray(cfg), x, jnp.zeros(out_shape, dtype))
-            return [y.astype(out.dtype)]
-
-        return run
-
-    return generator
-
-
-def dense_generator(law: str):
-    """The Numba CUDA generator of the materialiser of ``law``."""
-    n = ops.LAWS[law]
-
-    def generator(outs, ins, shape, prob, transpose, corder):
-        out = outs[0]
-        dtype = compute_dtype(out.dtype)
-        n_outer, n_inner = ops.generated_shape(shape, transpose, corder)
-        cfg = config(prob, corder, n_inner)
-        out_shape = tuple(int(d) for d in out.shape)
-        call = numba_cuda_kernel(kernels(law)["dense"], jax.ShapeDtypeStruct(out_shape, dtype),
-                                 input_output_aliases={3: 0}, **_blocks(n_outer))
-
-        def run(*args):
-            y = call(params_array(args[:n], n, dtype), args[n], jnp.asarray(cfg), jnp.zeros(out_shape, dtype))
-            return [y.astype(out.dtype)]
-
-        return run
-
-    return generator
+    return call
 
 
 for (_law, _rank, _event), _op in ops.MATMUL_OPS.items():
-    _op.def_numba_cuda_kernel(matmul_generator(_law, _event))
+    _op.def_numba_cuda_kernel(matmul_generator(_law, _event, _launcher))
 for _law, _op in ops.DENSE_OPS.items():
-    _op.def_numba_cuda_kernel(dense_generator(_law))
+    _op.def_numba_cuda_kernel(dense_generator(_law, _launcher))

@@ -29,13 +29,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from ...backends import warp as bridge
-from ...dtypes import compute_dtype
 from ...warp_kernel import jaxtype_to_warptype, warp_kernel
 from . import ops
 from .generation import TWO_LN2, cos_table, log2_table
-from .kernel_args import config, operand_values, params_array
+from .kernel_args import dense_generator, matmul_generator
 
-__all__ = ["jitc_kernels", "matmul_generator", "dense_generator"]
+__all__ = ["jitc_kernels"]
 
 wp = bridge.import_warp()
 _lock = threading.Lock()
@@ -259,60 +258,21 @@ def _tables():
     return jnp.asarray(log2_table()), jnp.asarray(cos_table())
 
 
-def matmul_generator(law: str, event: bool):
-    """The Warp generator of the matmul ops of ``law``."""
-    n = ops.LAWS[law]
+def _launcher(law: str, kind: str, dtype, out_shape: tuple, launch: int):
+    """``call(params, seed, cfg, *operand)``: the kernel of ``kind`` and ``law``, one thread per outer
+    index of ``launch``, into an in-out buffer of zeros (``kernel_args.matmul_generator``'s launcher)."""
+    with _lock:
+        kernel = jitc_kernels(law, str(np.dtype(dtype)))[kind]
+    warp_call = warp_kernel(kernel, [], launch_dims=(launch,), in_out_argnames=("out",))
 
-    def generator(outs, ins, shape, prob, transpose, corder, weighted=False):
-        out = outs[0]
-        dtype = compute_dtype(out.dtype)
-        n_outer, n_inner = ops.generated_shape(shape, transpose, corder)
-        rank = len(ins[n + 1].shape)
-        name = ("gather_" if corder else "scatter_") + ("mv" if rank == 1 else "mm")
-        with _lock:
-            kernel = jitc_kernels(law, str(np.dtype(dtype)))[name]
-        cfg = config(prob, event, n_inner)
-        out_shape = tuple(int(d) for d in out.shape)
-        # a gather: one thread per output asked for (all, or a device's slice); a scatter: per input
-        launch = out_shape[0] if corder else n_outer
-        call = warp_kernel(kernel, [], launch_dims=(launch,), in_out_argnames=("out",))
+    def call(params, seed, cfg, *operand):
+        (y,) = warp_call(params, seed, cfg, *_tables(), *operand, jnp.zeros(out_shape, dtype))
+        return y
 
-        def run(*args):
-            x = operand_values(args[n + 1], event, weighted, dtype)
-            (y,) = call(params_array(args[:n], n, dtype), args[n], jnp.asarray(cfg), *_tables(), x,
-                        jnp.zeros(out_shape, dtype))
-            return [y.astype(out.dtype)]
-
-        return run
-
-    return generator
-
-
-def dense_generator(law: str):
-    """The Warp generator of the materialiser of ``law``."""
-    n = ops.LAWS[law]
-
-    def generator(outs, ins, shape, prob, transpose, corder):
-        out = outs[0]
-        dtype = compute_dtype(out.dtype)
-        n_outer, n_inner = ops.generated_shape(shape, transpose, corder)
-        with _lock:
-            kernel = jitc_kernels(law, str(np.dtype(dtype)))["dense"]
-        cfg = config(prob, corder, n_inner)
-        out_shape = tuple(int(d) for d in out.shape)
-        call = warp_kernel(kernel, [], launch_dims=(n_outer,), in_out_argnames=("out",))
-
-        def run(*args):
-            (y,) = call(params_array(args[:n], n, dtype), args[n], jnp.asarray(cfg), *_tables(),
-                        jnp.zeros(out_shape, dtype))
-            return [y.astype(out.dtype)]
-
-        return run
-
-    return generator
+    return call
 
 
 for (_law_name, _rank, _event), _op in ops.MATMUL_OPS.items():
-    _op.def_warp_kernel(matmul_generator(_law_name, _event))
+    _op.def_warp_kernel(matmul_generator(_law_name, _event, _launcher))
 for _law_name, _op in ops.DENSE_OPS.items():
-    _op.def_warp_kernel(dense_generator(_law_name))
+    _op.def_warp_kernel(dense_generator(_law_name, _launcher))
