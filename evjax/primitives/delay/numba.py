@@ -27,7 +27,6 @@ import numpy as np
 
 from ..._kernel_compat import COMPILED_CODE_ONLY
 from ...backends import numba_cpu
-from ...dtypes import compute_dtype
 from ..spans import row_span
 from . import ops
 
@@ -122,38 +121,29 @@ def _gather(g, events, data, indices, indptr, delays, t_mod, flags, out):
 
 def deliver_generator(outs, ins, shape, weighted: bool):
     """Numba kernel for ``csr_delay_deliver_p``."""
-    out = outs[0]
-    dtype = compute_dtype(out.dtype)
-    empty = 0 in out.shape
+    def build(dtype):
+        def launch(ring, values, weights, indices, indptr, delays, t):
+            args = (ring, values, weights, indices, indptr, delays, ops.t_mod(t, ring.shape[0], delays.dtype),
+                    jnp.zeros((2, SCRATCH), indices.dtype))
+            return numba_cpu.call(_deliver, args, ring.shape, dtype, threads=False, in_place=0)  # out aliases the ring
 
-    def kernel(ring, events, data, indices, indptr, delays, t):
-        if empty:
-            return [ring]
-        n_slots = ring.shape[0]
-        r = ring if ring.dtype == dtype else ring.astype(dtype)
-        args = (r, ops.event_values(events, weighted, dtype), data.astype(dtype), indices, indptr, delays,
-                ops.t_mod(t, n_slots, delays.dtype), jnp.zeros((2, SCRATCH), indices.dtype))
-        y = numba_cpu.call(_deliver, args, out.shape, dtype, threads=False, in_place=0)  # out aliases the ring
-        return [y.astype(out.dtype)]
+        return launch
 
-    return kernel
+    return ops.deliver_runner(outs, weighted, build)
 
 
 def gather_generator(outs, ins, shape, weighted: bool, per_edge: bool, by_event: bool):
     """Numba kernel for ``csr_delay_gather_p``."""
-    out = outs[0]
-    dtype = compute_dtype(out.dtype)
-    empty = 0 in out.shape or 0 in ins[0].shape
+    out_shape = outs[0].shape
 
-    def kernel(g, events, data, indices, indptr, delays, t):
-        if empty:
-            return [jnp.zeros(out.shape, out.dtype)]
-        args = (g.astype(dtype), ops.event_values(events, weighted, dtype), data.astype(dtype), indices, indptr,
-                delays, ops.t_mod(t, g.shape[0], delays.dtype), jnp.array([per_edge, by_event], jnp.int32))
-        y = numba_cpu.call(_gather, args, out.shape, dtype, threads=False)
-        return [y.astype(out.dtype)]
+    def build(dtype):
+        def launch(g, values, weights, indices, indptr, delays, t, flags):
+            args = (g, values, weights, indices, indptr, delays, ops.t_mod(t, g.shape[0], delays.dtype), flags)
+            return numba_cpu.call(_gather, args, out_shape, dtype, threads=False)
 
-    return kernel
+        return launch
+
+    return ops.gather_runner(outs, ins, weighted, per_edge, by_event, build)
 
 
 ops.csr_delay_deliver_p.def_numba_kernel(deliver_generator)

@@ -17,7 +17,6 @@ skipped; float16/bfloat16 compute in float32; an empty problem skips the launch.
 import jax.numpy as jnp
 from numba import cuda
 
-from ...dtypes import compute_dtype
 from ...numba_cuda_kernel import numba_cuda_kernel
 from . import ops
 
@@ -92,46 +91,31 @@ def gather(zeros, g, events, data, indices, indptr, delays, t_mod, flags, out):
                 out[i] = total
 
 
+def _rows_call(kernel, out, dtype, n_rows: int):
+    """``kernel`` with one thread per row, its output (``out`` in ``dtype``) aliasing its first operand."""
+    return numba_cuda_kernel(kernel, out.update(dtype=dtype), grid=max(-(-n_rows // THREADS), 1), block=THREADS,
+                             input_output_aliases={0: 0})
+
+
 def deliver_numba_cuda(outs, ins, shape, weighted: bool):
     """Numba CUDA generator for ``csr_delay_deliver_p``: ``run(*operands) -> [ring]``."""
-    out = outs[0]
-    dtype = compute_dtype(out.dtype)
-    n_rows = int(shape[0])
-    empty = 0 in out.shape
-    if not empty:
-        call = numba_cuda_kernel(deliver, out.update(dtype=dtype), grid=max(-(-n_rows // THREADS), 1),
-                                 block=THREADS, input_output_aliases={0: 0})
+    def build(dtype):
+        call = _rows_call(deliver, outs[0], dtype, int(shape[0]))
+        return lambda ring, values, weights, indices, indptr, delays, t: call(
+            ring, values, weights, indices, indptr, delays, ops.t_mod(t, ring.shape[0], delays.dtype))
 
-    def run(ring, events, data, indices, indptr, delays, t):
-        if empty:
-            return [ring]
-        r = ring if ring.dtype == dtype else ring.astype(dtype)
-        y = call(r, ops.event_values(events, weighted, dtype), data.astype(dtype), indices, indptr, delays,
-                 ops.t_mod(t, ring.shape[0], delays.dtype))
-        return [y.astype(out.dtype)]
-
-    return run
+    return ops.deliver_runner(outs, weighted, build)
 
 
 def gather_numba_cuda(outs, ins, shape, weighted: bool, per_edge: bool, by_event: bool):
     """Numba CUDA generator for ``csr_delay_gather_p``: ``run(*operands) -> [cotangent]``."""
-    out = outs[0]
-    dtype = compute_dtype(out.dtype)
-    n_rows = int(shape[0])
-    empty = 0 in out.shape or 0 in ins[0].shape
-    if not empty:
-        call = numba_cuda_kernel(gather, out.update(dtype=dtype), grid=max(-(-n_rows // THREADS), 1),
-                                 block=THREADS, input_output_aliases={0: 0})
+    def build(dtype):
+        call = _rows_call(gather, outs[0], dtype, int(shape[0]))
+        return lambda g, values, weights, indices, indptr, delays, t, flags: call(
+            jnp.zeros(outs[0].shape, dtype), g, values, weights, indices, indptr, delays,
+            ops.t_mod(t, g.shape[0], delays.dtype), flags)
 
-    def run(g, events, data, indices, indptr, delays, t):
-        if empty:
-            return [jnp.zeros(out.shape, out.dtype)]
-        y = call(jnp.zeros(out.shape, dtype), g.astype(dtype), ops.event_values(events, weighted, dtype),
-                 data.astype(dtype), indices, indptr, delays, ops.t_mod(t, g.shape[0], delays.dtype),
-                 jnp.array([per_edge, by_event], jnp.int32))
-        return [y.astype(out.dtype)]
-
-    return run
+    return ops.gather_runner(outs, ins, weighted, per_edge, by_event, build)
 
 
 ops.csr_delay_deliver_p.def_numba_cuda_kernel(deliver_numba_cuda)

@@ -216,6 +216,63 @@ def event_values(events, weighted: bool, dtype):
     return events.astype(dtype) if weighted else (events != 0).astype(dtype)
 
 
+def deliver_runner(outs, weighted: bool, build):
+    """Every backend's deliver generator: ``run(ring, events, data, indices, indptr, delays, t) -> [ring]``.
+
+    Args:
+        outs: the op's result, the ring's shape and dtype.
+        weighted: the events' kind (:func:`event_values`).
+        build: ``build(dtype) -> launch``, the backend's kernel in the compute ``dtype`` as
+            ``launch(ring, values, weights, indices, indptr, delays, t) -> ring`` (the ring, the events'
+            values and the weights in ``dtype``); called only where the ring has cells.
+
+    Returns:
+        ``run``; a ring without cells comes back as it is, nothing launched.
+    """
+    out = outs[0]
+    dtype = compute_dtype(out.dtype)
+    if 0 in out.shape:
+        return lambda ring, *operands: [ring]
+    launch = build(dtype)
+
+    def run(ring, events, data, indices, indptr, delays, t):
+        r = ring if ring.dtype == dtype else ring.astype(dtype)
+        y = launch(r, event_values(events, weighted, dtype), data.astype(dtype), indices, indptr, delays, t)
+        return [y.astype(out.dtype)]
+
+    return run
+
+
+def gather_runner(outs, ins, weighted: bool, per_edge: bool, by_event: bool, build):
+    """Every backend's gather generator: ``run(g, events, data, indices, indptr, delays, t) -> [cotangent]``.
+
+    Args:
+        outs: the op's result.
+        ins: the op's operands (``ins[0]``: ``g``).
+        weighted, per_edge, by_event: the op's params.
+        build: ``build(dtype) -> launch``, the backend's kernel in the compute ``dtype`` as
+            ``launch(g, values, weights, indices, indptr, delays, t, flags) -> cotangent`` (``g``, the
+            events' values and the weights in ``dtype``; ``flags = [per_edge, by_event]``, int32);
+            called only where there is something to gather.
+
+    Returns:
+        ``run``; zeros where the result or ``g`` is empty, nothing launched.
+    """
+    out = outs[0]
+    dtype = compute_dtype(out.dtype)
+    if 0 in out.shape or 0 in ins[0].shape:
+        return lambda *operands: [jnp.zeros(out.shape, out.dtype)]
+    launch = build(dtype)
+
+    def run(g, events, data, indices, indptr, delays, t):
+        flags = jnp.array([per_edge, by_event], jnp.int32)
+        y = launch(g.astype(dtype), event_values(events, weighted, dtype), data.astype(dtype), indices, indptr,
+                   delays, t, flags)
+        return [y.astype(out.dtype)]
+
+    return run
+
+
 def _edges(events, data, indices, indptr, delays, t, n_slots: int, n_post: int, weighted: bool, acc):
     """Per edge, in ``acc``: ``(slot, column, valid column, f(x) of its row, weight)``."""
     nnz = indices.shape[0]

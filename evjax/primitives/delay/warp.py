@@ -25,7 +25,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from ...backends import warp as bridge
-from ...dtypes import compute_dtype
 from ...warp_kernel import jaxtype_to_warptype, warp_kernel
 from . import ops
 
@@ -116,60 +115,47 @@ def delay_kernels(compute_dt: str) -> dict:
     return {"deliver": deliver, "gather": gather}
 
 
-def _narrow(indices, indptr, delays, n_slots: int):
-    """int32 structure and delays for the kernels (delays other than int32 clamped first)."""
+def _narrow(indices, indptr, delays, t, n_slots: int):
+    """The structure, delays and step as the kernels take them: int32 indices, pointers and delays (delays
+    other than int32 clamped first) and ``t mod L`` (``(1,)`` int32)."""
     if delays.dtype != jnp.int32:
         delays = jnp.clip(delays, 0, n_slots - 1).astype(jnp.int32)
-    return indices.astype(jnp.int32), indptr.astype(jnp.int32), delays
+    return indices.astype(jnp.int32), indptr.astype(jnp.int32), delays, ops.t_mod(t, n_slots, jnp.int32)
+
+
+def _rows_call(name: str, dtype, n_rows: int):
+    """The kernel ``name`` in ``dtype``, one thread per row (one where there is none), updating its in-out
+    ``out``: ``call(*operands) -> out``."""
+    with _lock:
+        kernel = delay_kernels(str(np.dtype(dtype)))[name]
+    launch = warp_kernel(kernel, [], launch_dims=max(n_rows, 1), in_out_argnames=["out"])
+
+    def call(*operands):
+        y = launch(*operands)
+        return y[0] if isinstance(y, (tuple, list)) else y
+
+    return call
 
 
 def deliver_warp(outs, ins, shape, weighted: bool):
     """Warp generator for ``csr_delay_deliver_p``: ``run(*operands) -> [ring]``."""
-    out = outs[0]
-    dtype = compute_dtype(out.dtype)
-    n_rows = int(shape[0])
-    empty = 0 in out.shape
-    if not empty:
-        with _lock:
-            kernel = delay_kernels(str(np.dtype(dtype)))["deliver"]
-        call = warp_kernel(kernel, [], launch_dims=max(n_rows, 1), in_out_argnames=["out"])
+    def build(dtype):
+        call = _rows_call("deliver", dtype, int(shape[0]))
+        return lambda ring, values, weights, indices, indptr, delays, t: call(
+            values, weights, *_narrow(indices, indptr, delays, t, ring.shape[0]), ring)
 
-    def run(ring, events, data, indices, indptr, delays, t):
-        if empty:
-            return [ring]
-        n_slots = ring.shape[0]
-        idx, ptr, d = _narrow(indices, indptr, delays, n_slots)
-        y = call(ops.event_values(events, weighted, dtype), data.astype(dtype), idx, ptr, d,
-                 ops.t_mod(t, n_slots, jnp.int32), ring.astype(dtype))
-        y = y[0] if isinstance(y, (tuple, list)) else y
-        return [y.astype(out.dtype)]
-
-    return run
+    return ops.deliver_runner(outs, weighted, build)
 
 
 def gather_warp(outs, ins, shape, weighted: bool, per_edge: bool, by_event: bool):
     """Warp generator for ``csr_delay_gather_p``: ``run(*operands) -> [cotangent]``."""
-    out = outs[0]
-    dtype = compute_dtype(out.dtype)
-    n_rows = int(shape[0])
-    empty = 0 in out.shape or 0 in ins[0].shape
-    if not empty:
-        with _lock:
-            kernel = delay_kernels(str(np.dtype(dtype)))["gather"]
-        call = warp_kernel(kernel, [], launch_dims=max(n_rows, 1), in_out_argnames=["out"])
+    def build(dtype):
+        call = _rows_call("gather", dtype, int(shape[0]))
+        return lambda g, values, weights, indices, indptr, delays, t, flags: call(
+            g, values, weights, *_narrow(indices, indptr, delays, t, g.shape[0]), flags,
+            jnp.zeros(outs[0].shape, dtype))
 
-    def run(g, events, data, indices, indptr, delays, t):
-        if empty:
-            return [jnp.zeros(out.shape, out.dtype)]
-        n_slots = g.shape[0]
-        idx, ptr, d = _narrow(indices, indptr, delays, n_slots)
-        y = call(g.astype(dtype), ops.event_values(events, weighted, dtype), data.astype(dtype), idx, ptr, d,
-                 ops.t_mod(t, n_slots, jnp.int32), jnp.array([per_edge, by_event], jnp.int32),
-                 jnp.zeros(out.shape, dtype))
-        y = y[0] if isinstance(y, (tuple, list)) else y
-        return [y.astype(out.dtype)]
-
-    return run
+    return ops.gather_runner(outs, ins, weighted, per_edge, by_event, build)
 
 
 ops.csr_delay_deliver_p.def_warp_kernel(deliver_warp)
