@@ -329,7 +329,7 @@ def _batch_matmul(vector_op, matrix_op, rank: int, event: bool, args, axes, *, o
 
 def _transpose_matmul(op, float_op, event: bool, cts, data, indices, indptr, x, *, shape, transpose, backend,
                       **params):
-    """The transpose rule of the matmul ops, shared by all four (maths in :func:`_def_matmul_rules`)."""
+    """The transpose rule of the matmul ops, shared by all four (maths in each op's section)."""
     ct = cts[0]
 
     def weights():
@@ -397,6 +397,39 @@ def csrmv(data, indices, indptr, v, *, shape, transpose: bool = False, backend: 
 csrmv_p = XLACustomKernel("evjax_csrmv")
 
 
+def _csrmv_reference(data, indices, indptr, v, *, outs, shape, transpose):
+    return _reference_matmul(data, indices, indptr, v, outs=outs, shape=shape, transpose=transpose, event=False)
+
+
+def _csrmv_jvp_data(tangent, data, indices, indptr, v, *, outs, **params):
+    # linear in w: dy = A(dw) v
+    return _jvp_matmul_weights(csrmv_p, tangent, data, indices, indptr, v, outs=outs, **params)
+
+
+def _csrmv_jvp_vector(tangent, data, indices, indptr, v, *, outs, **params):
+    # linear in v: dy = A dv
+    return csrmv_p.primitive.bind(data, indices, indptr, tangent, outs=outs, **params)
+
+
+def _csrmv_transpose(cts, data, indices, indptr, v, *, outs, shape, transpose, backend):
+    # y = A v:    w_bar_k = y_bar[i_k] v[j_k]  (csr_sddmm(y_bar, v)),  v_bar = A.T y_bar
+    # y = A.T v:  w_bar_k = v[i_k] y_bar[j_k]  (csr_sddmm(v, y_bar)),  v_bar = A y_bar
+    return _transpose_matmul(csrmv_p, csrmv_p, False, cts, data, indices, indptr, v, shape=shape,
+                             transpose=transpose, backend=backend)
+
+
+def _csrmv_batching(args, axes, *, outs, shape, transpose, backend):
+    # vmap over v: one csrmm; over a homogeneous w: w_b * A(1) v; else a loop (see _batch_matmul)
+    return _batch_matmul(csrmv_p, csrmm_p, 1, False, args, axes, outs=outs, shape=shape, transpose=transpose,
+                         backend=backend)
+
+
+csrmv_p.def_reference(_csrmv_reference)
+csrmv_p.def_jvp_rule2(_csrmv_jvp_data, None, None, _csrmv_jvp_vector)
+csrmv_p.def_transpose_rule(_csrmv_transpose)
+csrmv_p.def_batching_rule(_csrmv_batching)
+
+
 # ===========================================================================
 # csrmm: Y = A B (transpose=False) or Y = A.T B, B a float matrix (contracted dimension first)
 # ===========================================================================
@@ -424,6 +457,40 @@ def csrmm(data, indices, indptr, B, *, shape, transpose: bool = False, backend: 
 
 
 csrmm_p = XLACustomKernel("evjax_csrmm")
+
+
+def _csrmm_reference(data, indices, indptr, B, *, outs, shape, transpose):
+    return _reference_matmul(data, indices, indptr, B, outs=outs, shape=shape, transpose=transpose, event=False)
+
+
+def _csrmm_jvp_data(tangent, data, indices, indptr, B, *, outs, **params):
+    # linear in w: dY = A(dw) B
+    return _jvp_matmul_weights(csrmm_p, tangent, data, indices, indptr, B, outs=outs, **params)
+
+
+def _csrmm_jvp_matrix(tangent, data, indices, indptr, B, *, outs, **params):
+    # linear in B: dY = A dB
+    return csrmm_p.primitive.bind(data, indices, indptr, tangent, outs=outs, **params)
+
+
+def _csrmm_transpose(cts, data, indices, indptr, B, *, outs, shape, transpose, backend):
+    # Y = A B:    w_bar_k = <Y_bar[i_k], B[j_k]>  (csr_sddmm on rows),  B_bar = A.T Y_bar
+    # Y = A.T B:  w_bar_k = <B[i_k], Y_bar[j_k]>,                        B_bar = A Y_bar
+    return _transpose_matmul(csrmm_p, csrmm_p, False, cts, data, indices, indptr, B, shape=shape,
+                             transpose=transpose, backend=backend)
+
+
+def _csrmm_batching(args, axes, *, outs, shape, transpose, backend):
+    # vmap over B: the batch folded into B's columns, one csrmm (see _batch_matmul)
+    return _batch_matmul(csrmv_p, csrmm_p, 2, False, args, axes, outs=outs, shape=shape, transpose=transpose,
+                         backend=backend)
+
+
+csrmm_p.def_reference(_csrmm_reference)
+csrmm_p.def_jvp_rule2(_csrmm_jvp_data, None, None, _csrmm_jvp_matrix)
+csrmm_p.def_transpose_rule(_csrmm_transpose)
+csrmm_p.def_batching_rule(_csrmm_batching)
+csrmm_p.def_partition_rule(_partition_matmul)
 
 
 # ===========================================================================
@@ -470,6 +537,36 @@ def binary_csrmv(data, indices, indptr, v, *, shape, workspace=None, transpose: 
 binary_csrmv_p = XLACustomKernel("evjax_binary_csrmv")
 
 
+def _binary_csrmv_reference(data, indices, indptr, s, *, outs, shape, transpose, weighted):
+    return _reference_matmul(data, indices, indptr, s, outs=outs, shape=shape, transpose=transpose, event=True,
+                             weighted=weighted)
+
+
+def _binary_csrmv_jvp_data(tangent, data, indices, indptr, s, *, outs, **params):
+    # linear in w: dy = A(dw) 1[s != 0]  (weighted: A(dw) v on the selected v)
+    return _jvp_matmul_weights(binary_csrmv_p, tangent, data, indices, indptr, s, outs=outs, **params)
+
+
+def _binary_csrmv_jvp_events(tangent, data, indices, indptr, s, *, outs, shape, transpose, backend, weighted):
+    # the forward uses 1[s != 0]; straight-through: dy = A ds (the true derivative for weighted events)
+    return _jvp_straight_through(csrmv_p, tangent, data, indices, indptr, outs=outs, shape=shape,
+                                 transpose=transpose, backend=backend)
+
+
+def _binary_csrmv_transpose(cts, data, indices, indptr, s, *, outs, shape, transpose, backend, weighted):
+    # y = A e, e = 1[s != 0]:  w_bar_k = y_bar[i_k] e[j_k], only active events' synapses computed
+    # (in the scatter orientation only the rows of active events are visited; csr_sddmm in an event mode).
+    # Not linear in s, so s is transposed only when weighted (y = A v on the selected v): v_bar = A.T y_bar.
+    return _transpose_matmul(binary_csrmv_p, csrmv_p, True, cts, data, indices, indptr, s, shape=shape,
+                             transpose=transpose, backend=backend, weighted=weighted)
+
+
+def _binary_csrmv_batching(args, axes, *, outs, shape, transpose, backend, weighted):
+    # vmap over s: one binary_csrmm; over a homogeneous w: w_b * counts, 0 where none (see _batch_matmul)
+    return _batch_matmul(binary_csrmv_p, binary_csrmm_p, 1, True, args, axes, outs=outs, shape=shape,
+                         transpose=transpose, backend=backend, weighted=weighted)
+
+
 def _binary_csrmv_benchmark_data(*, platform):
     # what XLACustomKernel.benchmark times: spikes @ W, n = 10000, 100 synapses per row, 1 % and 10 % active
     rng = np.random.default_rng(0)
@@ -484,7 +581,11 @@ def _binary_csrmv_benchmark_data(*, platform):
             for rate in (0.01, 0.1)]
 
 
+binary_csrmv_p.def_reference(_binary_csrmv_reference)
 binary_csrmv_p.def_benchmark_data(_binary_csrmv_benchmark_data)
+binary_csrmv_p.def_jvp_rule2(_binary_csrmv_jvp_data, None, None, _binary_csrmv_jvp_events)
+binary_csrmv_p.def_transpose_rule(_binary_csrmv_transpose)
+binary_csrmv_p.def_batching_rule(_binary_csrmv_batching)
 
 
 # ===========================================================================
@@ -522,59 +623,40 @@ def binary_csrmm(data, indices, indptr, B, *, shape, workspace=None, transpose: 
 binary_csrmm_p = XLACustomKernel("evjax_binary_csrmm")
 
 
-# ===========================================================================
-# the rules of the four matmul ops: one set, parameterised by the operand's rank and kind
-# ===========================================================================
-# (rank of the dense operand, event operand) -> op
-_MATMUL_OPS = {(1, False): csrmv_p, (2, False): csrmm_p, (1, True): binary_csrmv_p, (2, True): binary_csrmm_p}
+def _binary_csrmm_reference(data, indices, indptr, S, *, outs, shape, transpose, weighted):
+    return _reference_matmul(data, indices, indptr, S, outs=outs, shape=shape, transpose=transpose, event=True,
+                             weighted=weighted)
 
 
-def _def_matmul_rules(rank: int, event: bool) -> None:
-    """Register the reference, JVP, transpose, batching (and, for a matrix operand, partition)
-    rules of ``_MATMUL_OPS[(rank, event)]``; an event op has the static ``weighted`` too."""
-    op, float_op = _MATMUL_OPS[(rank, event)], _MATMUL_OPS[(rank, False)]
-    vector_op, matrix_op = _MATMUL_OPS[(1, event)], _MATMUL_OPS[(2, event)]
-
-    def reference(data, indices, indptr, x, *, outs, shape, transpose, **params):
-        return _reference_matmul(data, indices, indptr, x, outs=outs, shape=shape, transpose=transpose,
-                                 event=event, **params)
-
-    def jvp_weights(tangent, data, indices, indptr, x, *, outs, **params):
-        # linear in w: dy = A(dw) x  (events: A(dw) 1[x != 0]; weighted: A(dw) x on the selected x)
-        return _jvp_matmul_weights(op, tangent, data, indices, indptr, x, outs=outs, **params)
-
-    def jvp_operand(tangent, data, indices, indptr, x, *, outs, shape, transpose, backend, **params):
-        # linear in x: dy = A dx.  Events: the forward uses 1[x != 0]; straight-through, dy = A dx (the
-        # true derivative for weighted events)
-        if event:
-            return _jvp_straight_through(float_op, tangent, data, indices, indptr, outs=outs, shape=shape,
-                                         transpose=transpose, backend=backend)
-        return op.primitive.bind(data, indices, indptr, tangent, outs=outs, shape=shape, transpose=transpose,
-                                 backend=backend)
-
-    def transpose_rule(cts, data, indices, indptr, x, *, outs, **params):
-        # y = A x:    w_bar_k = <y_bar[i_k], x[j_k]>  (csr_sddmm(y_bar, x)),  x_bar = A.T y_bar
-        # y = A.T x:  w_bar_k = <x[i_k], y_bar[j_k]>  (csr_sddmm(x, y_bar)),  x_bar = A y_bar
-        # Events e = 1[x != 0]: only active events' synapses computed (in the scatter orientation only
-        # the rows of active events are visited; csr_sddmm in an event mode).  Not linear in x, so x is
-        # transposed only when weighted (y = A v on the selected v, by the float op).
-        return _transpose_matmul(op, float_op, event, cts, data, indices, indptr, x, **params)
-
-    def batching(args, axes, *, outs, **params):
-        # vmap over x: one call of the matrix op (the batch folded into its columns); over a homogeneous
-        # w: w_b * A(1) x (events: counts, 0 where none); else the block structure or a loop
-        return _batch_matmul(vector_op, matrix_op, rank, event, args, axes, outs=outs, **params)
-
-    op.def_reference(reference)
-    op.def_jvp_rule2(jvp_weights, None, None, jvp_operand)
-    op.def_transpose_rule(transpose_rule)
-    op.def_batching_rule(batching)
-    if rank == 2:
-        op.def_partition_rule(_partition_matmul)
+def _binary_csrmm_jvp_data(tangent, data, indices, indptr, S, *, outs, **params):
+    # linear in w: dY = A(dw) 1[S != 0]
+    return _jvp_matmul_weights(binary_csrmm_p, tangent, data, indices, indptr, S, outs=outs, **params)
 
 
-for _rank, _event in _MATMUL_OPS:
-    _def_matmul_rules(_rank, _event)
+def _binary_csrmm_jvp_events(tangent, data, indices, indptr, S, *, outs, shape, transpose, backend, weighted):
+    # the forward uses 1[S != 0]; straight-through: dY = A dS (the true derivative for weighted events)
+    return _jvp_straight_through(csrmm_p, tangent, data, indices, indptr, outs=outs, shape=shape,
+                                 transpose=transpose, backend=backend)
+
+
+def _binary_csrmm_transpose(cts, data, indices, indptr, S, *, outs, shape, transpose, backend, weighted):
+    # Y = A E, E = 1[S != 0]:  w_bar_k = <Y_bar[i_k], E[j_k]> (or <E[i_k], Y_bar[j_k]>), active rows only;
+    # weighted: S_bar = A.T Y_bar (linear in the selected values)
+    return _transpose_matmul(binary_csrmm_p, csrmm_p, True, cts, data, indices, indptr, S, shape=shape,
+                             transpose=transpose, backend=backend, weighted=weighted)
+
+
+def _binary_csrmm_batching(args, axes, *, outs, shape, transpose, backend, weighted):
+    # vmap over S: the batch folded into S's columns, one binary_csrmm (see _batch_matmul)
+    return _batch_matmul(binary_csrmv_p, binary_csrmm_p, 2, True, args, axes, outs=outs, shape=shape,
+                         transpose=transpose, backend=backend, weighted=weighted)
+
+
+binary_csrmm_p.def_reference(_binary_csrmm_reference)
+binary_csrmm_p.def_jvp_rule2(_binary_csrmm_jvp_data, None, None, _binary_csrmm_jvp_events)
+binary_csrmm_p.def_transpose_rule(_binary_csrmm_transpose)
+binary_csrmm_p.def_batching_rule(_binary_csrmm_batching)
+binary_csrmm_p.def_partition_rule(_partition_matmul)
 
 
 # ===========================================================================
@@ -782,8 +864,9 @@ def _sddmm_operand_cotangent(cts, indices, indptr, other, *, dt, rank, shape, tr
     # the matmul of A(g_bar) with the other operand: a bool one selects (the binary op), a float one
     # multiplies, a weighted one selects and multiplies (the binary op with weighted=True)
     event = weighted or other.dtype == jnp.bool_
+    op = {(1, False): csrmv_p, (2, False): csrmm_p, (1, True): binary_csrmv_p, (2, True): binary_csrmm_p}
     params = {"weighted": weighted} if event else {}
-    return _bind(_MATMUL_OPS[(rank, event)], cts[0].astype(dt), indices, indptr,
+    return _bind(op[(rank, event)], cts[0].astype(dt), indices, indptr,
                  other if event and not weighted else other.astype(dt),
                  shape=shape, transpose=transpose, dtype=dt, backend=backend, **params)
 
