@@ -57,26 +57,22 @@ def _scheme(t):
         return mix32(mix32(c ^ ka) + kb)
 
     @wp.func(module=t.module)
+    def shift_if_below(u: wp.uint32, e: wp.uint32, bits: wp.uint32, limit: wp.uint32):
+        if u < limit:
+            return u << bits, e + bits
+        return u, e
+
+    @wp.func(module=t.module)
     def neg_log2_q24(h: wp.uint32, log2t: t.U1):
         u = h
         if u == U(0):
             u = U(1)
-        e = U(0)
-        if u < U(65536):
-            u = u << U(16)
-            e = e + U(16)
-        if u < U(16777216):
-            u = u << U(8)
-            e = e + U(8)
-        if u < U(268435456):
-            u = u << U(4)
-            e = e + U(4)
-        if u < U(1073741824):
-            u = u << U(2)
-            e = e + U(2)
-        if u < U(2147483648):
-            u = u << U(1)
-            e = e + U(1)
+        # u shifted left by e until its top bit is set (a binary search over e): h = u 2^-e
+        u, e = shift_if_below(u, U(0), U(16), U(65536))
+        u, e = shift_if_below(u, e, U(8), U(16777216))
+        u, e = shift_if_below(u, e, U(4), U(268435456))
+        u, e = shift_if_below(u, e, U(2), U(1073741824))
+        u, e = shift_if_below(u, e, U(1), U(2147483648))
         idx = int((u >> U(21)) & U(1023))
         frac = (u >> U(5)) & U(0xFFFF)
         lo = log2t[idx]
