@@ -1,7 +1,7 @@
 """Numba CPU backend of the JITC ops in :mod:`evjax.primitives.jitc.ops`.
 
 Imported by the ops the first time they lower with ``backend="numba"``; it
-registers its generators on them.  The generation scheme is
+registers its generators on them (:mod:`.kernel_args`'s, with :func:`_launcher`).  The generation scheme is
 :mod:`.generation`'s, in Numba in :mod:`.numba_stream` (bitwise the
 reference's structure; no kernel uses ``fastmath``, so LLVM contracts nothing).
 
@@ -570,7 +570,7 @@ def generated_structure(law: str, params, seed: int, prob: float, n_outer: int, 
 
 
 # ---------------------------------------------------------------------------
-# generators (the ops' backend slot)
+# the generators' launcher (the ops' backend slot: kernel_args.matmul_generator and dense_generator)
 # ---------------------------------------------------------------------------
 
 

@@ -1,7 +1,7 @@
 """Numba CUDA backend of the JITC ops (backend ``"numba_cuda"``, GPU; kernel logic tested in the simulator).
 
 Imported (through the family's ``BACKEND_LOADERS``) the first time its ops need this backend; it registers its
-generators at the bottom.  One thread per outer index (blocks of
+generators (:mod:`.kernel_args`'s, with :func:`_launcher`) at the bottom.  One thread per outer index (blocks of
 :data:`THREADS`), as in the Warp backend: a gather thread regenerates its
 output's stream and accumulates; a scatter thread returns at once for a
 silent input (events), else adds its synapses with ``cuda.atomic.add`` into an

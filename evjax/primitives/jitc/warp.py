@@ -1,7 +1,8 @@
 """Warp backend of the JITC ops (float and event; mv and mm; gather and scatter; dense), CPU and GPU.
 
 Imported (through the family's ``BACKEND_LOADERS``) the first time its ops run with ``backend="warp"``; it
-registers the generators below as the ``"warp"`` backend of every JITC op.
+registers its generators (:mod:`.kernel_args`'s, with :func:`_launcher`) as the ``"warp"`` backend of every
+JITC op.
 The generation scheme is :mod:`.generation`'s, on Warp's ``uint32`` (which
 wraps, as C does) with the gap's product in ``uint64``; the two integer tables
 are passed to the kernels as operands.  Kernels, one thread per outer index:
