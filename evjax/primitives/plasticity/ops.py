@@ -378,12 +378,19 @@ update_csr_on_binary_post_p.def_batching_rule(_update_batching)
 # update_dense_on_binary_pre, update_dense_on_binary_post: a dense (n_pre, n_post) weight matrix; the
 # lines are its rows (pre) or its columns (post).  Two primitives, one set of rules (param ``axis``).
 # ===========================================================================
-def _check_dense(weight, spike, trace, axis: int, who: str):
+def _update_dense(weight, spike, trace, w_min, w_max, backend, axis: int, who: str):
+    """Either dense update, checked and bound: the lines are the rows (``axis == 0``, the pre op) or the
+    columns (the post op, whose operands are ``(W, trace, spikes, bounds)``)."""
     weight = canonical(weight)
     if weight.ndim != 2 or weight.dtype not in [jnp.dtype(d) for d in _FLOATS]:
         raise TypeError(f"{who}: weight must be a 2-d float (n_pre, n_post) matrix, got "
                         f"{weight.dtype}{list(weight.shape)}")
-    return (weight,) + _spikes_and_trace(spike, trace, weight.shape, axis == 0, who)
+    spikes, trace = _spikes_and_trace(spike, trace, weight.shape, axis == 0, who)
+    op, lines = (update_dense_on_binary_pre_p, (spikes, trace)) if axis == 0 else (
+        update_dense_on_binary_post_p, (trace, spikes))
+    return op.bind(weight, *lines, _bounds(w_min, w_max, weight.dtype, who),
+                   outs=[jax.ShapeDtypeStruct(weight.shape, weight.dtype)], axis=axis, clip_min=w_min is not None,
+                   clip_max=w_max is not None, backend=backend)[0]
 
 
 @carries_units("weight", events=("pre_spike",), shared={"post_trace": "weight", "w_min": "weight", "w_max": "weight"})
@@ -411,11 +418,7 @@ def update_dense_on_binary_pre(weight, pre_spike, post_trace, w_min=None, w_max=
     Example:
         >>> W = evjax.update_dense_on_binary_pre(W, pre_spikes, post_trace, w_min=0.0, w_max=1.0)
     """
-    weight, spikes, trace = _check_dense(weight, pre_spike, post_trace, 0, "update_dense_on_binary_pre")
-    return update_dense_on_binary_pre_p.bind(
-        weight, spikes, trace, _bounds(w_min, w_max, weight.dtype, "update_dense_on_binary_pre"),
-        outs=[jax.ShapeDtypeStruct(weight.shape, weight.dtype)], axis=0, clip_min=w_min is not None,
-        clip_max=w_max is not None, backend=backend)[0]
+    return _update_dense(weight, pre_spike, post_trace, w_min, w_max, backend, 0, "update_dense_on_binary_pre")
 
 
 @carries_units("weight", events=("post_spike",), shared={"pre_trace": "weight", "w_min": "weight", "w_max": "weight"})
@@ -442,11 +445,7 @@ def update_dense_on_binary_post(weight, pre_trace, post_spike, w_min=None, w_max
     Example:
         >>> W = evjax.update_dense_on_binary_post(W, pre_trace, post_spikes, w_min=0.0, w_max=1.0)
     """
-    weight, spikes, trace = _check_dense(weight, post_spike, pre_trace, 1, "update_dense_on_binary_post")
-    return update_dense_on_binary_post_p.bind(
-        weight, trace, spikes, _bounds(w_min, w_max, weight.dtype, "update_dense_on_binary_post"),
-        outs=[jax.ShapeDtypeStruct(weight.shape, weight.dtype)], axis=1, clip_min=w_min is not None,
-        clip_max=w_max is not None, backend=backend)[0]
+    return _update_dense(weight, post_spike, pre_trace, w_min, w_max, backend, 1, "update_dense_on_binary_post")
 
 
 update_dense_on_binary_pre_p = XLACustomKernel("evjax_update_dense_on_binary_pre")
