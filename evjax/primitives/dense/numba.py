@@ -570,8 +570,7 @@ def outer_generator(outs, ins, transpose: bool, weighted: bool):
     kernel_fn = KERNELS[("outer", bool(transpose))]
 
     def kernel(spikes, g):
-        x2 = ops.kernel_events(spikes, weighted, dtype)
-        g2 = ops.as_columns(ops.in_dtype(g, dtype))
+        x2, g2 = ops.outer_operands(spikes, g, weighted, dtype)
         y = numba_cpu.call(kernel_fn, (x2, g2.T if transpose else g2), out.shape, dtype,
                            bool_as_bytes=True, serial=_serial_tier(kernel_fn, x2))
         return [y.astype(out.dtype)]

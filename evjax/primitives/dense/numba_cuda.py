@@ -139,8 +139,7 @@ def outer_numba_cuda(outs, ins, transpose, weighted):
     def run(spikes, g):
         if empty:
             return [jnp.zeros(out.shape, out.dtype)]
-        y = call(ops.kernel_events(spikes, weighted, dtype), ops.as_columns(ops.in_dtype(g, dtype)))
-        return [y.astype(out.dtype)]
+        return [call(*ops.outer_operands(spikes, g, weighted, dtype)).astype(out.dtype)]
 
     return run
 

@@ -170,6 +170,12 @@ def kernel_events(x, weighted: bool, dtype):
     return as_columns(in_dtype(x, dtype) if weighted else as_bool_events(x))
 
 
+def outer_operands(spikes, g, weighted: bool, dtype):
+    """``binary_dense_outer_p``'s operands as the kernels read them: the events ``(k, n)``
+    (:func:`kernel_events`) and ``g`` as ``(m, n)`` in ``dtype``."""
+    return kernel_events(spikes, weighted, dtype), as_columns(in_dtype(g, dtype))
+
+
 # ===========================================================================
 # binary_densemv, binary_densemm: dense matrix times events (a vector; a matrix, one event vector
 # per column).  Two primitives (brainevent's names) that differ only in the events' rank: the rules

@@ -176,8 +176,7 @@ def outer_warp(outs, ins, transpose, weighted):
     call = warp_kernel(kernel, jax.ShapeDtypeStruct(shape, dtype), launch_dims=shape)
 
     def run(spikes, g):
-        y = call(ops.kernel_events(spikes, weighted, dtype), ops.as_columns(ops.in_dtype(g, dtype)))
-        return [y.astype(out.dtype)]
+        return [call(*ops.outer_operands(spikes, g, weighted, dtype)).astype(out.dtype)]
 
     return run
 
