@@ -36,6 +36,7 @@ from . import _compat
 from ._event_values import as_bool_events
 
 __all__ = [
+    "check_compressed",
     "INT32_MAX", "ENABLE_X64", "is_concrete", "canonical", "check_size", "check_shape", "as_seed", "host_rng",
     "check_fits", "checked_index_cast", "check_operand",
 ]
@@ -216,6 +217,30 @@ def check_index_vector(x, name: str, length: int | None, who: str):
     if length is not None and x.shape[0] != length:
         raise ValueError(f"{who}: {name} has {x.shape[0]} entries, expected {length}")
     return x
+
+
+def check_compressed(indices, indptr, n_lines: int, nnz: int | None, who: str, structure: str):
+    """A compressed structure's ``indices`` (``nnz`` entries; any number when None) and ``indptr`` (one
+    entry per line, plus one), in one index dtype.  A concrete ``indptr`` must rise from 0 to the
+    number of entries.
+
+    Args:
+        structure: what to pass instead, for the message ("the CSR (row) structure of the connection").
+
+    Raises:
+        TypeError: not 1-d integer arrays.
+        ValueError: the wrong lengths, or a concrete ``indptr`` that does not rise from 0 to nnz.
+    """
+    indices = check_index_vector(indices, "indices", nnz, who)
+    indptr = check_index_vector(indptr, "indptr", n_lines + 1, who)
+    nnz = indices.shape[0]
+    if is_concrete(indptr):
+        ptr = np.asarray(indptr)
+        if ptr[0] != 0 or ptr[-1] != nnz or np.any(np.diff(ptr) < 0):
+            raise ValueError(f"{who}: indptr must rise from 0 to nnz = {nnz} (len(indices)), got indptr[0] = "
+                             f"{ptr[0]}, indptr[-1] = {ptr[-1]}; pass {structure}")
+    dtype = jnp.result_type(indices.dtype, indptr.dtype)
+    return indices.astype(dtype), indptr.astype(dtype)
 
 
 def check_active_list(active_ids, n_active, n_rows: int, who: str):

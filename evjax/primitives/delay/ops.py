@@ -46,7 +46,7 @@ import numpy as np
 
 from ...units import carries_units
 from ..._event_values import event_operand
-from ..._validation import canonical, check_index_vector, check_shape, is_concrete
+from ..._validation import canonical, check_compressed, check_shape, is_concrete
 from ...dtypes import compute_dtype
 from ...rules import ad as ad_rules
 from ...rules import batching as batching_rules
@@ -92,6 +92,9 @@ def _check_ring(ring, n_post: int, who: str):
     return ring
 
 
+_ROWS = "the CSR (row) structure of the connection"  # what to pass, for check_compressed's message
+
+
 def _check_events(events, n_pre: int, who: str):
     events = canonical(events)
     if events.ndim != 1 or events.shape[0] != n_pre:
@@ -101,20 +104,6 @@ def _check_events(events, n_pre: int, who: str):
             or jnp.issubdtype(events.dtype, jnp.floating)):
         raise TypeError(f"{who}: events must be bool, integer or float, got {events.dtype}")
     return events
-
-
-def _check_structure(indices, indptr, n_pre: int, who: str):
-    """``indices``, ``indptr`` of ``n_pre`` rows, in one index dtype; a concrete indptr is checked."""
-    indices = check_index_vector(indices, "indices", None, who)
-    indptr = check_index_vector(indptr, "indptr", n_pre + 1, who)
-    nnz = indices.shape[0]
-    if is_concrete(indptr):
-        ptr = np.asarray(indptr)
-        if ptr[0] != 0 or ptr[-1] != nnz or np.any(np.diff(ptr) < 0):
-            raise ValueError(f"{who}: indptr must rise from 0 to nnz = {nnz} (len(indices)), got indptr[0] = "
-                             f"{ptr[0]}, indptr[-1] = {ptr[-1]}; pass the CSR (row) structure of the connection")
-    dtype = jnp.result_type(indices.dtype, indptr.dtype)
-    return indices.astype(dtype), indptr.astype(dtype)
 
 
 def _check_data(data, nnz: int, dtype, who: str):
@@ -175,7 +164,7 @@ def _deliver_operands(ring, events, data, indices, indptr, delays, t, shape, wei
     events, weighted = _resolve_events(events, weighted, who)
     ring = _check_ring(ring, n_post, who)
     events = _check_events(events, n_pre, who)
-    indices, indptr = _check_structure(indices, indptr, n_pre, who)
+    indices, indptr = check_compressed(indices, indptr, n_pre, None, who, _ROWS)
     nnz = indices.shape[0]
     data = _check_data(data, nnz, ring.dtype, who)
     delays = check_delays(delays, nnz, ring.shape[0], who)
@@ -679,7 +668,7 @@ class CSRDelayLayout:
             raise ValueError(f"{who}: n_slots must be an integer >= 1 (the ring's rows), got {n_slots!r}")
         n_slots = int(n_slots)
         n_pre, n_post = check_shape(shape, who, dims=("n_pre", "n_post"))
-        indices_j, indptr_j = _check_structure(indices, indptr, n_pre, who)
+        indices_j, indptr_j = check_compressed(indices, indptr, n_pre, None, who, _ROWS)
         nnz = indices_j.shape[0]
         delays_j = check_delays(delays, nnz, n_slots, who)
         data = canonical(data)

@@ -46,7 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ...units import carries_units
-from ..._validation import canonical, check_index_vector, check_shape, is_concrete
+from ..._validation import canonical, check_compressed, check_index_vector, check_shape
 from ...dtypes import compute_dtype
 from ...rules import batching as batching_rules
 from ...xla_custom_kernel import XLACustomKernel
@@ -101,18 +101,7 @@ def _bounds(w_min, w_max, dtype, who: str):
     return jnp.stack(values)
 
 
-def _check_structure(indices, indptr, weight, n_lines: int, who: str, view: str):
-    """``indices``, ``indptr`` of ``n_lines`` lines over ``weight``'s nnz synapses, in one index dtype."""
-    nnz = weight.shape[0]
-    indices = check_index_vector(indices, "indices", nnz, who)
-    indptr = check_index_vector(indptr, "indptr", n_lines + 1, who)
-    if is_concrete(indptr):
-        ptr = np.asarray(indptr)
-        if ptr[0] != 0 or ptr[-1] != nnz or np.any(np.diff(ptr) < 0):
-            raise ValueError(f"{who}: indptr must rise from 0 to nnz = {nnz} ({view} view), got "
-                             f"indptr[0] = {ptr[0]}, indptr[-1] = {ptr[-1]}; pass the {view} structure of the weights")
-    dtype = jnp.result_type(indices.dtype, indptr.dtype)
-    return indices.astype(dtype), indptr.astype(dtype)
+_COLUMNS = "the CSC (column) structure of the weights"  # what to pass, for check_compressed's message
 
 
 def _shape(shape, who: str) -> tuple[int, int]:
@@ -146,7 +135,8 @@ def _update_contiguous(weight, indices, indptr, spike, trace, w_min, w_max, shap
     n_pre, n_post = _shape(shape, who)
     weight = _check_weight(weight, who)
     view = "CSR (row)" if on_pre else "CSC (column)"
-    indices, indptr = _check_structure(indices, indptr, weight, n_pre if on_pre else n_post, who, view)
+    indices, indptr = check_compressed(indices, indptr, n_pre if on_pre else n_post, weight.shape[0], who,
+                                       f"the {view} structure of the weights")
     spikes, trace = _spikes_and_trace(spike, trace, (n_pre, n_post), on_pre, who)
     return _bind_lines(weight, indices, indptr, spikes, trace, w_min, w_max, backend, who)
 
@@ -324,7 +314,7 @@ def update_csr_on_binary_post(weight, indices, indptr, weight_indices, pre_trace
     who = "update_csr_on_binary_post"
     n_pre, n_post = _shape(shape, who)
     weight = _check_weight(weight, who)
-    indices, indptr = _check_structure(indices, indptr, weight, n_post, who, "CSC (column)")
+    indices, indptr = check_compressed(indices, indptr, n_post, weight.shape[0], who, _COLUMNS)
     positions = check_index_vector(weight_indices, "weight_indices", weight.shape[0], who).astype(indices.dtype)
     spikes, trace = _spikes_and_trace(post_spike, pre_trace, (n_pre, n_post), False, who)
     return _bind_lines(weight, indices, indptr, spikes, trace, w_min, w_max, backend, who, positions)
@@ -602,7 +592,7 @@ def update_csc_on_binary_pre(weight, indices, indptr, pre_spike, post_trace, w_m
     who = "update_csc_on_binary_pre"
     n_pre, n_post = _shape(shape, who)
     weight = _check_weight(weight, who)
-    indices, indptr = _check_structure(indices, indptr, weight, n_post, who, "CSC (column)")
+    indices, indptr = check_compressed(indices, indptr, n_post, weight.shape[0], who, _COLUMNS)
     # the row view: the CSR structure of the stored CSC one, and the CSC position of each CSR entry
     row_indices, row_indptr, positions = transposed_view(indices, indptr, n_pre, indices.dtype)
     return update_on_row_view(weight, row_indices, row_indptr.astype(indices.dtype), positions, pre_spike, post_trace,
