@@ -37,6 +37,10 @@ def _has_cuda_gpu() -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
+    # the long tests (marked slow or cudasim: subprocesses, simulators, leak windows) first, the rest in
+    # their order after them: with `-n 2`, two workers then finish together instead of one running a
+    # long test alone at the end
+    items.sort(key=lambda item: not ("slow" in item.keywords or "cudasim" in item.keywords))
     if _has_cuda_gpu():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (none found)")
