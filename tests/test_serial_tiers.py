@@ -172,6 +172,12 @@ def test_csr_tiers_give_the_full_kernels_bits(threads, case, malformed, dtype):
             }[kind]
             calls = [(scatter, (data, indices, indptr, x_rows), n_cols),
                      (gather, (data, indices, indptr, x_cols), n_rows)]
+            if kind == "events":  # the same events as the list of their active rows (CompactBinary)
+                ids = np.flatnonzero(x_rows).astype(indices.dtype)
+                if malformed:  # rows outside the matrix add nothing; a count past the list reads the list
+                    ids = np.concatenate([ids, np.array([-1, n_rows], indices.dtype)])
+                count = np.array([ids.size + (5 if malformed else 0)], np.int32)
+                calls.append((csr_numba.scatter_active_mv, (data, indices, indptr, ids, count), n_cols))
             if kind != "weighted":
                 r = x_rows
                 q = rng.standard_normal(n_cols).astype(dtype)

@@ -515,17 +515,27 @@ def serial_weighted_gather_mv(threads, data, indices, indptr, v, out):
 
 
 @numba.njit(cache=True, nogil=True, inline="always", **COMPILED_CODE_ONLY)
-def _plain_rows(data, indices, indptr, x, y, lo, hi, selects):
-    """``y[indices[k]] += data[k] * x[i]`` for the synapses of the rows ``[lo, hi)`` (zero rows of a
-    selecting ``x`` skipped), in row then stored order: :func:`numba_rows._scatter_rows`'s sum as the
-    plainest loop (no eight-synapse steps, no eight-row zero test)."""
+def _plain_rows(data, indices, indptr, x, y, lo, hi, selects, ids=None):
+    """``y[indices[k]] += data[k] * s_i`` for the synapses of the visited rows ``i``: the rows
+    ``[lo, hi)`` with ``s_i = x[i]`` (zero rows of a selecting ``x`` skipped), or, given ``ids``, the
+    listed rows ``ids[lo:hi]`` with ``s_i = 1`` (a row outside the matrix adds nothing); in row then
+    stored order: :func:`numba_rows._scatter_rows`'s sum as the plainest loop (no eight-synapse
+    steps, no eight-row zero test)."""
     n = np.uint64(y.shape[0])
     nnz = np.int64(indices.shape[0])
+    n_rows = np.int64(indptr.shape[0] - 1)
     homogeneous = data.shape[0] != nnz
-    for i in range(lo, hi):
-        s = data.dtype.type(x[i])
-        if selects and s == 0:
-            continue
+    for p in range(lo, hi):
+        if ids is None:
+            i = np.int64(p)
+            s = data.dtype.type(x[i])
+            if selects and s == 0:
+                continue
+        else:
+            i = np.int64(ids[p])
+            if i < 0 or i >= n_rows:
+                continue
+            s = data.dtype.type(1)
         a, b = np.int64(indptr[i]), np.int64(indptr[i + 1])  # (clamped to [0, nnz] as row_span, without
         a = np.uint64(I0 if a < 0 else (nnz if a > nnz else a))  # min/max: each is a compile of its own)
         b = np.uint64(I0 if b < 0 else (nnz if b > nnz else b))
@@ -648,8 +658,21 @@ def parts_weighted_scatter_mv(threads, data, indices, indptr, v, out):
 
 @numba.njit(cache=True, nogil=True)
 def serial_scatter_active_mv(threads, data, indices, indptr, ids, count, out):
-    """The first serial tier of :func:`scatter_active_mv`."""
-    return _one_pass_scatter(threads, data, indices, indptr, ids, out, True, ids, count)
+    """The first serial tier of :func:`scatter_active_mv`: one plain pass over the listed rows
+    (:func:`_plain_rows`) where :func:`_one_pass_scatter` keeps the sum in one pass; DECLINED, nothing
+    written, where that one declines (a sum in parts: the next tier).  SPLITTABLE otherwise, as
+    :func:`_plain_one_pass_tier`'s: the row loop's tier takes the calls over once this one is hot.
+    Written as that tier is, for a cheap first compile (0.93 s as a call of
+    :func:`_one_pass_scatter`, which inlines helpers that inline helpers)."""
+    rows = np.int64(count[0])  # (as _rows_to_visit: count[0] clamped to [0, len(ids)], without min/max)
+    rows = I0 if rows < 0 else rows
+    rows = np.int64(ids.shape[0]) if rows > ids.shape[0] else rows
+    if not _one_pass_kept(indices, indptr, ids, rows, out.shape[0], False):
+        return np.int64(DECLINED)
+    for j in range(out.shape[0]):
+        out[j] = 0
+    _plain_rows(data, indices, indptr, ids, out, I0, rows, True, ids)
+    return np.int64(SPLITTABLE)
 
 
 @numba.njit(cache=True, nogil=True)
