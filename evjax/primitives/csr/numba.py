@@ -662,8 +662,8 @@ def serial_scatter_active_mv(threads, data, indices, indptr, ids, count, out):
     (:func:`_plain_rows`) where :func:`_one_pass_scatter` keeps the sum in one pass; DECLINED, nothing
     written, where that one declines (a sum in parts: the next tier).  SPLITTABLE otherwise, as
     :func:`_plain_one_pass_tier`'s: the row loop's tier takes the calls over once this one is hot.
-    Written as that tier is, for a cheap first compile (0.93 s as a call of
-    :func:`_one_pass_scatter`, which inlines helpers that inline helpers)."""
+    Written as that tier is, for a cheap first compile: a call of :func:`_one_pass_scatter` inlines
+    helpers that inline helpers (docs/performance.md, "What a first call's compile is made of")."""
     rows = np.int64(count[0])  # (as _rows_to_visit: count[0] clamped to [0, len(ids)], without min/max)
     rows = I0 if rows < 0 else rows
     rows = np.int64(ids.shape[0]) if rows > ids.shape[0] else rows

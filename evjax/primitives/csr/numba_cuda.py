@@ -53,7 +53,7 @@ import jax
 import jax.numpy as jnp
 from numba import cuda
 
-from ...dtypes import compute_dtype
+from ...dtypes import as_dtype, compute_dtype
 from ..._event_values import as_bool_events
 from ...numba_cuda_kernel import numba_cuda_kernel
 from . import ops
@@ -386,10 +386,6 @@ def _warp_per_row(n_rows: int) -> dict:
     return dict(grid=math.ceil(n_rows / WARPS_PER_BLOCK), block=THREADS)
 
 
-def _cast(x, dtype):
-    return x if x.dtype == dtype else x.astype(dtype)
-
-
 # ---------------------------------------------------------------------------
 # generators (the ops' backend slot)
 # ---------------------------------------------------------------------------
@@ -416,13 +412,13 @@ def _matmul_generator(kind: str, event: bool):
             call = numba_cuda_kernel(kernel, result, **config)
 
         def run(data, indices, indptr, x):
-            data = _cast(data, dtype)
-            x = as_bool_events(x) if event and not weighted else _cast(x, dtype)
+            data = as_dtype(data, dtype)
+            x = as_bool_events(x) if event and not weighted else as_dtype(x, dtype)
             if transpose:
                 y = call(data, indices, indptr, x, jnp.zeros(out_shape, dtype))
             else:
                 y = call(data, indices, indptr, x)
-            return [_cast(y, out.dtype)]
+            return [as_dtype(y, out.dtype)]
 
         return run
 
@@ -464,8 +460,8 @@ def binary_csrmv_active_numba_cuda(outs, ins, shape):
                              **_warp_per_row(int(ins[3].shape[0])))
 
     def run(data, indices, indptr, active_ids, n_active, v):
-        y = call(_cast(data, dtype), indices, indptr, active_ids, n_active, jnp.zeros(out_shape, dtype))
-        return [_cast(y, out.dtype)]
+        y = call(as_dtype(data, dtype), indices, indptr, active_ids, n_active, jnp.zeros(out_shape, dtype))
+        return [as_dtype(y, out.dtype)]
 
     return run
 
@@ -499,10 +495,10 @@ def csr_sddmm_numba_cuda(outs, ins, shape, weighted):
                              **_warp_per_row(int(r_in.shape[0])))
 
     def run(indices, indptr, r, q):
-        r = r if mode == "r_events" else as_matrix(_cast(r, dtype))
-        q = q if mode == "q_events" else as_matrix(_cast(q, dtype))
+        r = r if mode == "r_events" else as_matrix(as_dtype(r, dtype))
+        q = q if mode == "q_events" else as_matrix(as_dtype(q, dtype))
         g = call(indices, indptr, r, q, jnp.zeros((nnz,), dtype))
-        return [_cast(g, out.dtype)]
+        return [as_dtype(g, out.dtype)]
 
     return run
 

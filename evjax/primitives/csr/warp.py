@@ -55,7 +55,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ...backends import warp as bridge
-from ...dtypes import compute_dtype
+from ...dtypes import as_dtype, compute_dtype
 from ..._event_values import as_bool_events
 from ...warp_kernel import jaxtype_to_warptype, warp_kernel
 from . import ops
@@ -444,10 +444,6 @@ def _signature(dtype, index_in, indptr_in) -> tuple:
     return str(np.dtype(dtype)), str(np.dtype(index_in.dtype)), str(np.dtype(indptr_in.dtype))
 
 
-def _as(x, dtype):
-    return x if x.dtype == dtype else x.astype(dtype)
-
-
 # ---------------------------------------------------------------------------
 # Generators (the ops' "warp" backend)
 # ---------------------------------------------------------------------------
@@ -468,13 +464,13 @@ def _matmul_generator(outs, ins, shape, transpose, kind: str, event: bool, weigh
         call = warp_kernel(kernel, jax.ShapeDtypeStruct(out_shape, dtype), launch_dims=launch)
 
     def run(data, indices, indptr, x):
-        data = _as(data, dtype)
-        x = as_bool_events(x) if event and not weighted else _as(x, dtype)
+        data = as_dtype(data, dtype)
+        x = as_bool_events(x) if event and not weighted else as_dtype(x, dtype)
         if transpose:
             (y,) = call(data, indices, indptr, x, jnp.zeros(out_shape, dtype))
         else:
             y = call(data, indices, indptr, x)
-        return [_as(y, out.dtype)]
+        return [as_dtype(y, out.dtype)]
 
     return run
 
@@ -526,8 +522,8 @@ def binary_csrmv_active_warp(outs, ins, shape):
     call = warp_kernel(kernel, [], launch_dims=(int(ids_in.shape[0]),), in_out_argnames=("out",))
 
     def run(data, indices, indptr, active_ids, n_active, v):
-        (y,) = call(_as(data, dtype), indices, indptr, active_ids, n_active, jnp.zeros(out_shape, dtype))
-        return [_as(y, out.dtype)]
+        (y,) = call(as_dtype(data, dtype), indices, indptr, active_ids, n_active, jnp.zeros(out_shape, dtype))
+        return [as_dtype(y, out.dtype)]
 
     return run
 
@@ -556,10 +552,10 @@ def csr_sddmm_warp(outs, ins, shape, weighted):
 
     def run(indices, indptr, r, q):
         # bool stays bool where the mode selects by it; a bool q beside a bool r becomes 0/1
-        r = r if mode == "r_events" else _as(r, dtype)
-        q = q if mode == "q_events" else _as(q, dtype)
+        r = r if mode == "r_events" else as_dtype(r, dtype)
+        q = q if mode == "q_events" else as_dtype(q, dtype)
         (g,) = call(indices, indptr, r, q, jnp.zeros((nnz,), dtype))
-        return [_as(g, out.dtype)]
+        return [as_dtype(g, out.dtype)]
 
     return run
 

@@ -47,7 +47,7 @@ import numpy as np
 from ...units import carries_units
 from ..._event_values import event_operand
 from ..._validation import canonical, check_compressed, check_shape, is_concrete
-from ...dtypes import compute_dtype
+from ...dtypes import as_dtype, compute_dtype
 from ...rules import ad as ad_rules
 from ...rules import batching as batching_rules
 from ...xla_custom_kernel import XLACustomKernel
@@ -225,8 +225,7 @@ def deliver_runner(outs, weighted: bool, build):
     launch = build(dtype)
 
     def run(ring, events, data, indices, indptr, delays, t):
-        r = ring if ring.dtype == dtype else ring.astype(dtype)
-        y = launch(r, event_values(events, weighted, dtype), data.astype(dtype), indices, indptr, delays, t)
+        y = launch(as_dtype(ring, dtype), event_values(events, weighted, dtype), data.astype(dtype), indices, indptr, delays, t)
         return [y.astype(out.dtype)]
 
     return run

@@ -59,7 +59,7 @@ from numba.extending import overload
 from ..._kernel_compat import COMPILED_CODE_ONLY, prange_only, stack_array_intrinsic
 from ...backends import numba_cpu
 from ...backends.threads import part_done, region_done, start_region
-from ...dtypes import compute_dtype
+from ...dtypes import as_dtype, compute_dtype
 from ..event_scan import eight_zero
 from . import ops
 
@@ -549,7 +549,7 @@ def matmul_generator(outs, ins, transpose: bool, weighted: bool):
     kernel_fn = KERNELS[("matmul", bool(transpose))]
 
     def kernel(weights, spikes):
-        w = ops.in_dtype(weights, dtype)
+        w = as_dtype(weights, dtype)
         x2 = ops.kernel_events(spikes, weighted, dtype)  # bool: the handler hands the kernel their bytes
         m, n = (w.shape[1] if transpose else w.shape[0]), x2.shape[1]
         if transpose:  # batch-major inside; the transposes cancel with callers' ``S (n, k) @ W``

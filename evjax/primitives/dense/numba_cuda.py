@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 from numba import cuda
 
-from ...dtypes import compute_dtype
+from ...dtypes import as_dtype, compute_dtype
 from ...numba_cuda_kernel import numba_cuda_kernel
 from . import ops
 
@@ -121,7 +121,7 @@ def matmul_numba_cuda(outs, ins, transpose, weighted):
         if empty:
             return [jnp.zeros(out.shape, out.dtype)]
         idx, vals, count = compact_call(ops.kernel_events(spikes, weighted, dtype))
-        return [product(ops.in_dtype(weights, dtype), idx, vals, count).reshape(out.shape).astype(out.dtype)]
+        return [product(as_dtype(weights, dtype), idx, vals, count).reshape(out.shape).astype(out.dtype)]
 
     return run
 

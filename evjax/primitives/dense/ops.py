@@ -43,7 +43,7 @@ import jax.numpy as jnp
 
 from ...units import carries_units
 from ..._validation import canonical
-from ...dtypes import compute_dtype
+from ...dtypes import as_dtype, compute_dtype
 from ..._event_values import as_bool_events, event_operand
 from ...rules import ad as ad_rules
 from ...rules import batching as batching_rules
@@ -154,11 +154,6 @@ def _dense_product(weights, t, transpose: bool, dtype):
 # ===========================================================================
 # The kernels' operands (backend-neutral: every backend's generator prepares them so)
 # ===========================================================================
-def in_dtype(x, dtype):
-    """``x`` in ``dtype`` (itself where it already is)."""
-    return x if x.dtype == dtype else x.astype(dtype)
-
-
 def as_columns(x):
     """``x`` as a matrix: a vector ``(k,)`` is the one column ``(k, 1)`` (a free reshape)."""
     return x if x.ndim == 2 else x.reshape(x.shape[0], 1)
@@ -167,13 +162,13 @@ def as_columns(x):
 def kernel_events(x, weighted: bool, dtype):
     """Events as the kernels read them, a ``(k, n)`` matrix: bool (binary: a spike counts 1) or their
     values in ``dtype``, the compute dtype (weighted)."""
-    return as_columns(in_dtype(x, dtype) if weighted else as_bool_events(x))
+    return as_columns(as_dtype(x, dtype) if weighted else as_bool_events(x))
 
 
 def outer_operands(spikes, g, weighted: bool, dtype):
     """``binary_dense_outer_p``'s operands as the kernels read them: the events ``(k, n)``
     (:func:`kernel_events`) and ``g`` as ``(m, n)`` in ``dtype``."""
-    return kernel_events(spikes, weighted, dtype), as_columns(in_dtype(g, dtype))
+    return kernel_events(spikes, weighted, dtype), as_columns(as_dtype(g, dtype))
 
 
 # ===========================================================================

@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ...backends import warp as bridge
-from ...dtypes import compute_dtype
+from ...dtypes import as_dtype, compute_dtype
 from ...warp_kernel import jaxtype_to_warptype, warp_kernel
 from . import ops
 
@@ -160,7 +160,7 @@ def matmul_warp(outs, ins, transpose, weighted):
 
     def run(weights, spikes):
         idx, vals, count = compact(ops.kernel_events(spikes, weighted, dtype))
-        y = product(ops.in_dtype(weights, dtype), idx, vals, count)
+        y = product(as_dtype(weights, dtype), idx, vals, count)
         return [y.reshape(out.shape).astype(out.dtype)]
 
     return run

@@ -47,7 +47,7 @@ import numpy as np
 
 from ...units import carries_units
 from ..._validation import canonical, check_compressed, check_index_vector, check_shape
-from ...dtypes import compute_dtype
+from ...dtypes import as_dtype, compute_dtype
 from ...rules import batching as batching_rules
 from ...xla_custom_kernel import XLACustomKernel
 from ..grouping import transposed_view
@@ -101,7 +101,8 @@ def _bounds(w_min, w_max, dtype, who: str):
     return jnp.stack(values)
 
 
-_COLUMNS = "the CSC (column) structure of the weights"  # what to pass, for check_compressed's message
+# what to pass, for check_compressed's message
+_ROWS, _COLUMNS = "the CSR (row) structure of the weights", "the CSC (column) structure of the weights"
 
 
 def _shape(shape, who: str) -> tuple[int, int]:
@@ -134,9 +135,8 @@ def _update_contiguous(weight, indices, indptr, spike, trace, w_min, w_max, shap
     """The update of weights stored with the firing lines contiguous: CSR rows (``on_pre``), CSC columns."""
     n_pre, n_post = _shape(shape, who)
     weight = _check_weight(weight, who)
-    view = "CSR (row)" if on_pre else "CSC (column)"
     indices, indptr = check_compressed(indices, indptr, n_pre if on_pre else n_post, weight.shape[0], who,
-                                       f"the {view} structure of the weights")
+                                       _ROWS if on_pre else _COLUMNS)
     spikes, trace = _spikes_and_trace(spike, trace, (n_pre, n_post), on_pre, who)
     return _bind_lines(weight, indices, indptr, spikes, trace, w_min, w_max, backend, who)
 
@@ -164,11 +164,6 @@ def _lines(args, indirect: bool):
     return weight, indices, indptr, None, trace, spikes, bounds
 
 
-def _in(x, dtype):
-    """``x`` in ``dtype`` (itself where it already is)."""
-    return x if x.dtype == dtype else x.astype(dtype)
-
-
 def kernel_lines(args, indirect: bool, dtype):
     """The CSR ops' operands as every backend's kernel takes them: ``(weight, indices, indptr, positions,
     trace, active, bounds)``, with the weights, trace and bounds in ``dtype`` (the compute dtype),
@@ -176,7 +171,7 @@ def kernel_lines(args, indirect: bool, dtype):
     weight, indices, indptr, positions, trace, spikes, bounds = _lines(args, indirect)
     if positions is None:
         positions = jnp.zeros((0,), indices.dtype)
-    return (_in(weight, dtype), indices, indptr, positions, _in(trace, dtype), spikes != 0, _in(bounds, dtype))
+    return (as_dtype(weight, dtype), indices, indptr, positions, as_dtype(trace, dtype), spikes != 0, as_dtype(bounds, dtype))
 
 
 def _raw_update(args, indirect: bool):
@@ -453,7 +448,7 @@ def kernel_dense(args, axis: int, dtype):
     """Either dense op's operands as every backend's kernel takes them: ``(weight, active, trace, bounds)``,
     with ``active = spikes != 0`` and the rest in ``dtype`` (the compute dtype)."""
     weight, spikes, trace, bounds = dense_lines(args, axis)
-    return _in(weight, dtype), spikes != 0, _in(trace, dtype), _in(bounds, dtype)
+    return as_dtype(weight, dtype), spikes != 0, as_dtype(trace, dtype), as_dtype(bounds, dtype)
 
 
 def _dense_raw(args, axis: int):

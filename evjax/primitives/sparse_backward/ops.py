@@ -39,7 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ...dtypes import compute_dtype
+from ...dtypes import as_dtype, compute_dtype
 from ...rules import ad as ad_rules
 from ...rules.batching import broadcast_batch, move_batch_axis, sequential_batch
 from ...rules.partitioning import PartitionRule
@@ -82,14 +82,10 @@ def in_compute_dtype(op, out, launch):
     floats = FLOAT_OPERANDS[op]
 
     def run(*operands):
-        cast = [_as(x, dtype) if k in floats else x for k, x in enumerate(operands)]
-        return [_as(call(*cast), out.dtype)]
+        cast = [as_dtype(x, dtype) if k in floats else x for k, x in enumerate(operands)]
+        return [as_dtype(call(*cast), out.dtype)]
 
     return run
-
-
-def _as(x, dtype):
-    return x if x.dtype == dtype else x.astype(dtype)
 
 
 def rows_sorted(indices, indptr) -> bool:
