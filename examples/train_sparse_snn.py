@@ -349,68 +349,76 @@ def make_synapses(s_in: Structure, s_rec: Structure, dense: bool, sparse_backwar
     return synapses
 
 
-def make_trial(cfg: Config, synapses: Callable) -> Callable:
-    """``trial(params, x) -> (logits, hidden_spikes)`` for one trial ``x`` (bool, (n_steps, n_in))."""
+def make_trial(cfg: Config, synapses: Callable, record: bool = False) -> Callable:
+    """``trial(params, x) -> (logits, counts)`` for one trial ``x`` (bool, (n_steps, n_in)).
+
+    ``counts`` are the hidden neurons' spike counts over the trial, float ``(n_hidden,)``.  The
+    readout is a state of the time loop (``y_t = out_decay * y_{t-1} + s_t @ W_out`` and its running
+    maximum) and so are the counts, so the loop returns no per-step arrays: what the backward pass
+    keeps per step is then only what ``cfg.memory`` says (``evjax.bptt_scan``), not the spike trains.
+    ``record=True``: ``(logits, spikes)`` instead, the spike train ``(n_steps, n_hidden)`` (for the raster).
+    """
     syn_decay = math.exp(-1.0 / cfg.tau_syn)
-    t = np.arange(cfg.n_steps)
-    # the readout y_t = out_decay * y_{t-1} + h_t as one matrix: y = leak @ h
-    leak = np.where(t[:, None] >= t[None, :], math.exp(-1.0 / cfg.tau_out) ** (t[:, None] - t[None, :]), 0.0)
-    leak = jnp.asarray(leak, jnp.float32)
+    out_decay = math.exp(-1.0 / cfg.tau_out)
     surrogate = cfg.spike_surrogate()
 
     def trial(params, x):
         input_current, recurrent_current = synapses(params)
         # zeros_like(x): under shard_map the state then varies over devices like x does
         zeros = jnp.zeros_like(x, jnp.float32, shape=(cfg.n_hidden,))
+        readout = jnp.zeros_like(x, jnp.float32, shape=(cfg.n_classes,))
 
         def step(carry, x_t):
-            v, i_syn, s = carry
+            v, i_syn, s, y, y_max, counts = carry
             i_syn = evjax.exp_trace(i_syn, input_current(x_t) + recurrent_current(s), syn_decay)
             v, s = evjax.lif_step(v, i_syn, tau=cfg.tau_mem, dt=1.0, v_th=1.0, v_reset=0.0,
                                   surrogate=surrogate, detach_reset=True)
             if cfg.sparse_backward:  # the state passes gradient to earlier steps only within the band
                 v, i_syn = evjax.sparse_backward_gate((v, i_syn), v, s, v_th=1.0, surrogate=surrogate)
-            return (v, i_syn, s), s
+            y = out_decay * y + s @ params["w_out"]  # the leaky readout
+            return (v, i_syn, s, y, jnp.maximum(y_max, y), counts + s), (s if record else None)
 
-        _, spikes = evjax.bptt_scan(step, (zeros, zeros, zeros), x, memory=cfg.memory)
-        ys = leak @ (spikes @ params["w_out"])  # (n_steps, n_classes)
-        return jnp.max(ys, axis=0), spikes
+        init = (zeros, zeros, zeros, readout, readout - jnp.inf, zeros)
+        (*_, logits, counts), spikes = evjax.bptt_scan(step, init, x, memory=cfg.memory)
+        return logits, (spikes if record else counts)
 
     return trial
 
 
 def make_loss(cfg: Config, trial: Callable) -> Callable:
-    """``loss(params, x_batch, labels) -> (loss, (accuracy, spikes))``, the batch by ``jax.vmap``."""
+    """``loss(params, x_batch, labels) -> (loss, (accuracy, counts))``, the batch by ``jax.vmap``;
+    ``counts``: spike counts per trial and hidden neuron, ``(batch, n_hidden)``."""
 
     def loss(params, x, labels):
-        logits, spikes = jax.vmap(trial, in_axes=(None, 0))(params, x)
+        logits, counts = jax.vmap(trial, in_axes=(None, 0))(params, x)
         log_p = jax.nn.log_softmax(logits)
         ce = -jnp.mean(jnp.take_along_axis(log_p, labels[:, None], axis=1))
-        rate = jnp.mean(spikes, axis=1)  # per trial and neuron: the loss is a mean over trials
+        rate = counts / x.shape[1]  # per trial and neuron: the loss is a mean over trials
         reg = cfg.rate_reg * jnp.mean(jnp.square(jax.nn.relu(rate - cfg.rate_target)))
         acc = jnp.mean(jnp.argmax(logits, axis=1) == labels)
-        return ce + reg, (acc, spikes)
+        return ce + reg, (acc, counts)
 
     return loss
 
 
 def make_train_step(loss: Callable, optimizer) -> Callable:
-    """A jitted Adam step: ``(params, opt_state, x, labels) -> (params, opt_state, loss, acc, spikes)``."""
+    """A jitted Adam step: ``(params, opt_state, x, labels) -> (params, opt_state, loss, acc, counts)``."""
     import optax
 
     @jax.jit
     def train_step(params, opt_state, x, labels):
-        (value, (acc, spikes)), grads = jax.value_and_grad(loss, has_aux=True)(params, x, labels)
+        (value, (acc, counts)), grads = jax.value_and_grad(loss, has_aux=True)(params, x, labels)
         updates, opt_state = optimizer.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, value, acc, spikes
+        return optax.apply_updates(params, updates), opt_state, value, acc, counts
 
     return train_step
 
 
-def synaptic_events(spikes: np.ndarray, x: np.ndarray, s_in: Structure, s_rec: Structure) -> int:
-    """Synaptic events of a batch's forward pass: each spike times its neuron's fan-out."""
+def synaptic_events(counts: np.ndarray, x: np.ndarray, s_in: Structure, s_rec: Structure) -> int:
+    """Synaptic events of a batch's forward pass: each spike times its neuron's fan-out (``counts``: the
+    hidden neurons' spike counts per trial, ``x``: the input spikes)."""
     in_events = np.tensordot(np.asarray(x, np.float64), s_in.row_lengths(), axes=([-1], [0])).sum()
-    rec_events = np.tensordot(np.asarray(spikes, np.float64), s_rec.row_lengths(), axes=([-1], [0])).sum()
+    rec_events = np.tensordot(np.asarray(counts, np.float64), s_rec.row_lengths(), axes=([-1], [0])).sum()
     return int(in_events + rec_events)
 
 
@@ -504,12 +512,12 @@ def train(cfg: Config, dense: bool = False, log: Callable[[str], None] = print) 
             idx = order[b * cfg.batch:(b + 1) * cfg.batch]
             xb, yb = x_train[idx], y_train[idx]
             t0 = time.perf_counter()
-            params, opt_state, value, acc, spikes = train_step(params, opt_state, xb, yb)
+            params, opt_state, value, acc, counts = train_step(params, opt_state, xb, yb)
             value = float(value)  # waits for the step
             elapsed = time.perf_counter() - t0
             if epoch > 1 or b > 0:  # the first call compiles
                 epoch_times.append(elapsed)
-                events += synaptic_events(np.asarray(spikes), xb, s_in, s_rec)
+                events += synaptic_events(np.asarray(counts), xb, s_in, s_rec)
                 event_time += elapsed
             losses.append(value)
             accs.append(float(acc))
@@ -528,7 +536,8 @@ def train(cfg: Config, dense: bool = False, log: Callable[[str], None] = print) 
     result.final_params = params
     # one test trial, through the batched model (a batch of 1): the kernels training compiled serve it, where a
     # single-trial call would compile the vector kernels, and the process would wait for them at exit
-    _, hidden = jax.jit(jax.vmap(trial, in_axes=(None, 0)))(params, x_test[:1])
+    recorder = make_trial(cfg, make_synapses(s_in, s_rec, dense, cfg.sparse_backward), record=True)
+    _, hidden = jax.jit(jax.vmap(recorder, in_axes=(None, 0)))(params, x_test[:1])
     result.raster = (np.asarray(hidden[0]), x_test[0], int(y_test[0]))
     return result
 

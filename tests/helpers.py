@@ -107,7 +107,7 @@ opt = optax.adam(1e-2)
 state = opt.init(params)
 
 def step(params, state, x, y):
-    (value, (acc, spikes)), grads = jax.value_and_grad(loss, has_aux=True)(params, x, y)
+    (value, (acc, counts)), grads = jax.value_and_grad(loss, has_aux=True)(params, x, y)
     updates, state = opt.update(grads, state, params)
     return optax.apply_updates(params, updates), state, value, grads
 """
