@@ -83,12 +83,7 @@ def _in_place(name: str, dtype, launch_dims):
     with _lock:
         kernel = plasticity_kernels(str(np.dtype(dtype)))[name]
     call = warp_kernel(kernel, [], launch_dims=launch_dims, in_out_argnames=["out"])
-
-    def run(*operands):
-        y = call(*operands)
-        return y[0] if isinstance(y, (tuple, list)) else y
-
-    return run
+    return lambda *operands: call(*operands)[0]  # an in-out buffer: warp_kernel returns a tuple, here of one
 
 
 def dense_update_warp(outs, ins, axis: int, clip_min: bool, clip_max: bool):
