@@ -50,6 +50,14 @@ def bptt_scan(step: Callable, init: Any, xs: Any = None, *, length: int | None =
         steps, which XLA may fuse (and so round) differently from the first
         forward: they agree with ``"full"`` to float rounding.
 
+    Note:
+        The stacked ``ys`` are results, kept in every mode, and their
+        cotangent comes back as one stacked array.  A model that returns a
+        per-step array (the spike train, for a readout after the loop) keeps
+        two ``(T, ...)`` arrays whatever ``memory`` says; carrying the readout
+        (a leaky sum, a running maximum, spike counts) in the carry instead
+        lets the memory mode decide (``examples/train_sparse_snn.py`` does).
+
     Raises:
         ValueError: an unknown ``memory``, a ``segment`` below 1, or no way to
             tell the number of steps.
