@@ -234,7 +234,8 @@ def main(argv=None) -> dict:
 
 
 def accuracy_by_band(path: pathlib.Path) -> tuple[dict[float, float], float | None]:
-    """``({band: mean accuracy}, default accuracy)`` on Randman from the accuracy results file, if any."""
+    """``({band: mean accuracy}, default accuracy)`` on Randman from the accuracy results file, if any: its
+    first table (the default ``--memory full``) where a later one repeats a row."""
     if not path.exists():
         return {}, None
     by_band, default = {}, None
@@ -244,9 +245,9 @@ def accuracy_by_band(path: pathlib.Path) -> tuple[dict[float, float], float | No
             continue
         mean = float(cells[4].split()[0])
         if cells[1].startswith("fast_sigmoid (default)"):
-            default = mean
+            default = mean if default is None else default
         elif cells[1].startswith("sparse backward") and "band" in cells[1]:
-            by_band[float(cells[1].rsplit("band", 1)[1])] = mean
+            by_band.setdefault(float(cells[1].rsplit("band", 1)[1]), mean)
     return by_band, default
 
 

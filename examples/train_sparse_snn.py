@@ -89,7 +89,7 @@ class Config:
     alpha: float = 10.0  # its sharpness
     band: float | None = None  # half-width of a compact surrogate's band (None: its default, 3 / alpha)
     sparse_backward: bool = False  # gradients only through neurons in the band (needs a compact surrogate)
-    memory: str = "full"  # what BPTT keeps: "full", "carry" or "segments" (evjax.bptt_scan)
+    memory: str = "full"  # what BPTT keeps: "full", "carry" or "segments" (evjax.bptt_scan; see make_trial)
     dataset: str = "randman"  # "randman" (generated here) or "digits" (scikit-learn's, n_in becomes 64)
 
     def spike_surrogate(self) -> evjax.Surrogate:
@@ -352,32 +352,56 @@ def make_synapses(s_in: Structure, s_rec: Structure, dense: bool, sparse_backwar
 def make_trial(cfg: Config, synapses: Callable, record: bool = False) -> Callable:
     """``trial(params, x) -> (logits, counts)`` for one trial ``x`` (bool, (n_steps, n_in)).
 
-    ``counts`` are the hidden neurons' spike counts over the trial, float ``(n_hidden,)``.  The
-    readout is a state of the time loop (``y_t = out_decay * y_{t-1} + s_t @ W_out`` and its running
-    maximum) and so are the counts, so the loop returns no per-step arrays: what the backward pass
-    keeps per step is then only what ``cfg.memory`` says (``evjax.bptt_scan``), not the spike trains.
-    ``record=True``: ``(logits, spikes)`` instead, the spike train ``(n_steps, n_hidden)`` (for the raster).
+    ``counts`` are the hidden neurons' spike counts over the trial, float ``(n_hidden,)``;
+    ``record=True`` gives ``(logits, spikes)`` instead, the spike train ``(n_steps, n_hidden)``.
+
+    The leaky readout ``y_t = out_decay * y_{t-1} + s_t @ W_out`` (``logits = max_t y_t``) is computed
+    in one of two ways, the same values to float rounding:
+
+    * ``cfg.memory == "full"``: after the time loop, from the stacked spike trains, as one matrix
+      product for all steps (faster on CPU than a small product per step);
+    * ``"carry"`` or ``"segments"``: carried through the loop with the spike counts, so the loop
+      returns no per-step arrays and its backward pass keeps only what the memory mode says
+      (``evjax.bptt_scan``), not the spike trains and their cotangents.
     """
     syn_decay = math.exp(-1.0 / cfg.tau_syn)
     out_decay = math.exp(-1.0 / cfg.tau_out)
+    t = np.arange(cfg.n_steps)
+    # the readout y_t = out_decay * y_{t-1} + h_t as one matrix: y = leak @ h
+    leak = np.where(t[:, None] >= t[None, :], out_decay ** (t[:, None] - t[None, :]), 0.0)
+    leak = jnp.asarray(leak, jnp.float32)
     surrogate = cfg.spike_surrogate()
+    carried = cfg.memory != "full"
 
     def trial(params, x):
         input_current, recurrent_current = synapses(params)
         # zeros_like(x): under shard_map the state then varies over devices like x does
         zeros = jnp.zeros_like(x, jnp.float32, shape=(cfg.n_hidden,))
-        readout = jnp.zeros_like(x, jnp.float32, shape=(cfg.n_classes,))
 
-        def step(carry, x_t):
-            v, i_syn, s, y, y_max, counts = carry
+        def neurons(v, i_syn, s, x_t):
             i_syn = evjax.exp_trace(i_syn, input_current(x_t) + recurrent_current(s), syn_decay)
             v, s = evjax.lif_step(v, i_syn, tau=cfg.tau_mem, dt=1.0, v_th=1.0, v_reset=0.0,
                                   surrogate=surrogate, detach_reset=True)
             if cfg.sparse_backward:  # the state passes gradient to earlier steps only within the band
                 v, i_syn = evjax.sparse_backward_gate((v, i_syn), v, s, v_th=1.0, surrogate=surrogate)
-            y = out_decay * y + s @ params["w_out"]  # the leaky readout
+            return v, i_syn, s
+
+        if not carried:
+            def step(carry, x_t):
+                state = neurons(*carry, x_t)
+                return state, state[2]
+
+            _, spikes = evjax.bptt_scan(step, (zeros, zeros, zeros), x, memory=cfg.memory)
+            logits = jnp.max(leak @ (spikes @ params["w_out"]), axis=0)
+            return logits, (spikes if record else jnp.sum(spikes, axis=0))
+
+        def step(carry, x_t):
+            v, i_syn, s, y, y_max, counts = carry
+            v, i_syn, s = neurons(v, i_syn, s, x_t)
+            y = out_decay * y + s @ params["w_out"]
             return (v, i_syn, s, y, jnp.maximum(y_max, y), counts + s), (s if record else None)
 
+        readout = jnp.zeros_like(x, jnp.float32, shape=(cfg.n_classes,))
         init = (zeros, zeros, zeros, readout, readout - jnp.inf, zeros)
         (*_, logits, counts), spikes = evjax.bptt_scan(step, init, x, memory=cfg.memory)
         return logits, (spikes if record else counts)
