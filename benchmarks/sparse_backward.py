@@ -234,20 +234,20 @@ def main(argv=None) -> dict:
 
 
 def accuracy_by_band(path: pathlib.Path) -> tuple[dict[float, float], float | None]:
-    """``({band: mean accuracy}, default accuracy)`` on Randman from the accuracy results file, if any: its
-    first table (the default ``--memory full``) where a later one repeats a row."""
+    """``({band: mean accuracy}, default accuracy)`` on Randman from the accuracy results file, if any: the
+    runs of the current code, before its section ``## Earlier runs``."""
     if not path.exists():
         return {}, None
     by_band, default = {}, None
-    for line in path.read_text().splitlines():
+    for line in path.read_text().split("\n## Earlier runs")[0].splitlines():
         cells = [c.strip() for c in line.strip("|").split("|")]
         if len(cells) != 5 or cells[0] != "randman":
             continue
         mean = float(cells[4].split()[0])
         if cells[1].startswith("fast_sigmoid (default)"):
-            default = mean if default is None else default
+            default = mean
         elif cells[1].startswith("sparse backward") and "band" in cells[1]:
-            by_band.setdefault(float(cells[1].rsplit("band", 1)[1]), mean)
+            by_band[float(cells[1].rsplit("band", 1)[1])] = mean
     return by_band, default
 
 
