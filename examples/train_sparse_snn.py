@@ -515,7 +515,8 @@ def train(cfg: Config, dense: bool = False, log: Callable[[str], None] = print) 
     params, s_in, s_rec = init_params(cfg)
     if dense:
         params = to_dense_params(params, s_in, s_rec)
-    trial = make_trial(cfg, make_synapses(s_in, s_rec, dense, cfg.sparse_backward))
+    synapses = make_synapses(s_in, s_rec, dense, cfg.sparse_backward)
+    trial = make_trial(cfg, synapses)
     optimizer = optax.adam(cfg.lr)
     opt_state = optimizer.init(params)
     train_step = make_train_step(make_loss(cfg, trial), optimizer)
@@ -560,7 +561,7 @@ def train(cfg: Config, dense: bool = False, log: Callable[[str], None] = print) 
     result.final_params = params
     # one test trial, through the batched model (a batch of 1): the kernels training compiled serve it, where a
     # single-trial call would compile the vector kernels, and the process would wait for them at exit
-    recorder = make_trial(cfg, make_synapses(s_in, s_rec, dense, cfg.sparse_backward), record=True)
+    recorder = make_trial(cfg, synapses, record=True)
     _, hidden = jax.jit(jax.vmap(recorder, in_axes=(None, 0)))(params, x_test[:1])
     result.raster = (np.asarray(hidden[0]), x_test[0], int(y_test[0]))
     return result

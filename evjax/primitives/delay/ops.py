@@ -225,7 +225,8 @@ def deliver_runner(outs, weighted: bool, build):
     launch = build(dtype)
 
     def run(ring, events, data, indices, indptr, delays, t):
-        y = launch(as_dtype(ring, dtype), event_values(events, weighted, dtype), data.astype(dtype), indices, indptr, delays, t)
+        y = launch(as_dtype(ring, dtype), event_values(events, weighted, dtype), data.astype(dtype), indices, indptr,
+                   delays, t)
         return [y.astype(out.dtype)]
 
     return run

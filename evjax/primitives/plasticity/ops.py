@@ -171,7 +171,8 @@ def kernel_lines(args, indirect: bool, dtype):
     weight, indices, indptr, positions, trace, spikes, bounds = _lines(args, indirect)
     if positions is None:
         positions = jnp.zeros((0,), indices.dtype)
-    return (as_dtype(weight, dtype), indices, indptr, positions, as_dtype(trace, dtype), spikes != 0, as_dtype(bounds, dtype))
+    return (as_dtype(weight, dtype), indices, indptr, positions, as_dtype(trace, dtype), spikes != 0,
+            as_dtype(bounds, dtype))
 
 
 def _raw_update(args, indirect: bool):
