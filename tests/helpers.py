@@ -113,6 +113,45 @@ def step(params, state, x, y):
 """
 
 
+# The environment variable through which run_in_cuda_simulator gives the simulator's process its CPU
+# (tests/cudasim/conftest.py pins the process's main thread, hence the simulated CUDA threads, to it).
+SIMULATOR_CPU_ENV = "EVJAX_SIM_CPU"
+
+
+def simulator_cpu() -> int:
+    """The CPU for this pytest worker's simulator processes: worker i (xdist's ``gw<i>``) gets allowed CPU i mod n.
+
+    The simulator runs each CUDA thread as a Python thread, and they hand the GIL to each other
+    constantly.  Spread over cores, each hand-off wakes a thread on another core; on 2 busy cores
+    (CI's two workers) that made tests/cudasim/test_sim_harness.py's matmul cases 3.7x slower than
+    alone (63.8 s against 17 s), and pinned to one core 21.9 s (2026-11-28).  One CPU per worker
+    keeps two workers' simulators on different cores.
+    """
+    cpus = sorted(os.sched_getaffinity(0))
+    worker = re.fullmatch(r"gw(\d+)", os.environ.get("PYTEST_XDIST_WORKER", ""))
+    return cpus[int(worker.group(1)) % len(cpus) if worker else 0]
+
+
+def run_in_cuda_simulator(args: list[str], timeout: int = HANG_GUARD_S) -> subprocess.CompletedProcess:
+    """Run ``python <args>`` from the repository root with Numba's CUDA simulator on (JAX on the CPU).
+
+    NUMBA_ENABLE_CUDASIM must be set before numba is imported, which a pytest process has done,
+    hence a process of its own; its main thread runs on :func:`simulator_cpu`.
+    """
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONPATH": path, "JAX_PLATFORMS": "cpu",
+           SIMULATOR_CPU_ENV: str(simulator_cpu())}
+    return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def run_simulator_tests(module: str) -> None:
+    """Run the pytest module ``tests/cudasim/<module>`` in the CUDA simulator; fail unless it passes."""
+    result = run_in_cuda_simulator(["-m", "pytest", "-q", "-p", "no:cacheprovider", f"tests/cudasim/{module}"])
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
+    assert " passed" in result.stdout and " failed" not in result.stdout
+
+
 def run_on_four_cpu_devices(code: str, timeout: int = HANG_GUARD_S) -> str:
     """Run ``code`` in a fresh Python with ``XLA_FLAGS=--xla_force_host_platform_device_count=4``
     (the flag must be set before JAX initialises), the repository root as working directory and

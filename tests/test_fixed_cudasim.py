@@ -2,23 +2,10 @@
 subprocess with Numba's CUDA simulator on (NUMBA_ENABLE_CUDASIM must be set before numba is imported)."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
-from tests.helpers import HANG_GUARD_S
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.helpers import run_simulator_tests
 
 
 @pytest.mark.cudasim
 def test_fixed_functions_under_the_cuda_simulator():
-    path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)
-    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONPATH": path, "JAX_PLATFORMS": "cpu"}
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/cudasim/test_sim_fixed.py"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=HANG_GUARD_S,
-    )
-    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
-    assert " passed" in result.stdout and " failed" not in result.stdout
+    run_simulator_tests("test_sim_fixed.py")

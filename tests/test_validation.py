@@ -3,9 +3,6 @@
 shapes, and complex inputs."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -17,12 +14,11 @@ from evjax.primitives.csr import csr_sddmm_p, validate_csr
 from evjax._kernel_compat import python_callable
 from evjax.primitives.spans import row_span as _compiled_span
 from evjax.primitives.csr.validation import INT32_MAX, check_shape, index_dtypes
-from tests.helpers import HANG_GUARD_S, small_scipy_csr
+from tests.helpers import run_simulator_tests, small_scipy_csr
 
 _span = python_callable(_compiled_span)  # compiled, with a Python entry
 
 S = jax.ShapeDtypeStruct
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 I32, I64 = np.dtype(np.int32), np.dtype(np.int64)
 
 
@@ -190,14 +186,7 @@ def test_int32_indices_with_int64_indptr_forward_grad_vmap(backend):
 
 @pytest.mark.cudasim
 def test_numba_cuda_kernels_take_int64_indptr_with_int32_indices():
-    path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)
-    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONPATH": path, "JAX_PLATFORMS": "cpu"}
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/cudasim/test_sim_mixed_indices.py"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=HANG_GUARD_S,
-    )
-    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
-    assert " passed" in result.stdout and " failed" not in result.stdout
+    run_simulator_tests("test_sim_mixed_indices.py")
 
 
 # ---------------------------------------------------------------------------

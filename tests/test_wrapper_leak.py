@@ -10,9 +10,6 @@ executable (about 1.5 MB), alive forever; ``jax.clear_caches()`` does not help.
 from __future__ import annotations
 
 import gc
-import os
-import subprocess
-import sys
 import textwrap
 import tracemalloc
 import weakref
@@ -24,8 +21,8 @@ import numpy as np
 import pytest
 
 import evjax
+from tests.helpers import run_in_cuda_simulator
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 N = 16
 OUT = jax.ShapeDtypeStruct((N,), jnp.float32)
 # Calls per measured window: a leak of the compiled executable (about 1.5 MB per wrapper) or of the wrapper
@@ -188,11 +185,7 @@ _CUDASIM_SCRIPT = textwrap.dedent(
 @pytest.mark.cudasim
 def test_fresh_jitted_cuda_wrappers_are_collected_in_the_simulator():
     """In the simulator the call is a ``jax.pure_callback``, whose callback must not hold the wrapper."""
-    path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)
-    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONPATH": path, "JAX_PLATFORMS": "cpu"}
-    result = subprocess.run(
-        [sys.executable, "-c", _CUDASIM_SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
-    )
+    result = run_in_cuda_simulator(["-c", _CUDASIM_SCRIPT], timeout=600)
     assert result.returncode == 0 and "OK" in result.stdout, result.stdout[-3000:] + result.stderr[-3000:]
 
 

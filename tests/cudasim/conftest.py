@@ -23,3 +23,8 @@ else:
     # a stress run for races in the kernels (a missing syncthreads, a
     # non-atomic shared update) or in the simulator.
     sys.setswitchinterval(float(os.environ.get("EVJAX_SIM_SWITCH_INTERVAL", "1e-4")))
+    # The CPU that tests/helpers.py's run_in_cuda_simulator chose for this process (one per pytest
+    # worker): the main thread, and so every simulated CUDA thread it starts, runs there.  Their GIL
+    # hand-offs then stay on one core; spread over two busy cores they were 2.9x slower (simulator_cpu).
+    if os.environ.get("EVJAX_SIM_CPU"):
+        os.sched_setaffinity(0, {int(os.environ["EVJAX_SIM_CPU"])})
