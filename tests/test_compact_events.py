@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 import evjax
 from evjax.primitives.compact import active_list
 from evjax.primitives.csr import numba as csr_numba
-from evjax.testing import OpSpec, check_all, csr_resampler, property_test
+from evjax.testing import OpSpec, csr_resampler, property_test
 from tests.helpers import csr_args, dense_matrix, structural_matmul
 
 BACKENDS = ("numba", "warp", "reference")

@@ -168,8 +168,6 @@ def test_pytree_round_trip_placeholders_and_rebuilt_structure_checks():
 
 
 def test_kernels_compile_per_signature_not_per_shape():
-    from evjax.backends import numba_cpu
-
     rng = np.random.default_rng(5)
     f = lambda w, s: s @ w  # noqa: E731
     f(evjax.CSR.from_scipy(small_scipy_csr(3, 9, 7)), rng.random(9) < 0.5)  # compile this signature
