@@ -118,15 +118,18 @@ def step(params, state, x, y):
 SIMULATOR_CPU_ENV = "EVJAX_SIM_CPU"
 
 
-def simulator_cpu() -> int:
+def simulator_cpu() -> int | None:
     """The CPU for this pytest worker's simulator processes: worker i (xdist's ``gw<i>``) gets allowed CPU i mod n.
 
     The simulator runs each CUDA thread as a Python thread, and they hand the GIL to each other
     constantly.  Spread over cores, each hand-off wakes a thread on another core; on 2 busy cores
     (CI's two workers) that made tests/cudasim/test_sim_harness.py's matmul cases 3.7x slower than
     alone (63.8 s against 17 s), and pinned to one core 21.9 s (2026-11-28).  One CPU per worker
-    keeps two workers' simulators on different cores.
+    keeps two workers' simulators on different cores.  None where the system has no CPU affinity
+    (macOS): the processes then run unpinned.
     """
+    if not hasattr(os, "sched_getaffinity"):
+        return None
     cpus = sorted(os.sched_getaffinity(0))
     worker = re.fullmatch(r"gw(\d+)", os.environ.get("PYTEST_XDIST_WORKER", ""))
     return cpus[int(worker.group(1)) % len(cpus) if worker else 0]
@@ -139,8 +142,10 @@ def run_in_cuda_simulator(args: list[str], timeout: int = HANG_GUARD_S) -> subpr
     hence a process of its own; its main thread runs on :func:`simulator_cpu`.
     """
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONPATH": path, "JAX_PLATFORMS": "cpu",
-           SIMULATOR_CPU_ENV: str(simulator_cpu())}
+    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONPATH": path, "JAX_PLATFORMS": "cpu"}
+    cpu = simulator_cpu()
+    if cpu is not None:
+        env[SIMULATOR_CPU_ENV] = str(cpu)
     return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=timeout)
 

@@ -26,5 +26,5 @@ else:
     # The CPU that tests/helpers.py's run_in_cuda_simulator chose for this process (one per pytest
     # worker): the main thread, and so every simulated CUDA thread it starts, runs there.  Their GIL
     # hand-offs then stay on one core; spread over two busy cores they were 2.9x slower (simulator_cpu).
-    if os.environ.get("EVJAX_SIM_CPU"):
+    if os.environ.get("EVJAX_SIM_CPU") and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {int(os.environ["EVJAX_SIM_CPU"])})

@@ -9,6 +9,7 @@ CUDA thread.
 from __future__ import annotations
 
 import math
+import os
 
 import jax
 import jax.numpy as jnp
@@ -271,3 +272,10 @@ def test_shared_array_is_one_buffer_per_block_whatever_the_thread_switches():
     buffers, first, second = _shared_arrays_from_threads(8)
     assert len(buffers) == 8 and all(b is buffers[0] for b in buffers)
     assert first is not second and second.dtype == np.int32
+
+
+@pytest.mark.skipif(not os.environ.get("EVJAX_SIM_CPU") or not hasattr(os, "sched_getaffinity"),
+                    reason="started without a CPU to run on (tests/helpers.py's simulator_cpu)")
+def test_the_simulator_process_runs_on_the_cpu_it_was_given():
+    """tests/cudasim/conftest.py pins the main thread (hence every simulated CUDA thread) to one CPU."""
+    assert os.sched_getaffinity(0) == {int(os.environ["EVJAX_SIM_CPU"])}
