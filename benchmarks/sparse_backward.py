@@ -37,10 +37,8 @@ import importlib.util
 import os
 import pathlib
 import sys
-import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent

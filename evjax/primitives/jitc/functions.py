@@ -13,7 +13,7 @@ from ...units import carries_units
 from ... import _compat
 from ..._validation import as_seed, canonical, check_shape
 from ..._event_values import event_operand
-from .ops import LAWS, bind_dense, bind_matmul
+from .ops import bind_dense, bind_matmul
 
 __all__ = [
     "jitsmv", "jitsmm", "jitnmv", "jitnmm", "jitumv", "jitumm",

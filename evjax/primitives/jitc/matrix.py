@@ -29,7 +29,7 @@ from ..._validation import as_seed, check_shape
 from ..._event_values import EventValues, event_operand
 from ...errors import UnsupportedOperationError
 from .functions import check_prob
-from .ops import LAWS, generated_shape, host_structure
+from .ops import LAWS, host_structure
 
 __all__ = ["JITCMatrix", "JITCScalarMatrix", "JITCScalarR", "JITCScalarC", "JITCNormalR", "JITCNormalC", "JITCUniformR", "JITCUniformC",
            "JITCHomoR", "JITCHomoC"]
