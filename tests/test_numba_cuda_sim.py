@@ -17,7 +17,7 @@ FILES = ["test_sim_wrappers.py", "test_sim_csr.py", "test_sim_tutorial.py", "tes
 @pytest.mark.cudasim
 @pytest.mark.parametrize("name", FILES)
 def test_under_the_cuda_simulator(name):
-    run_simulator_tests(f"{name}")
+    run_simulator_tests(name)
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
