@@ -2,6 +2,7 @@
 
     python benchmarks/cold_start.py                    # every family in FAMILIES
     python benchmarks/cold_start.py --quick csr        # fewer repetitions, the named families
+    python benchmarks/cold_start.py --out benchmarks/results/cold_start_vmap.md csr_vmap fixed_vmap dense_vmap jitc_vmap
 
 Every measurement runs in a fresh subprocess with new, empty ``NUMBA_CACHE_DIR``
 and ``EVJAX_CACHE_DIR`` (temporary folders), as a new user's first run:
@@ -14,6 +15,9 @@ and ``EVJAX_CACHE_DIR`` (temporary folders), as a new user's first run:
 * ``precompiled``: forward then grad in a process started after
   ``python -m evjax.precompile <family>`` filled the (otherwise empty) caches;
 * ``warm``: forward then grad again, on the caches the cold run filled.
+
+A ``*_vmap`` family is the same case vmapped over ``TRIALS`` spike vectors (a
+user's batch of trials): its first calls compile the batched kernels.
 
 Times are wall-clock seconds and, beside them, the process's CPU seconds
 (``time.process_time``: every thread, XLA's compiler threads included).  The
@@ -30,6 +34,7 @@ args)`` of jitted-able callables and their arguments, and its goals.  Writes
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import subprocess
@@ -48,9 +53,24 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # ---------------------------------------------------------------------------
 # families: case(n) -> (forward(*args), grad(*args), args); their goals in seconds
 # ---------------------------------------------------------------------------
-def csr_case(n: int):
+def _spikes(rng, n: int, rate: float, trials: int | None):
+    """Boolean spikes: one vector of ``n``, or ``trials`` of them (a batch a user vmaps over)."""
+    import jax.numpy as jnp
+
+    return jnp.asarray(rng.random((n,) if trials is None else (trials, n)) < rate)
+
+
+def _over_trials(apply, spikes, trials: int | None):
+    """``apply(spikes)``, or ``jax.vmap(apply)`` over the trials of a batch."""
+    import jax
+
+    return apply(spikes) if trials is None else jax.vmap(apply)(spikes)
+
+
+def csr_case(n: int, trials: int | None = None):
     """``spikes @ W`` over a CSR with per-synapse weights (p = 0.02), and the gradient of
-    ``sum((spikes @ W) ** 2)`` w.r.t. the weights."""
+    ``sum((spikes @ W) ** 2)`` w.r.t. the weights; with ``trials``, both vmapped over a batch of
+    spike vectors (the batched kernels)."""
     import jax.numpy as jnp
 
     import evjax
@@ -58,10 +78,10 @@ def csr_case(n: int):
     rng = np.random.default_rng(0)
     dense = ((rng.random((n, n)) < 0.02) * rng.standard_normal((n, n))).astype(np.float32)
     W = evjax.CSR.fromdense(dense)
-    spikes = jnp.asarray(rng.random(n) < 0.1)
+    spikes = _spikes(rng, n, 0.1, trials)
 
     def forward(data):
-        return spikes @ W.with_data(data)
+        return _over_trials(lambda s: s @ W.with_data(data), spikes, trials)
 
     def grad(data):
         return jnp.sum(forward(data) ** 2)
@@ -69,18 +89,19 @@ def csr_case(n: int):
     return forward, grad, (W.data,)
 
 
-def dense_case(n: int):
-    """``spikes @ W`` over a dense ``evjax.Dense`` matrix, and the gradient w.r.t. ``W``."""
+def dense_case(n: int, trials: int | None = None):
+    """``spikes @ W`` over a dense ``evjax.Dense`` matrix, and the gradient w.r.t. ``W`` (with
+    ``trials``: vmapped over a batch)."""
     import jax.numpy as jnp
 
     import evjax
 
     rng = np.random.default_rng(0)
     W = evjax.Dense(jnp.asarray(rng.standard_normal((n, n)).astype(np.float32)))
-    spikes = jnp.asarray(rng.random(n) < 0.05)
+    spikes = _spikes(rng, n, 0.05, trials)
 
     def forward(data):
-        return spikes @ evjax.Dense(data)
+        return _over_trials(lambda s: s @ evjax.Dense(data), spikes, trials)
 
     def grad(data):
         return jnp.sum(forward(data) ** 2)
@@ -88,8 +109,9 @@ def dense_case(n: int):
     return forward, grad, (W.data,)
 
 
-def fixed_case(n: int):
-    """``spikes @ C`` over a fixed fan-out table (k = 80) with per-synapse weights, and the gradient."""
+def fixed_case(n: int, trials: int | None = None):
+    """``spikes @ C`` over a fixed fan-out table (k = 80) with per-synapse weights, and the gradient
+    (with ``trials``: vmapped over a batch)."""
     import jax
     import jax.numpy as jnp
 
@@ -98,10 +120,10 @@ def fixed_case(n: int):
     rng = np.random.default_rng(0)
     C = evjax.FixedPostNumConn.random(jax.random.PRNGKey(0), n, n, 80,
                                       weight=jnp.asarray(rng.standard_normal((n, 80)).astype(np.float32)))
-    spikes = jnp.asarray(rng.random(n) < 0.1)
+    spikes = _spikes(rng, n, 0.1, trials)
 
     def forward(data):
-        return spikes @ C.with_data(data)
+        return _over_trials(lambda s: s @ C.with_data(data), spikes, trials)
 
     def grad(data):
         return jnp.sum(forward(data) ** 2)
@@ -109,17 +131,18 @@ def fixed_case(n: int):
     return forward, grad, (C.data,)
 
 
-def jitc_case(n: int, prob: float = 0.02):
+def jitc_case(n: int, trials: int | None = None, prob: float = 0.02):
     """``spikes @ M`` over a JITC matrix with normal weights (never stored), and the gradient of
-    ``sum((spikes @ M) ** 2)`` w.r.t. the weights' mean."""
+    ``sum((spikes @ M) ** 2)`` w.r.t. the weights' mean (with ``trials``: vmapped over a batch)."""
     import jax.numpy as jnp
 
     import evjax
 
-    spikes = jnp.asarray(np.random.default_rng(0).random(n) < 0.1)
+    spikes = _spikes(np.random.default_rng(0), n, 0.1, trials)
 
     def forward(loc):
-        return spikes @ evjax.JITCNormalR(loc, 0.1, prob=prob, seed=7, shape=(n, n))
+        return _over_trials(lambda s: s @ evjax.JITCNormalR(loc, 0.1, prob=prob, seed=7, shape=(n, n)),
+                            spikes, trials)
 
     def grad(loc):
         return jnp.sum(forward(loc) ** 2)
@@ -130,14 +153,20 @@ def jitc_case(n: int, prob: float = 0.02):
 NEW_FAMILY_GOALS = (2.0, 2.0)  # each other family's first forward and grad (issue 29)
 PRECOMPILED_GOAL = 0.5  # every family's first forward and first grad after python -m evjax.precompile
 CSR_CPU_GOAL = 3.0  # CSR: CPU seconds of the first forward and the first grad together
+TRIALS = 16  # the batch of the vmapped cases (a user's trials): the batched kernels' first calls
 FAMILIES = {
     # name: (case, goal of the first forward, goal of the first jit(grad)), seconds
     "csr": (csr_case, 1.5, 1.5),
     "dense": (dense_case, *NEW_FAMILY_GOALS),
     "fixed": (fixed_case, *NEW_FAMILY_GOALS),
     "jitc": (jitc_case, *NEW_FAMILY_GOALS),
+    # the same, vmapped over TRIALS spike vectors: the same goals as one vector's
+    "csr_vmap": (functools.partial(csr_case, trials=TRIALS), 1.5, 1.5),
+    "dense_vmap": (functools.partial(dense_case, trials=TRIALS), *NEW_FAMILY_GOALS),
+    "fixed_vmap": (functools.partial(fixed_case, trials=TRIALS), *NEW_FAMILY_GOALS),
+    "jitc_vmap": (functools.partial(jitc_case, trials=TRIALS), *NEW_FAMILY_GOALS),
 }
-PRECOMPILE_FAMILY = {"csr": "csr", "dense": "dense", "fixed": "fixed", "jitc": "jitc"}
+PRECOMPILE_FAMILY = {name: name.split("_")[0] for name in FAMILIES}
 
 
 # ---------------------------------------------------------------------------
@@ -232,7 +261,8 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="fewer steady-state calls")
     parser.add_argument("--no-precompile", action="store_true", help="skip the precompiled scenario")
     parser.add_argument("--n", type=int, default=4000, help="neurons per side (default 4000)")
-    parser.add_argument("--out", default=None, help="markdown output (default benchmarks/results/cold_start.md)")
+    parser.add_argument("--out", default=None, help="markdown output (default benchmarks/results/cold_start.md; "
+                                                     "the figure beside it, .png)")
     args = parser.parse_args(argv)
     families = args.families or list(FAMILIES)
     unknown = sorted(set(families) - set(FAMILIES))
@@ -293,7 +323,8 @@ def main(argv=None):
             f"{r['precompile_s']:.0f} s" if "precompile_s" in r else "-",
             f"{fmt_time(cold['steady_forward'])} / {fmt_time(r['warm']['steady_forward'])} = {steady:.2f}",
         ])
-    emit("## Goals (issue 29)")
+    emit("## Goals (issue 29's; a `*_vmap` case holds the batched kernels, vmapped over "
+         f"{TRIALS} trials, to its family's goals)")
     emit()
     emit(markdown_table(["family", "first call", "goal", "measured", ""], goal_rows))
     emit()
@@ -311,7 +342,7 @@ def main(argv=None):
     out = args.out or os.path.join(RESULTS, "cold_start.md")
     with open(out, "w") as f:
         f.write("\n".join(lines) + "\n")
-    save_bar_plot(os.path.join(RESULTS, "cold_start.png"), labels, plot, ylabel="seconds",
+    save_bar_plot(os.path.splitext(out)[0] + ".png", labels, plot, ylabel="seconds",
                   title="evjax first calls, empty caches", log=True)
 
 

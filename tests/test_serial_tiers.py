@@ -143,6 +143,39 @@ def _bits(a):
     return np.ascontiguousarray(a).view(np.uint8)
 
 
+def _batch(rng, n, width, kind, activity, dtype):
+    """``width`` operands of ``n`` entries, batch-major (``(width, n)``)."""
+    return np.stack([_operand(rng, n, kind, activity, dtype) for _ in range(width)])
+
+
+BATCH_KERNELS = {  # kind -> (batch scatter, batch gather, weight gradient with a batched operand)
+    "events": (csr_numba.scatter_mm_batch_major, csr_numba.gather_mm, csr_numba.sddmm_mm),
+    "values": (csr_numba.scatter_mm_batch_major, csr_numba.gather_mm, csr_numba.sddmm_mm),
+    "weighted": (csr_numba.weighted_scatter_mm_batch_major, csr_numba.weighted_gather_mm,
+                 csr_numba.sddmm_r_weighted),
+}
+
+
+def _batched_calls(rng, kind, data, indices, indptr, n_rows, n_cols, activity, dtype, widths=(1, 5)):
+    """The batched kernels' calls (a vmap over trials) for operands of ``kind``: the batch scatter
+    (batch-major), the batch gather (row-major), the weight gradient of a batch (``r`` the operand,
+    row-major), and for weighted events also the gradient with ``q`` weighted."""
+    scatter, gather, sddmm = BATCH_KERNELS[kind]
+    nnz = indices.shape[0]
+    calls = []
+    for width in widths:
+        x_rows = _batch(rng, n_rows, width, kind, activity, dtype)
+        x_cols = np.ascontiguousarray(_batch(rng, n_cols, width, kind, activity, dtype).T)
+        q = rng.standard_normal((n_cols, width)).astype(dtype)
+        calls += [(scatter, (data, indices, indptr, x_rows), (width, n_cols)),
+                  (gather, (data, indices, indptr, x_cols), (n_rows, width)),
+                  (sddmm, (indices, indptr, np.ascontiguousarray(x_rows.T), q), nnz)]
+        if kind == "weighted":
+            r = rng.standard_normal((n_rows, width)).astype(dtype)
+            calls.append((csr_numba.sddmm_q_weighted, (indices, indptr, r, x_cols), nnz))
+    return calls
+
+
 CASES = [  # (n_rows, n_cols, synapses per row, activity): serial-sized and split-sized work
     (50, 40, 3, 0.3), (1000, 800, 10, 0.05), (4000, 4000, 80, 0.1), (20000, 20000, 40, 0.2), (3000, 50, 30, 0.9),
 ]
@@ -182,6 +215,7 @@ def test_csr_tiers_give_the_full_kernels_bits(threads, case, malformed, dtype):
                 r = x_rows
                 q = rng.standard_normal(n_cols).astype(dtype)
                 calls.append((csr_numba.sddmm_mv, (indices, indptr, r, q), nnz))
+            calls += _batched_calls(rng, kind, data, indices, indptr, n_rows, n_cols, activity, dtype)
             for kernel, args, n_out in calls:
                 expected = np.full(n_out, 7, dtype)
                 kernel(t, *args, expected)
@@ -195,6 +229,52 @@ def test_csr_tiers_give_the_full_kernels_bits(threads, case, malformed, dtype):
                     assert np.array_equal(_bits(got), _bits(expected)), \
                         f"{tier.__name__}, {kind}, homogeneous={homogeneous}"
     assert seen <= {numba_cpu.DONE, numba_cpu.SPLITTABLE, numba_cpu.DECLINED}
+
+
+_FEW_SAMPLES_SCRIPT = """
+import numpy as np
+from evjax.backends import numba_cpu
+from evjax.primitives.csr import numba as csr_numba
+
+rng = np.random.default_rng(3)
+outcomes = set()
+for n_rows, n_cols, per_row, activity in [(50, 40, 3, 0.3), (20000, 20000, 40, 0.2)]:
+    indptr = np.concatenate([[0], np.cumsum(rng.integers(0, 2 * per_row + 1, n_rows))]).astype(np.int32)
+    indices = rng.integers(0, n_cols, int(indptr[-1])).astype(np.int32)
+    data = rng.standard_normal(indices.size).astype(np.float32)
+    data[:3] = [np.nan, np.inf, -np.inf]
+    active = rng.random((3, n_rows)) < activity
+    for scatter, x in [(csr_numba.scatter_mm_batch_major, active.astype(np.uint8)),
+                       (csr_numba.weighted_scatter_mm_batch_major,
+                        (rng.standard_normal(active.shape) * active).astype(np.float32))]:
+        first, second = csr_numba.SERIAL_TIERS[scatter]
+        for threads in (1, 2, 4):
+            expected = np.full((3, n_cols), 7, np.float32)
+            scatter(np.int64(threads), data, indices, indptr, x, expected)
+            got = np.full((3, n_cols), 7, np.float32)
+            assert first(np.int64(threads), data, indices, indptr, x, got) == numba_cpu.DECLINED
+            assert (got == 7).all(), "the first tier wrote before declining"
+            outcomes.add(int(second(np.int64(threads), data, indices, indptr, x, got)))
+            assert np.array_equal(got.view(np.uint32), expected.view(np.uint32)), (scatter, threads, n_rows)
+print(sorted(outcomes))
+"""
+
+
+def test_batch_scatter_tiers_split_a_few_samples_as_the_kernel_does():
+    """With a pool of 4 threads, the batch scatter splits each of 2 or 3 samples as a vector (its
+    parts): the first tier declines such a batch, writing nothing, and the second gives the
+    kernel's bits, the parts in turn, on any thread count (a fresh process: the pool size is fixed
+    when Numba starts)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "NUMBA_NUM_THREADS": "4"}
+    res = subprocess.run([sys.executable, "-c", _FEW_SAMPLES_SCRIPT], env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    # both outcomes reached: one pass / one thread (DONE) and parts split over threads (SPLITTABLE)
+    assert res.stdout.strip().splitlines()[-1] == str(sorted([numba_cpu.DONE, numba_cpu.SPLITTABLE]))
 
 
 def test_csr_scatter_tiers_keep_the_one_pass_where_its_estimate_does():

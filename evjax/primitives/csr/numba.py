@@ -79,6 +79,7 @@ from .numba_rows import (  # the row loops the drivers run, and the parallel thr
     _batch_scatter_serial,
     _count_visited,
     _any,
+    _dot,
     _gather_rows,
     _listed_work,
     _scatter_listed_part,
@@ -257,6 +258,25 @@ def _serial_sddmm(threads, indices, indptr, r, q, g, r_selects, q_selects, tier)
     return SPLITTABLE if split else DONE
 
 
+@numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
+def _serial_samples(threads, data, indices, indptr, xt, out_t, selects, tier):
+    """``out_t[c] = A.T @ xt[c]`` for every sample ``c`` (batch-major), each whole and one after the
+    other on this thread; splittable (the samples divided whole between threads: each sample's sum is
+    the same, so the same bits) on several threads from ``BATCH_SCATTER_PARALLEL_MIN_COST``."""
+    width = xt.shape[0]
+    split = False
+    if threads > 1:
+        visited = 0
+        for c in range(width):
+            visited += _count_visited(xt[c], selects)
+        n_rows = np.int64(xt.shape[1])
+        split = not _batch_scatter_serial(visited * (indices.shape[0] // max(n_rows, 1)), out_t.size)  # synapses, about
+    if split and not tier:
+        return DECLINED
+    _scatter_samples(data, indices, indptr, xt, out_t, I0, np.int64(width), selects)
+    return SPLITTABLE if split else DONE
+
+
 # ---------------------------------------------------------------------------
 # drivers: split the rows into parts, run the row loops serially or in parallel
 #
@@ -361,18 +381,11 @@ def _scatter_batch(threads, data, indices, indptr, xt, out_t, selects):
     pool) are each split as a vector; more are divided between threads whole, above
     ``BATCH_SCATTER_PARALLEL_MIN_COST``."""
     width = xt.shape[0]
-    n_rows = xt.shape[1]
-    nnz = indices.shape[0]
     if 1 < width < pool_chunks():  # the pool size decides: same bits on any thread count
         for c in range(width):
             _scatter_vector(threads, data, indices, indptr, xt[c], out_t[c], selects)
         return
-    visited = 0
-    if threads > 1:
-        for c in range(width):
-            visited += _count_visited(xt[c], selects)
-    if threads < 2 or _batch_scatter_serial(visited * (nnz // max(n_rows, 1)), out_t.size):  # synapses, about
-        _scatter_samples(data, indices, indptr, xt, out_t, I0, np.int64(width), selects)
+    if _serial_samples(threads, data, indices, indptr, xt, out_t, selects, False) != DECLINED:
         return
     _scatter_samples_parallel(threads, data, indices, indptr, xt, out_t, selects)
 
@@ -718,6 +731,139 @@ def serial_sddmm_mv(threads, indices, indptr, r, q, g):
     return SPLITTABLE if split else DONE
 
 
+# The batched kernels' tiers (a vmap over trials, a batch of vectors): each kernel's serial part alone,
+# as the vector gathers' are.  The full batched scatter compiled in about 4 s of CPU on 2 cores, its
+# weight gradient 2 s (2026-11-29, benchmarks/cold_start.py's *_vmap cases): a user's first vmapped call.
+@numba.njit(cache=True, nogil=True)
+def serial_gather_mm(threads, data, indices, indptr, x, out):
+    """The serial tier of :func:`gather_mm`: :func:`_serial_gather` (each output row one part's own
+    sum: the same bits on any thread count)."""
+    return _serial_gather(threads, data, indices, indptr, x, out, _selects(x), True)
+
+
+@numba.njit(cache=True, nogil=True)
+def serial_weighted_gather_mm(threads, data, indices, indptr, v, out):
+    """The serial tier of :func:`weighted_gather_mm`."""
+    return _serial_gather(threads, data, indices, indptr, v, out, True, True)
+
+
+def _plain_samples_tier(weighted: bool, name: str):
+    """The first serial tier of a batch scatter (``weighted``: values that select; else events or
+    floats): the samples whole, one after the other, each as one plain pass (:func:`_plain_rows`, the
+    sum of :func:`_serial_samples`'s row loop); DECLINED, nothing written, where :func:`_scatter_batch`
+    splits each of a few samples as a vector (fewer samples than the pool: the next tier).
+    SPLITTABLE otherwise: the row loop's tier takes the calls over once this one has been busy
+    ``numba_cpu.HOT_NS`` (or at once where that costs no compile).  Written as the vector scatter's
+    plain tiers are, for the cheapest first compile."""
+
+    def tier(threads, data, indices, indptr, xt, out_t):
+        selects = True if weighted else _selects(xt)
+        width = np.int64(xt.shape[0])
+        if 1 < width and width < pool_chunks():
+            return np.int64(DECLINED)
+        rows = np.int64(xt.shape[1])
+        for c in range(width):
+            out = out_t[c]
+            for j in range(out.shape[0]):
+                out[j] = 0
+            _plain_rows(data, indices, indptr, xt[c], out, I0, rows, selects)
+        return np.int64(SPLITTABLE)
+
+    tier.__name__ = tier.__qualname__ = name
+    return numba.njit(cache=True, nogil=True)(tier)
+
+
+@numba.njit(cache=True, nogil=True)
+def _columns_tier(threads, data, indices, indptr, xt, out_t, selects):
+    """A batch scatter's second tier, every call :func:`_scatter_batch` gets on this thread: a few
+    samples each as :func:`_serial_scatter` does a vector (one pass, or its parts in turn: the bits of
+    the parallel parts), SPLITTABLE where one of them was split on several threads; else the samples
+    whole (:func:`_serial_samples`)."""
+    width = xt.shape[0]
+    if not 1 < width < pool_chunks():
+        return _serial_samples(threads, data, indices, indptr, xt, out_t, selects, True)
+    outcome = DONE
+    for c in range(width):
+        if _serial_scatter(threads, data, indices, indptr, xt[c], out_t[c], selects, None, 0, True) == SPLITTABLE:
+            outcome = SPLITTABLE
+    return outcome
+
+
+serial_scatter_mm_batch_major = _plain_samples_tier(False, "serial_scatter_mm_batch_major")
+serial_weighted_scatter_mm_batch_major = _plain_samples_tier(True, "serial_weighted_scatter_mm_batch_major")
+
+
+@numba.njit(cache=True, nogil=True)
+def parts_scatter_mm_batch_major(threads, data, indices, indptr, xt, out_t):
+    """The second serial tier of :func:`scatter_mm_batch_major` (:func:`_columns_tier`)."""
+    return _columns_tier(threads, data, indices, indptr, xt, out_t, _selects(xt))
+
+
+@numba.njit(cache=True, nogil=True)
+def parts_weighted_scatter_mm_batch_major(threads, data, indices, indptr, vt, out_t):
+    """The second serial tier of :func:`weighted_scatter_mm_batch_major`."""
+    return _columns_tier(threads, data, indices, indptr, vt, out_t, True)
+
+
+@numba.njit(cache=True, nogil=True)
+def serial_sddmm_mm(threads, indices, indptr, r, q, g):
+    """The serial tier of :func:`sddmm_mm`: :func:`_serial_sddmm`'s entries for row-major matrices
+    (each :func:`numba_rows._dot` of a row of ``r`` and one of ``q``, the kernel's own function, or a
+    zero where ``r``'s row selects nothing), written as the plainest loop around that dot for a cheap
+    first compile; SPLITTABLE where the kernel would split the rows over threads (each entry is one
+    dot: the same bits), else DONE."""
+    r_selects, q_selects = _selects(r), _selects(q)
+    skips = r_selects or q_selects
+    n_rows = np.int64(r.shape[0])
+    width = np.int64(r.shape[1])
+    nnz = np.int64(indices.shape[0])
+    n = np.uint64(q.shape[0])
+    zero = g.dtype.type(0)
+    split = False
+    if threads >= 2:  # (as _serial_sddmm)
+        active = n_rows
+        if skips:
+            active = 0
+            for i in range(n_rows):
+                for c in range(width):
+                    if r[i, c] != 0:
+                        active += 1
+                        break
+        split = not _sddmm_serial(active * (nnz // (n_rows if n_rows > 1 else 1)) * (width if width > 1 else 1), nnz)
+    for k in range(nnz):
+        g[k] = zero
+    for i in range(n_rows):
+        ri = r[i]
+        if skips:
+            live = False
+            for c in range(width):
+                if ri[c] != 0:
+                    live = True
+                    break
+            if not live:
+                continue
+        lo, hi = np.int64(indptr[i]), np.int64(indptr[i + 1])  # (clamped as in _plain_rows)
+        lo = np.uint64(I0 if lo < 0 else (nnz if lo > nnz else lo))
+        hi = np.uint64(I0 if hi < 0 else (nnz if hi > nnz else hi))
+        for k in range(lo, hi):
+            j = np.uint64(np.int64(indices[k]))
+            if j < n:
+                g[k] = g.dtype.type(_dot(ri, q[j], zero, r_selects, q_selects))
+    return np.int64(SPLITTABLE if split else DONE)
+
+
+@numba.njit(cache=True, nogil=True)
+def serial_sddmm_r_weighted(threads, indices, indptr, r, q, g):
+    """The serial tier of :func:`sddmm_r_weighted`."""
+    return _serial_sddmm(threads, indices, indptr, r, q, g, True, False, True)
+
+
+@numba.njit(cache=True, nogil=True)
+def serial_sddmm_q_weighted(threads, indices, indptr, r, q, g):
+    """The serial tier of :func:`sddmm_q_weighted`."""
+    return _serial_sddmm(threads, indices, indptr, r, q, g, False, True, True)
+
+
 # kernel -> its serial tiers, cheapest first (the vector kernels: a first script's calls); a scatter's
 # first tier declines a sum in parts, which its second does in turn on one thread (plain loops, a
 # cheap compile) and its third with the row loop (once the second has been busy HOT_NS)
@@ -726,6 +872,11 @@ SERIAL_TIERS = {
     scatter_mv: (serial_scatter_mv, plain_parts_scatter_mv, parts_scatter_mv),
     weighted_scatter_mv: (serial_weighted_scatter_mv, plain_parts_weighted_scatter_mv, parts_weighted_scatter_mv),
     scatter_active_mv: (serial_scatter_active_mv, parts_scatter_active_mv), sddmm_mv: (serial_sddmm_mv,),
+    gather_mm: (serial_gather_mm,), weighted_gather_mm: (serial_weighted_gather_mm,),
+    scatter_mm_batch_major: (serial_scatter_mm_batch_major, parts_scatter_mm_batch_major),
+    weighted_scatter_mm_batch_major: (serial_weighted_scatter_mm_batch_major, parts_weighted_scatter_mm_batch_major),
+    sddmm_mm: (serial_sddmm_mm,), sddmm_r_weighted: (serial_sddmm_r_weighted,),
+    sddmm_q_weighted: (serial_sddmm_q_weighted,),
 }
 
 # (batched, transpose, weighted) -> kernel
@@ -766,7 +917,7 @@ def _matmul_generator(outs, transpose: bool, event: bool, batched: bool, weighte
             # batch-major inside: x.T and y.T cancel with the caller's transposes
             # (e.g. ``spikes (K, n) @ W``) under XLA's algebraic simplifier.
             y = numba_cpu.call(kernel_fn, (data, indices, indptr, x.T), out.shape[::-1], dtype,
-                               bool_as_bytes=True).T
+                               bool_as_bytes=True, serial=SERIAL_TIERS.get(kernel_fn)).T
         else:
             y = numba_cpu.call(kernel_fn, (data, indices, indptr, x), out.shape, dtype, bool_as_bytes=True,
                                serial=SERIAL_TIERS.get(kernel_fn))
