@@ -429,10 +429,38 @@ def _outer_cols_part(x, idx, ptr, rows, n_rows, g, out, t, parts):
 # ---------------------------------------------------------------------------
 @numba.njit(cache=True, nogil=True)
 def serial_scatter(threads, w, x, out_t):
-    """The serial tier of :func:`scatter`."""
-    idx, total = _active(x)
-    _scatter_part(w, x, idx, total, out_t, I0, I1)
-    return SPLITTABLE if threads >= 2 and total * out_t.shape[1] >= PARALLEL_MIN_WORK else DONE
+    """The serial tier of :func:`scatter` (a batch: one vector has :func:`serial_scatter_vector`): the
+    one-part path of :func:`_scatter_part`, the active events found as the scan goes (eight silent
+    ones skipped with one test), not listed first (no list: less for a first call to compile).  Each
+    output row ``c`` adds its active events' rows ``v_jc W[j]`` in event-row order, one at a time, as
+    the kernel does (its four-row pass for one sample adds in that order too): the same bits."""
+    xf = x.reshape(x.size)
+    n, m = out_t.shape
+    one = out_t.dtype.type(1)
+    m_end = np.uint64(m)
+    for c in range(n):
+        row = out_t[c]
+        for col in range(m_end):
+            row[col] = 0
+    size = xf.shape[0]
+    total = 0
+    base = 0
+    while base < size:
+        hi = base + 8 if base + 8 < size else size  # (min(): a compile of its own)
+        if hi - base == 8 and eight_zero(xf, base):
+            base = hi
+            continue
+        for f in range(base, hi):
+            if xf[f] != 0:
+                total += 1
+                j = f // n
+                o = out_t[f - j * n]
+                w_j = w[j]
+                v = _value(xf, f, one)
+                for col in range(m_end):  # unsigned bounds: LLVM vectorises this loop
+                    o[col] += w_j[col] * v
+        base = hi
+    return SPLITTABLE if threads >= 2 and total * m >= PARALLEL_MIN_WORK else DONE
 
 
 @numba.njit(cache=True, nogil=True)
@@ -446,10 +474,32 @@ def serial_gather(threads, w, x, out):
 
 @numba.njit(cache=True, nogil=True)
 def serial_outer_rows(threads, x, g_t, out):
-    """The serial tier of :func:`outer_rows`."""
-    idx, total = _active(x)
-    ptr, _, _ = _by_row(idx, total, np.int64(x.shape[1]), np.int64(x.shape[0]))
-    _outer_rows_part(x, idx, ptr, g_t, out, I0, I1)
+    """The serial tier of :func:`outer_rows` (a batch: one vector has :func:`serial_outer_rows_vector`):
+    the one-part path of :func:`_outer_rows_part` with no list of the active events (nothing
+    allocated): row ``j`` is its first active sample's ``v_jc g_t[c]``, then the others' added in
+    sample order, zeros where none is active: the same bits."""
+    xf = x.reshape(x.size)
+    k, m = out.shape
+    n = np.int64(g_t.shape[0])
+    one = out.dtype.type(1)
+    for j in range(k):
+        row = out[j]
+        first = True
+        for c in range(n):
+            f = j * n + c
+            if xf[f] != 0:
+                gc = g_t[c]
+                v = _value(xf, f, one)
+                if first:
+                    for col in range(m):
+                        row[col] = gc[col] * v
+                    first = False
+                else:
+                    for col in range(m):
+                        row[col] += gc[col] * v
+        if first:
+            for col in range(m):
+                row[col] = 0
     return SPLITTABLE if threads >= 2 and out.size >= PARALLEL_MIN_WORK else DONE
 
 

@@ -477,15 +477,66 @@ def _plain_gather_tier(law: str):
     return _named(tier, f"serial_gather_mv_{law}", dict(cache=True, nogil=True))
 
 
+def _plain_gather_mm_tier(law: str):
+    """The serial tier ``serial_gather_mm_{law}`` of a batch gather (a vmap over trials), written as
+    :func:`_plain_gather_tier` is: what :func:`_gather_serially` does with :func:`_gather_mm_rows`,
+    :func:`_next_block` and :func:`_add_scaled` written out (the same draws, each output's terms in
+    the same order: the kernel's bits; ``tests/test_serial_tiers.py``).  Its first compile took 1.7 s
+    as :func:`_serial_tier` (helpers inlining helpers), against this one's ``benchmarks/cold_start.py``
+    figure (``jitc_vmap``)."""
+
+    def tier(threads, params, seed, cfg, x, out):
+        n_outer = out.shape[0]
+        n_inner = x.shape[0]
+        width = x.shape[1]
+        r, s, skip = np.uint64(cfg[0]), np.uint64(cfg[1]), cfg[2] != 0
+        sd = np.uint64(seed[0])
+        first = np.int64(seed[1]) if seed.shape[0] > 1 else np.int64(0)  # (as _first_outer)
+        p0, p1 = params[0], params[1]
+        cap = np.uint64(n_inner)
+        at, w = stack_array(BLOCK, numba.int64), stack_array(BLOCK, out.dtype)  # (as _scratch)
+        for o in range(n_outer):
+            row = out[o]
+            for c in range(width):
+                row[c] = 0
+            ka, kb = _keys(sd, first + o)
+            pos, k, count = np.int64(-1), np.uint64(0), BLOCK
+            while count == BLOCK:  # (as _next_block)
+                for j in range(BLOCK):
+                    at[j] = _gap(ka, kb, k + np.uint64(j), r, s, cap)
+                if law == "scalar":
+                    _wb_scalar(ka, kb, k, p0, p1, w)
+                elif law == "normal":
+                    _wb_normal(ka, kb, k, p0, p1, w)
+                else:
+                    _wb_uniform(ka, kb, k, p0, p1, w)
+                count = 0
+                for j in range(BLOCK):
+                    pos += 1 + at[j]
+                    if pos >= n_inner:
+                        break
+                    at[j] = pos
+                    count += 1
+                for j in range(count):  # (as _add_scaled)
+                    xv = x[at[j]]
+                    wj = w[j]
+                    for c in range(width):
+                        if not (skip and xv[c] == 0):
+                            row[c] += wj * xv[c]
+                k += np.uint64(BLOCK)
+        work = n_outer * np.int64(cfg[3]) * (x.size // (n_inner if n_inner > 1 else 1))  # (as _gather_serially)
+        split = threads >= 2 and work >= PARALLEL_MIN_WORK  # (as _threads)
+        return SPLITTABLE if split else DONE
+
+    return _named(tier, f"serial_gather_mm_{law}", dict(cache=True, nogil=True))
+
+
 def _serial_tier(kind: str, law: str):
-    """The serial tier ``serial_{kind}_{law}`` of a kernel but the vector gather's: its one-pass path,
-    :func:`_gather_serially` or :func:`_scatter_serially`, with the kind's row loop and the law's block
-    function."""
+    """The first serial tier ``serial_{kind}_{law}`` of a scatter: its one-pass path,
+    :func:`_scatter_serially`, with the kind's row loop and the law's block function."""
 
     def tier(threads, params, seed, cfg, x, out):
         weight = _wb_scalar if law == "scalar" else (_wb_normal if law == "normal" else _wb_uniform)
-        if kind == "gather_mm":
-            return _gather_serially(_gather_mm_rows, weight, threads, params, seed, cfg, x, out)
         if kind == "scatter_mv":
             return _scatter_serially(_scatter_rows, _nonzero, weight, threads, params, seed, cfg, x, out)
         return _scatter_serially(_scatter_mm_rows, _nonzero_row, weight, threads, params, seed, cfg, x, out)
@@ -512,7 +563,7 @@ def _serial_tiers(kind: str, law: str) -> tuple:
     if kind == "gather_mv":
         return (_plain_gather_tier(law),)
     if kind == "gather_mm":
-        return (_serial_tier(kind, law),)
+        return (_plain_gather_mm_tier(law),)
     return (_serial_tier(kind, law), _parts_tier(kind, law))
 
 
