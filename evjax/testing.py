@@ -27,7 +27,7 @@ Non-finite mode (``OpSpec(nonfinite=True)``) puts NaN and infinities into the
 float arguments and requires the reference's NaN and infinities exactly.
 
 Hypothesis profiles: :func:`register_profiles` (called by the test suite's
-``conftest.py``) registers ``default`` (a few examples per test, random seeds)
+``conftest.py``) registers ``default`` (two examples per test, random seeds)
 and ``thorough`` (hundreds), chosen with ``HYPOTHESIS_PROFILE``.
 """
 from __future__ import annotations
@@ -264,13 +264,13 @@ def check_all(spec: OpSpec, args: Sequence, *, skip: Sequence[str] = (), seed: i
 # ---------------------------------------------------------------------------
 # Hypothesis
 # ---------------------------------------------------------------------------
-PROFILES = {"default": 3, "thorough": 300}  # examples per test
+PROFILES = {"default": 2, "thorough": 300}  # examples per test (default: docs/testing.md, "Profiles")
 
 
 def register_profiles(name: str | None = None) -> str:
     """Register the Hypothesis profiles ``default`` and ``thorough`` and load one.
 
-    ``default`` (CI): a few examples per test, a fresh random seed each run
+    ``default`` (CI): two examples per test, a fresh random seed each run
     (a real search; a failure prints the blob that replays it).  ``thorough``:
     hundreds of examples per test.  Both: no deadline (compiles are slow).
 

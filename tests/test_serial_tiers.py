@@ -215,7 +215,8 @@ def test_csr_tiers_give_the_full_kernels_bits(threads, case, malformed, dtype):
                 r = x_rows
                 q = rng.standard_normal(n_cols).astype(dtype)
                 calls.append((csr_numba.sddmm_mv, (indices, indptr, r, q), nnz))
-            calls += _batched_calls(rng, kind, data, indices, indptr, n_rows, n_cols, activity, dtype)
+            if kind != "values" or THOROUGH:  # (CI budget: batched values run the events' loops at another dtype)
+                calls += _batched_calls(rng, kind, data, indices, indptr, n_rows, n_cols, activity, dtype)
             for kernel, args, n_out in calls:
                 expected = np.full(n_out, 7, dtype)
                 kernel(t, *args, expected)
