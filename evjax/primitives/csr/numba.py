@@ -732,8 +732,9 @@ def serial_sddmm_mv(threads, indices, indptr, r, q, g):
 
 
 # The batched kernels' tiers (a vmap over trials, a batch of vectors): each kernel's serial part alone,
-# as the vector gathers' are.  The full batched scatter compiled in about 4 s of CPU on 2 cores, its
-# weight gradient 2 s (2026-11-29, benchmarks/cold_start.py's *_vmap cases): a user's first vmapped call.
+# as the vector gathers' are.  Without them a user's first vmapped call compiled the full batched
+# scatter (its first forward took 8.4-9.0 s on 2 cores) and the full batched weight gradient (the first
+# jit(grad) after it 2.8 s): benchmarks/cold_start.py's *_vmap cases, 2026-11-29.
 @numba.njit(cache=True, nogil=True)
 def serial_gather_mm(threads, data, indices, indptr, x, out):
     """The serial tier of :func:`gather_mm`: :func:`_serial_gather` (each output row one part's own
