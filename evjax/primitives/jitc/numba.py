@@ -428,13 +428,16 @@ KERNELS = {**{(kind, law): _matmul_kernel(kind, law) for kind in MATMUL_KINDS fo
 # serial tiers (numba_cpu.call's ``serial``): a kernel's one-pass path alone, and a scatter's parts in
 # turn, with no parallel region (Numba's parallel passes cost a JITC kernel most of its 3 s compile)
 # ---------------------------------------------------------------------------
-def _plain_gather_tier(law: str):
-    """The serial tier ``serial_gather_mv_{law}`` of a vector gather (``law``: "scalar", "normal" or
-    "uniform") as one loop: what :func:`_gather_serially` does with :func:`_gather_rows`,
-    :func:`_next_block` written out (the same draws, and the same sums in the same order: the kernel's
-    bits; ``tests/test_serial_tiers.py``).  Only the stream's own helpers are inlined into it (:func:`_keys`,
-    :func:`_gap`); the law is a constant of the closure, so Numba prunes the other laws' branches.
-    Helpers inlining helpers, four levels deep, cost the first compile 0.2 s more."""
+def _plain_gather_tier(law: str, batched: bool):
+    """The serial tier ``serial_gather_mv_{law}`` of a vector gather, or ``serial_gather_mm_{law}`` of a
+    batch gather (``batched``: a vmap over trials), as one loop (``law``: "scalar", "normal" or
+    "uniform"): what :func:`_gather_serially` does with :func:`_gather_rows` (:func:`_gather_mm_rows`),
+    :func:`_next_block` (and :func:`_add_scaled`) written out: the same draws, and each output's terms
+    in the same order, so the kernel's bits (``tests/test_serial_tiers.py``).  Only the stream's own
+    helpers are inlined into it (:func:`_keys`, :func:`_gap`); the law and ``batched`` are constants
+    of the closure, so Numba prunes the other branches.  Helpers inlining helpers, four levels deep,
+    cost the vector tier's first compile 0.2 s more; the batch gather's tier compiled in 1.7 s as
+    :func:`_gather_serially` (``benchmarks/cold_start.py``, ``jitc_vmap``, 2026-11-29)."""
 
     def tier(threads, params, seed, cfg, x, out):
         n_outer = out.shape[0]
@@ -448,6 +451,10 @@ def _plain_gather_tier(law: str):
         for o in range(n_outer):
             ka, kb = _keys(sd, first + o)
             acc = out.dtype.type(0)
+            if batched:
+                row = out[o]
+                for c in range(row.shape[0]):
+                    row[c] = 0
             pos, k, count = np.int64(-1), np.uint64(0), BLOCK
             while count == BLOCK:  # (as _next_block)
                 for j in range(BLOCK):
@@ -466,69 +473,25 @@ def _plain_gather_tier(law: str):
                     at[j] = pos
                     count += 1
                 for j in range(count):
-                    xi = x[at[j]]
-                    if not (skip and xi == 0):
-                        acc += w[j] * xi
+                    if batched:  # (as _add_scaled)
+                        xv = x[at[j]]
+                        wj = w[j]
+                        for c in range(xv.shape[0]):
+                            if not (skip and xv[c] == 0):
+                                row[c] += wj * xv[c]
+                    else:
+                        xi = x[at[j]]
+                        if not (skip and xi == 0):
+                            acc += w[j] * xi
                 k += np.uint64(BLOCK)
-            out[o] = acc
-        split = threads >= 2 and n_outer * np.int64(cfg[3]) >= PARALLEL_MIN_WORK  # (as _threads, one column)
-        return SPLITTABLE if split else DONE
-
-    return _named(tier, f"serial_gather_mv_{law}", dict(cache=True, nogil=True))
-
-
-def _plain_gather_mm_tier(law: str):
-    """The serial tier ``serial_gather_mm_{law}`` of a batch gather (a vmap over trials), written as
-    :func:`_plain_gather_tier` is: what :func:`_gather_serially` does with :func:`_gather_mm_rows`,
-    :func:`_next_block` and :func:`_add_scaled` written out (the same draws, each output's terms in
-    the same order: the kernel's bits; ``tests/test_serial_tiers.py``).  Its first compile took 1.7 s
-    as :func:`_serial_tier` (helpers inlining helpers), against this one's ``benchmarks/cold_start.py``
-    figure (``jitc_vmap``)."""
-
-    def tier(threads, params, seed, cfg, x, out):
-        n_outer = out.shape[0]
-        n_inner = x.shape[0]
-        width = x.shape[1]
-        r, s, skip = np.uint64(cfg[0]), np.uint64(cfg[1]), cfg[2] != 0
-        sd = np.uint64(seed[0])
-        first = np.int64(seed[1]) if seed.shape[0] > 1 else np.int64(0)  # (as _first_outer)
-        p0, p1 = params[0], params[1]
-        cap = np.uint64(n_inner)
-        at, w = stack_array(BLOCK, numba.int64), stack_array(BLOCK, out.dtype)  # (as _scratch)
-        for o in range(n_outer):
-            row = out[o]
-            for c in range(width):
-                row[c] = 0
-            ka, kb = _keys(sd, first + o)
-            pos, k, count = np.int64(-1), np.uint64(0), BLOCK
-            while count == BLOCK:  # (as _next_block)
-                for j in range(BLOCK):
-                    at[j] = _gap(ka, kb, k + np.uint64(j), r, s, cap)
-                if law == "scalar":
-                    _wb_scalar(ka, kb, k, p0, p1, w)
-                elif law == "normal":
-                    _wb_normal(ka, kb, k, p0, p1, w)
-                else:
-                    _wb_uniform(ka, kb, k, p0, p1, w)
-                count = 0
-                for j in range(BLOCK):
-                    pos += 1 + at[j]
-                    if pos >= n_inner:
-                        break
-                    at[j] = pos
-                    count += 1
-                for j in range(count):  # (as _add_scaled)
-                    xv = x[at[j]]
-                    wj = w[j]
-                    for c in range(width):
-                        if not (skip and xv[c] == 0):
-                            row[c] += wj * xv[c]
-                k += np.uint64(BLOCK)
+            if not batched:
+                out[o] = acc
         work = n_outer * np.int64(cfg[3]) * (x.size // (n_inner if n_inner > 1 else 1))  # (as _gather_serially)
         split = threads >= 2 and work >= PARALLEL_MIN_WORK  # (as _threads)
         return SPLITTABLE if split else DONE
 
-    return _named(tier, f"serial_gather_mm_{law}", dict(cache=True, nogil=True))
+    kind = "gather_mm" if batched else "gather_mv"
+    return _named(tier, f"serial_{kind}_{law}", dict(cache=True, nogil=True))
 
 
 def _serial_tier(kind: str, law: str):
@@ -560,10 +523,8 @@ def _parts_tier(kind: str, law: str):
 def _serial_tiers(kind: str, law: str) -> tuple:
     """The serial tiers of the kernel ``{kind}_{law}``, cheapest first: a gather's one, a scatter's two (the
     first declines a sum in parts, which the second does in turn on one thread)."""
-    if kind == "gather_mv":
-        return (_plain_gather_tier(law),)
-    if kind == "gather_mm":
-        return (_plain_gather_mm_tier(law),)
+    if kind in ("gather_mv", "gather_mm"):
+        return (_plain_gather_tier(law, batched=kind == "gather_mm"),)
     return (_serial_tier(kind, law), _parts_tier(kind, law))
 
 
