@@ -321,8 +321,8 @@ def test_csr_tiers_decline_or_split_where_the_kernels_split():
     assert csr_numba.plain_parts_scatter_mv(np.int64(2), data, indices, indptr, x, out) == numba_cpu.SPLITTABLE
     assert csr_numba.parts_scatter_mv(np.int64(2), data, indices, indptr, x, out) == numba_cpu.SPLITTABLE
     assert csr_numba.parts_scatter_mv(np.int64(1), data, indices, indptr, x, out) == numba_cpu.DONE
-    assert csr_numba.serial_gather_mv(np.int64(2), data, indices, indptr, x, out) == numba_cpu.SPLITTABLE
-    assert csr_numba.serial_gather_mv(np.int64(1), data, indices, indptr, x, out) == numba_cpu.DONE
+    assert csr_numba.serial_gather(np.int64(2), data, indices, indptr, x, out) == numba_cpu.SPLITTABLE
+    assert csr_numba.serial_gather(np.int64(1), data, indices, indptr, x, out) == numba_cpu.DONE
     g = np.zeros(nnz, np.float32)
     q = rng.standard_normal(20000).astype(np.float32)
     assert csr_numba.serial_sddmm_mv(np.int64(2), indices, indptr, x, q, g) == numba_cpu.SPLITTABLE

@@ -516,14 +516,15 @@ def sddmm_q_weighted(threads, indices, indptr, r, q, g):
 # serial tiers: a kernel's serial part alone, what a first call compiles (numba_cpu.call's ``serial``)
 # ---------------------------------------------------------------------------
 @numba.njit(cache=True, nogil=True)
-def serial_gather_mv(threads, data, indices, indptr, x, out):
-    """The serial tier of :func:`gather_mv`."""
+def serial_gather(threads, data, indices, indptr, x, out):
+    """The serial tier of :func:`gather_mv` and :func:`gather_mm` (a vector or a row-major batch):
+    :func:`_serial_gather` (each output row one part's own sum: the same bits on any thread count)."""
     return _serial_gather(threads, data, indices, indptr, x, out, _selects(x), True)
 
 
 @numba.njit(cache=True, nogil=True)
-def serial_weighted_gather_mv(threads, data, indices, indptr, v, out):
-    """The serial tier of :func:`weighted_gather_mv`."""
+def serial_weighted_gather(threads, data, indices, indptr, v, out):
+    """The serial tier of :func:`weighted_gather_mv` and :func:`weighted_gather_mm`."""
     return _serial_gather(threads, data, indices, indptr, v, out, True, True)
 
 
@@ -731,23 +732,10 @@ def serial_sddmm_mv(threads, indices, indptr, r, q, g):
     return SPLITTABLE if split else DONE
 
 
-# The batched kernels' tiers (a vmap over trials, a batch of vectors): each kernel's serial part alone,
-# as the vector gathers' are.  Without them a user's first vmapped call compiled the full batched
-# scatter (its first forward took 8.4-9.0 s on 2 cores) and the full batched weight gradient (the first
-# jit(grad) after it 2.8 s): benchmarks/cold_start.py's *_vmap cases, 2026-11-29.
-@numba.njit(cache=True, nogil=True)
-def serial_gather_mm(threads, data, indices, indptr, x, out):
-    """The serial tier of :func:`gather_mm`: :func:`_serial_gather` (each output row one part's own
-    sum: the same bits on any thread count)."""
-    return _serial_gather(threads, data, indices, indptr, x, out, _selects(x), True)
-
-
-@numba.njit(cache=True, nogil=True)
-def serial_weighted_gather_mm(threads, data, indices, indptr, v, out):
-    """The serial tier of :func:`weighted_gather_mm`."""
-    return _serial_gather(threads, data, indices, indptr, v, out, True, True)
-
-
+# The batched kernels' tiers (a vmap over trials, a batch of vectors; the batch gathers share the vector
+# gathers' tiers above).  Without them a user's first vmapped call compiled the full batched scatter (its
+# first forward took 8.4-9.0 s on 2 cores) and the full batched weight gradient (the first jit(grad) after
+# it 2.8 s): benchmarks/cold_start.py's *_vmap cases, 2026-11-29.
 def _plain_samples_tier(weighted: bool, name: str):
     """The first serial tier of a batch scatter (``weighted``: values that select; else events or
     floats): the samples whole, one after the other, each as one plain pass (:func:`_plain_rows`, the
@@ -869,11 +857,11 @@ def serial_sddmm_q_weighted(threads, indices, indptr, r, q, g):
 # first tier declines a sum in parts, which its second does in turn on one thread (plain loops, a
 # cheap compile) and its third with the row loop (once the second has been busy HOT_NS)
 SERIAL_TIERS = {
-    gather_mv: (serial_gather_mv,), weighted_gather_mv: (serial_weighted_gather_mv,),
+    gather_mv: (serial_gather,), weighted_gather_mv: (serial_weighted_gather,),
     scatter_mv: (serial_scatter_mv, plain_parts_scatter_mv, parts_scatter_mv),
     weighted_scatter_mv: (serial_weighted_scatter_mv, plain_parts_weighted_scatter_mv, parts_weighted_scatter_mv),
     scatter_active_mv: (serial_scatter_active_mv, parts_scatter_active_mv), sddmm_mv: (serial_sddmm_mv,),
-    gather_mm: (serial_gather_mm,), weighted_gather_mm: (serial_weighted_gather_mm,),
+    gather_mm: (serial_gather,), weighted_gather_mm: (serial_weighted_gather,),
     scatter_mm_batch_major: (serial_scatter_mm_batch_major, parts_scatter_mm_batch_major),
     weighted_scatter_mm_batch_major: (serial_weighted_scatter_mm_batch_major, parts_weighted_scatter_mm_batch_major),
     sddmm_mm: (serial_sddmm_mm,), sddmm_r_weighted: (serial_sddmm_r_weighted,),

@@ -274,16 +274,6 @@ def _scatter_part(rows, weight, params, seed, cfg, x, out, private, bounds, part
 
 
 @numba.njit(**_INLINE)
-def _gather_serially(rows, weight, threads, params, seed, cfg, x, out):
-    """A gather on this thread: DONE, or SPLITTABLE where :func:`_gather` would split it (each
-    output is one row's own sum: the same bits)."""
-    n_outer = out.shape[0]
-    rows(weight, params, seed, cfg, x, out, 0, n_outer)
-    width = x.size // max(x.shape[0], 1)
-    return SPLITTABLE if _threads(threads, n_outer * np.int64(cfg[3]) * width) > 1 else DONE
-
-
-@numba.njit(**_INLINE)
 def _scatter_serially(rows, is_active, weight, threads, params, seed, cfg, x, out):
     """A scatter in one pass (DONE), or DECLINED (nothing written) where :func:`_scatter` splits its
     sum into parts (other bits)."""
@@ -431,13 +421,15 @@ KERNELS = {**{(kind, law): _matmul_kernel(kind, law) for kind in MATMUL_KINDS fo
 def _plain_gather_tier(law: str, batched: bool):
     """The serial tier ``serial_gather_mv_{law}`` of a vector gather, or ``serial_gather_mm_{law}`` of a
     batch gather (``batched``: a vmap over trials), as one loop (``law``: "scalar", "normal" or
-    "uniform"): what :func:`_gather_serially` does with :func:`_gather_rows` (:func:`_gather_mm_rows`),
+    "uniform"): what :func:`_gather` does on one thread with :func:`_gather_rows` (:func:`_gather_mm_rows`),
     :func:`_next_block` (and :func:`_add_scaled`) written out: the same draws, and each output's terms
     in the same order, so the kernel's bits (``tests/test_serial_tiers.py``).  Only the stream's own
     helpers are inlined into it (:func:`_keys`, :func:`_gap`); the law and ``batched`` are constants
     of the closure, so Numba prunes the other branches.  Helpers inlining helpers, four levels deep,
     cost the vector tier's first compile 0.2 s more; the batch gather's tier compiled in 1.7 s as
-    :func:`_gather_serially` (``benchmarks/cold_start.py``, ``jitc_vmap``, 2026-11-29)."""
+    :func:`_gather` with :func:`_gather_mm_rows` (``benchmarks/cold_start.py``, ``jitc_vmap``, 2026-11-29).
+    DONE, or SPLITTABLE where :func:`_gather` would split the outputs over threads (each one row's
+    own sum: the same bits)."""
 
     def tier(threads, params, seed, cfg, x, out):
         n_outer = out.shape[0]
@@ -486,7 +478,7 @@ def _plain_gather_tier(law: str, batched: bool):
                 k += np.uint64(BLOCK)
             if not batched:
                 out[o] = acc
-        work = n_outer * np.int64(cfg[3]) * (x.size // (n_inner if n_inner > 1 else 1))  # (as _gather_serially)
+        work = n_outer * np.int64(cfg[3]) * (x.size // (n_inner if n_inner > 1 else 1))  # (as _gather)
         split = threads >= 2 and work >= PARALLEL_MIN_WORK  # (as _threads)
         return SPLITTABLE if split else DONE
 
