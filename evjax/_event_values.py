@@ -12,6 +12,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .units import is_quantity
 
@@ -43,7 +44,14 @@ class EventValues:
     weighted = False  # WeightedArray sets it: its events carry values, not just 0/1
 
     def __init__(self, value: Any):
+        if type(self) is EventValues:
+            raise TypeError("EventRepresentation is the base of the event array types and is not built "
+                            "directly; use evjax.BinaryArray(x) (spikes) or evjax.WeightedArray(x) (graded events)")
         self.value = value if isinstance(value, jax.Array) or is_quantity(value) else jnp.asarray(value)
+
+    def with_value(self, value: Any):
+        """A new event array of the same type holding ``value`` (this one is unchanged)."""
+        return type(self)(value)
 
     def tree_flatten(self):
         return (self.value,), None
@@ -72,6 +80,30 @@ class EventValues:
     @property
     def ndim(self) -> int:
         return self.value.ndim
+
+    @property
+    def size(self) -> int:
+        """The number of entries of ``value``."""
+        return int(self.value.size)
+
+    def __len__(self) -> int:
+        """The length of ``value``'s first axis (a 0-d value has none: ``TypeError``, as NumPy)."""
+        if self.value.ndim == 0:
+            raise TypeError(f"len() of a 0-d {type(self).__name__}")
+        return self.value.shape[0]
+
+    def __getitem__(self, index):
+        """``value[index]``: the entries themselves (a plain array, not an event array)."""
+        return self.value[index]
+
+    def __iter__(self):
+        """The entries of ``value`` along its first axis."""
+        return iter(self.value)
+
+    def __array__(self, dtype=None, copy=None):
+        """``np.asarray(events)``: ``value`` as a NumPy array (one transfer, not entry by entry)."""
+        out = np.asarray(self.value, dtype=dtype)
+        return out.copy() if copy else out
 
 
 def event_operand(x) -> tuple[Any, bool]:

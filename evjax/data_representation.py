@@ -25,3 +25,28 @@ class DataRepresentation:
     """
 
     __slots__ = ()
+
+
+def dense_elementwise(matrix: DataRepresentation, other, op, symbol: str, reverse: bool = False):
+    """``matrix (op) other`` (``other (op) matrix`` if ``reverse``) on the dense matrix: brainevent's
+    ``+`` and ``-`` of a sparse matrix, whose result is a dense array (adding to every entry fills the
+    zeros).  ``other`` is a scalar, an array that broadcasts to the matrix's shape, or another matrix
+    type (its dense matrix).
+
+    Raises:
+        ValueError: ``other`` does not broadcast to ``matrix.shape``.
+    """
+    import numpy as np
+
+    if isinstance(other, DataRepresentation):
+        other = other.todense()
+    shape = tuple(np.shape(other))
+    try:
+        fits = np.broadcast_shapes(shape, tuple(matrix.shape)) == tuple(matrix.shape)
+    except ValueError:
+        fits = False
+    if not fits:
+        raise ValueError(f"{type(matrix).__name__} {symbol}: the other operand must be a scalar or broadcast to "
+                         f"{tuple(matrix.shape)}, got shape {shape} (the result is the dense matrix)")
+    dense = matrix.todense()
+    return op(other, dense) if reverse else op(dense, other)

@@ -195,8 +195,9 @@ class MathError(BrainEventError, ArithmeticError):
     """
 
 
-class UnsupportedOperationError(BrainEventError, TypeError):
-    """An operation evjax does not support on these operands (also a ``TypeError``).
+class UnsupportedOperationError(BrainEventError, TypeError, NotImplementedError):
+    """An operation evjax does not support on these operands (also a ``TypeError``, and a
+    ``NotImplementedError`` as brainevent raises for some of them, e.g. ``Dense * CSR``).
 
     Example:
         >>> try:

@@ -278,7 +278,8 @@ class CompactBinary(BinaryArray):
         return obj
 
     def __repr__(self) -> str:
-        return f"CompactBinary(n_orig={self.n_orig}, batch_size={self.batch_size}, value={self.value!r})"
+        return (f"CompactBinary(shape={self.shape}, n_orig={self.n_orig}, batch_size={self.batch_size}, "
+                f"value={self.value!r})")
 
     lists_rows = True
 
@@ -321,7 +322,8 @@ class CompactBinary(BinaryArray):
         """A vector with its list and no packed words (``packed`` is an empty ``uint32`` array)."""
         x = _spike_array(x, "compact_only_vector")
         if x.ndim != 1:
-            raise ValueError(f"CompactBinary.compact_only_vector: x must be 1-d, got shape {x.shape}")
+            raise ValueError(f"CompactBinary.compact_only_vector only supports 1D arrays: x must be (n,), got shape "
+                             f"{x.shape}; use CompactBinary.from_array for a batch")
         return cls._made(jnp.zeros((0,), jnp.uint32), *active_list(as_bool_events(x)), x, _BIT_WIDTH)
 
     compacy_only_vector = compact_only_vector  # brainevent 0.3.0's spelling
@@ -338,14 +340,22 @@ class CompactBinary(BinaryArray):
         """The spikes (``value``)."""
         return self.value
 
+    def with_value(self, value) -> "CompactBinary":
+        """New spikes in the same form: listed (:meth:`from_array`), or without a list where this one
+        has none (:meth:`from_array_light`)."""
+        make = CompactBinary.from_array_light if self.active_ids is None else CompactBinary.from_array
+        return make(value, self.bit_width)
+
 
 def _check_bit_width(bit_width) -> None:
     if bit_width != _BIT_WIDTH:
-        raise ValueError(f"CompactBinary: bit_width must be {_BIT_WIDTH}, got {bit_width!r}")
+        raise ValueError(f"CompactBinary: Only bit_width={_BIT_WIDTH} is supported, got bit_width={bit_width!r}; "
+                         f"leave it out")
 
 
 def _spike_array(x, who: str):
     x = x.value if isinstance(x, EventValues) else jnp.asarray(x)
     if x.ndim not in (1, 2):
-        raise ValueError(f"CompactBinary.{who}: x must be (n,) or (n, batch_size), got shape {x.shape}")
+        raise ValueError(f"CompactBinary.{who} only supports 1D and 2D arrays: x must be (n,) or (n, batch_size), "
+                         f"got shape {x.shape}")
     return x

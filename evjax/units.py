@@ -50,8 +50,25 @@ def in_unit_of(x, unit, name: str, who: str):
     if not is_quantity(x) or unit is None:
         raise TypeError(f"{who}: {name} and the weights must both be quantities or both be plain numbers")
     if x.unit.dim != unit.dim:
-        raise TypeError(f"{who}: {name} has unit {x.unit}, which is not a unit of the weights' dimension ({unit})")
+        raise _unit_mismatch_error()(f"{who}: {name} has unit {x.unit}, which is not a unit of the weights' "
+                                     f"dimension ({unit})", x.unit, unit)
     return x.to_decimal(unit)
+
+
+@functools.cache
+def _unit_mismatch_error() -> type:
+    """brainunit's ``UnitMismatchError`` that is also a ``TypeError`` (what evjax raised before; made
+    on first use, where a quantity was passed, so brainunit is installed)."""
+    import brainunit
+
+    base = brainunit.UnitMismatchError
+
+    def __init__(self, description, *units):
+        base.__init__(self, description, *units)
+
+    return type("UnitMismatchError", (base, TypeError),
+                {"__init__": __init__, "__module__": __name__,
+                 "__doc__": "Units of different dimensions: brainunit's UnitMismatchError and a TypeError."})
 
 
 def product(*units) -> object | None:

@@ -153,6 +153,37 @@ def test_base_class_names():
     assert isinstance(C, evjax.DataRepresentation) and not isinstance(events, evjax.DataRepresentation)
 
 
+def test_event_arrays_behave_as_their_values():
+    """brainevent's EventRepresentation API: size, len, indexing, iteration, with_value, NumPy arrays."""
+    value = np.array([2, 0, 3])
+    with pytest.raises(TypeError, match="not built directly; use evjax.BinaryArray"):
+        evjax.EventRepresentation(value)
+    for cls in (evjax.BinaryArray, evjax.WeightedArray):
+        events = cls(value)
+        assert events.shape == (3,) and events.ndim == 1 and events.size == 3 and len(events) == 3
+        assert events[0] == 2 and [int(v) for v in events] == [2, 0, 3]
+        np.testing.assert_array_equal(np.asarray(events), value)
+        np.testing.assert_array_equal(np.asarray(events, dtype=np.float64), value.astype(np.float64))
+        other = events.with_value(np.array([1, 1, 0]))
+        assert type(other) is cls and other is not events
+        np.testing.assert_array_equal(np.asarray(events.value), value)  # unchanged
+        np.testing.assert_array_equal(np.asarray(other.value), [1, 1, 0])
+    with pytest.raises(TypeError, match=r"len\(\) of a 0-d BinaryArray"):
+        len(evjax.BinaryArray(np.array(True)))
+    batch = evjax.BinaryArray(np.eye(3, 4, dtype=bool))
+    assert batch.size == 12 and len(batch) == 3
+    np.testing.assert_array_equal(np.asarray(batch[1]), np.eye(3, 4, dtype=bool)[1])
+    cb = evjax.CompactBinary.from_array(jnp.array([False, True, True, False]))
+    assert cb.size == 4 and "shape=(4,)" in repr(cb)
+    again = cb.with_value(jnp.array([True, False, False, True]))
+    assert type(again) is evjax.CompactBinary
+    np.testing.assert_array_equal(np.asarray(again.active_ids[:int(again.n_active[0])]), [0, 3])
+    light = evjax.CompactBinary.from_array_light(jnp.array([False, True])).with_value(jnp.array([True, True]))
+    assert light.active_ids is None  # the same form: no list
+    W = evjax.CSR.fromdense(np.arange(8, dtype=np.float32).reshape(4, 2))
+    np.testing.assert_array_equal(np.asarray(again @ W), np.asarray(evjax.BinaryArray(again.value) @ W))
+
+
 # ---------------------------------------------------------------------------
 # errors
 # ---------------------------------------------------------------------------

@@ -153,7 +153,7 @@ def test_compact_binary_light_and_compact_only():
 def test_compact_binary_bad_input_names_the_argument():
     x = jnp.array([False, True, True, False])
     ok = evjax.CompactBinary.from_array(x)
-    with pytest.raises(ValueError, match="bit_width must be 32"):
+    with pytest.raises(ValueError, match="Only bit_width=32 is supported"):
         evjax.CompactBinary.from_array(x, bit_width=64)
     with pytest.raises(ValueError, match=r"x must be \(n,\) or \(n, batch_size\)"):
         evjax.CompactBinary.from_array(jnp.zeros((2, 2, 2)))

@@ -491,3 +491,133 @@ def test_matrix_with_numpy_leaves_multiplies():
     x = np.array([1.0, 2.0, 3.0], np.float32)
     np.testing.assert_allclose(np.asarray(W @ x), dense @ x)
     np.testing.assert_allclose(np.asarray(np.array([True, False]) @ W), dense[0])
+
+
+# ---------------------------------------------------------------------------
+# brainevent's constructor options: backend=, fromdense(nse=, backend=, precompute_weight_indices=); solve
+# ---------------------------------------------------------------------------
+def _backends_bound(fn, *args):
+    """The ``backend`` parameter of every evjax op in ``fn``'s jaxpr (nested jaxprs included)."""
+    import jax.extend
+
+    found = []
+
+    def walk(jaxpr):
+        for eqn in jaxpr.eqns:
+            if eqn.primitive.name.startswith("evjax_"):
+                found.append((eqn.primitive.name, eqn.params["backend"].per_call))
+            for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+                walk(sub)
+
+    walk(jax.make_jaxpr(fn)(*args).jaxpr)
+    return found
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_backend_keyword_reaches_every_op_and_is_kept(kind):
+    data, indices, indptr = seeded_csr(14, stored_shape(kind, SHAPE), sort=True)
+    cls = evjax.CSR if kind == "csr" else evjax.CSC
+    W = cls((data, indices, indptr), shape=SHAPE, backend="reference")
+    s_rows, s_cols = np.arange(SHAPE[0]) % 2 == 0, np.arange(SHAPE[1]) % 3 == 0
+    x = np.linspace(-1, 1, SHAPE[1]).astype(np.float32)
+    kept = [W.T.T, W.with_data(W.data * 2), W * 2.0, -W, W.apply(jnp.abs), W.tocsr(), W.tocsc(),
+            W.slice_rows([0, 2]), W.diag_add(1.0), W.build_weight_indices(),
+            jax.tree_util.tree_map(lambda a: a, W)]
+    assert all(m.backend == "reference" for m in kept)
+    flows = [
+        lambda W: evjax.BinaryArray(s_rows) @ W, lambda W: W @ x, lambda W: W @ evjax.BinaryArray(s_cols),
+        lambda W: jax.grad(lambda d: jnp.sum(evjax.BinaryArray(s_rows) @ W.with_data(d)))(W.data),
+        lambda W: jax.vmap(lambda s: evjax.BinaryArray(s) @ W)(np.stack([s_rows, ~s_rows])),
+        lambda W: W.update_on_pre(s_rows, x, 0.0, 1.0).data, lambda W: W.update_on_post(np.ones(SHAPE[0]), s_cols).data,
+    ]
+    for flow in flows:
+        bound = _backends_bound(flow, W)
+        assert bound and all(name_backend[1] == "reference" for name_backend in bound), bound
+    got = jax.jit(lambda W: evjax.BinaryArray(s_rows) @ W)(W)
+    want = s_rows.astype(np.float32) @ csr_or_csc_dense(kind, data, indices, indptr, SHAPE)
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6)
+    # the backend is static: another one is another treedef (a new trace), new weights are not
+    assert jax.tree_util.tree_structure(W) != jax.tree_util.tree_structure(cls((data, indices, indptr), shape=SHAPE))
+    assert jax.tree_util.tree_structure(W) == jax.tree_util.tree_structure(W.with_data(W.data + 1))
+
+
+def test_backend_keyword_errors():
+    data, indices, indptr = seeded_csr(15)
+    with pytest.raises(TypeError, match="backend must be a backend's name"):
+        evjax.CSR((data, indices, indptr), shape=SHAPE, backend=3)
+    W = evjax.CSR((data, indices, indptr), shape=SHAPE, backend="no_such_backend")
+    with pytest.raises(evjax.KernelNotAvailableError, match="no_such_backend"):
+        evjax.BinaryArray(np.ones(SHAPE[0], bool)) @ W
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_fromdense_options_follow_brainevent(kind):
+    cls = evjax.CSR if kind == "csr" else evjax.CSC
+    dense = np.asarray(csr_or_csc_dense("csr", *seeded_csr(16, SHAPE, sort=True), SHAPE))
+    nnz = int((dense != 0).sum())
+    W = cls.fromdense(dense, nse=nnz, backend="reference", precompute_weight_indices=True)
+    np.testing.assert_array_equal(np.asarray(W.todense()), dense)
+    assert W.backend == "reference" and W.nnz == nnz and W.other_view is not None
+    for got, want in zip(W.other_view, cls.fromdense(dense).build_weight_indices().other_view):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    assert cls.fromdense(dense).other_view is None
+    with pytest.raises(ValueError, match=f"nse = {nnz + 1} but the matrix has {nnz} nonzero entries"):
+        cls.fromdense(dense, nse=nnz + 1)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("homogeneous", [False, True])
+def test_solve_matches_numpy_under_jit_and_grad(kind, homogeneous):
+    rng = np.random.default_rng(17)
+    n = 7
+    a = np.where(rng.random((n, n)) < 0.4, rng.uniform(-1, 1, (n, n)), 0.0) + 4 * np.eye(n)
+    if homogeneous:  # one weight on an upper bidiagonal pattern: nonsingular
+        a = np.eye(n) + np.eye(n, k=1)
+    a = a.astype(np.float32)
+    W = (evjax.CSR if kind == "csr" else evjax.CSC).fromdense(a)
+    if homogeneous:
+        W = W.with_data(jnp.float32(2.0))
+        a = np.asarray(W.todense())
+        assert W.homogeneous
+    b = rng.standard_normal(n).astype(np.float32)
+    want = np.linalg.solve(a.astype(np.float64), b)
+    np.testing.assert_allclose(np.asarray(W.solve(b)), want, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(jax.jit(lambda W, b: W.solve(b))(W, b)), want, rtol=1e-4, atol=1e-5)
+    # gradients in the weights and b, against the dense solve's at the stored entries
+    g_data, g_b = jax.grad(lambda d, b: jnp.sum(W.with_data(d).solve(b) ** 2), argnums=(0, 1))(W.data, b)
+    dense_of = (lambda d: W.with_data(d).todense())
+    r_data, r_b = jax.grad(lambda d, b: jnp.sum(jnp.linalg.solve(dense_of(d), b) ** 2), argnums=(0, 1))(W.data, b)
+    np.testing.assert_allclose(np.asarray(g_data), np.asarray(r_data), rtol=1e-3, atol=1e-4)
+    np.testing.assert_allclose(np.asarray(g_b), np.asarray(r_b), rtol=1e-3, atol=1e-4)
+
+
+def test_solve_errors_name_the_argument():
+    data, indices, indptr = seeded_csr(18)
+    with pytest.raises(ValueError, match=r"must be square, got shape \(6, 5\)"):
+        evjax.CSR((data, indices, indptr), shape=SHAPE).solve(np.ones(6, np.float32))
+    W = evjax.CSR.fromdense(np.eye(4, dtype=np.float32))
+    with pytest.raises(ValueError, match=r"b must have shape \(4,\), got \(3,\)"):
+        W.solve(np.ones(3, np.float32))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_add_and_sub_give_the_dense_array_and_apply2_follows_brainevent(kind):
+    import operator
+
+    data, indices, indptr = seeded_csr(19, stored_shape(kind, SHAPE))
+    W = make(kind, data, indices, indptr, SHAPE)
+    dense = np.asarray(csr_or_csc_dense(kind, data, indices, indptr, SHAPE))
+    m = np.random.default_rng(19).uniform(1.0, 2.0, SHAPE).astype(np.float32)
+    row = m[0]
+    for got, want in [(W + 1.0, dense + 1.0), (1.0 + W, 1.0 + dense), (W - m, dense - m), (m - W, m - dense),
+                      (W + row, dense + row), (W + W, 2 * dense), (W.apply2(m, operator.sub, reverse=True), m - dense)]:
+        assert isinstance(got, jax.Array)
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6)
+    scaled = W.apply2(3.0, operator.mul)
+    assert type(scaled) is type(W)
+    np.testing.assert_allclose(np.asarray(scaled.todense()), 3 * dense, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(W.apply2(m, operator.truediv).todense()),
+                               np.asarray((W / m).todense()), rtol=1e-6)
+    with pytest.raises(ValueError, match=r"broadcast to \(6, 5\), got shape \(5, 6\)"):
+        W + m.T
+    np.testing.assert_allclose(np.asarray(jax.jit(lambda W, m: W - m)(W, m)), dense - m, rtol=1e-6)

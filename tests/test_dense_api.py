@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import evjax
+from evjax.testing import OpSpec, check_all
 
 N_ROWS, N_COLS = 7, 5
 
@@ -213,3 +214,98 @@ def test_event_and_weight_dtypes(backend, weight_dtype):
                 tol = 2e-2 if jnp.dtype(y.dtype).itemsize == 2 else 1e-6
                 np.testing.assert_allclose(np.asarray(y.astype(jnp.float64)), want, rtol=tol, atol=tol,
                                            err_msg=f"{kind}, rank {rank}")
+
+
+# ---------------------------------------------------------------------------
+# brainevent's everyday methods of Dense (plain JAX on the weights)
+# ---------------------------------------------------------------------------
+def test_dense_methods_match_numpy(operands):
+    w, s, _, _ = operands
+    rng = np.random.default_rng(11)
+    m = rng.uniform(1.0, 2.0, w.shape).astype(np.float32)
+    row = rng.uniform(1.0, 2.0, N_COLS).astype(np.float32)
+    D = evjax.Dense.fromdense(w, backend="reference")
+    assert isinstance(D, evjax.Dense) and D.backend == "reference" and D.nse == N_ROWS * N_COLS
+    cases = {
+        "D + 1": (D + 1, w + 1), "2 * D": (2 * D, 2 * w), "D - m": (D - m, w - m), "m - D": (m - D, m - w),
+        "D * row": (D * row, w * row), "D / m": (D / m, w / m), "1 / D": (1 / (D * 0 + m), 1 / m),
+        "D + D": (D + D, w + w), "-D": (-D, -w), "abs(D)": (abs(D), np.abs(w)),
+        "apply": (D.apply(jnp.sin), np.sin(w)), "T": (D.transpose((1, 0)), w.T),
+        "slice_rows(int)": (D.slice_rows(1), w[1:2]), "slice_rows(list)": (D.slice_rows([4, 0, 4]), w[[4, 0, 4]]),
+        "slice_rows(slice)": (D.slice_rows(slice(2, 5)), w[2:5]), "slice_rows(mask)": (D.slice_rows(s), w[s]),
+        "diag_add": (D.diag_add(np.arange(5.0)), w + np.pad(np.diag(np.arange(5.0)), ((0, 2), (0, 0)))),
+        "diag_add(scalar)": (D.diag_add(3.0), w + 3.0 * np.eye(N_ROWS, N_COLS)),
+    }
+    for name, (got, want) in cases.items():
+        assert isinstance(got, evjax.Dense) and got.backend == "reference", name
+        np.testing.assert_allclose(np.asarray(got.todense()), want, rtol=1e-6, err_msg=name)
+    np.testing.assert_array_equal(np.asarray(D[1]), w[1])
+    np.testing.assert_array_equal(np.asarray(D[[2, 0]]), w[[2, 0]])
+    sparse = np.where(np.abs(w) > 0.5, w, 0).astype(np.float32)
+    S = evjax.Dense(sparse)
+    for conversion in (S.tocsr(), S.tocsc(), S.tocsr(nse=int((sparse != 0).sum()))):
+        np.testing.assert_array_equal(np.asarray(conversion.todense()), sparse)
+    assert type(S.tocsr()) is evjax.CSR and type(S.tocsc()) is evjax.CSC
+    np.testing.assert_array_equal(np.asarray(S.tocoo().todense()), sparse)
+    with_view = S.tocsr(precompute_weight_indices=True)
+    assert with_view.other_view is not None
+    for got, want in zip(with_view.other_view, S.tocsr().build_weight_indices().other_view):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+def test_dense_solve_and_plasticity_match_numpy(operands):
+    w, _, _, _ = operands
+    rng = np.random.default_rng(12)
+    a = (rng.standard_normal((6, 6)) + 6 * np.eye(6)).astype(np.float32)
+    b = rng.standard_normal(6).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(evjax.Dense(a).solve(b)), np.linalg.solve(a, b), rtol=1e-5)
+    pre = np.array([True, False, True, False, False, True, False])
+    post_trace = rng.uniform(-0.5, 0.5, N_COLS).astype(np.float32)
+    got = evjax.Dense(w).update_on_pre(pre, post_trace, w_min=-1.0, w_max=1.0).todense()
+    want = np.where(pre[:, None], np.clip(w + post_trace, -1.0, 1.0), w)  # only the rows that fired move
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6)
+    post = np.array([False, True, True, False, True])
+    pre_trace = rng.uniform(-0.5, 0.5, N_ROWS).astype(np.float32)
+    got = evjax.Dense(w).update_on_post(pre_trace, post, w_min=-1.0).todense()
+    want = np.where(post[None, :], np.maximum(w + pre_trace[:, None], -1.0), w)
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6)
+
+
+def test_dense_method_errors_name_the_fix(operands):
+    w, _, _, _ = operands
+    D = evjax.Dense(w)
+    with pytest.raises(ValueError, match=r"broadcasts to \(7, 5\).*got shape \(7, 4\)"):
+        D + np.ones((N_ROWS, 4), np.float32)
+    with pytest.raises(ValueError, match="got shape"):
+        D * evjax.Dense(w.T)
+    W = evjax.CSR.fromdense(w)
+    for bad in (lambda: D * W, lambda: D + evjax.BinaryArray(np.ones(N_ROWS, bool))):
+        with pytest.raises(NotImplementedError, match="todense"):  # brainevent's exception ...
+            bad()
+        with pytest.raises(TypeError):  # ... and a TypeError, as evjax's other unsupported operations
+            bad()
+    with pytest.raises(ValueError, match="keep the shape"):
+        D.apply(lambda d: d[:2])
+    with pytest.raises(ValueError, match="min\\(shape\\) = 5"):
+        D.diag_add(np.ones(4))
+    with pytest.raises(ValueError, match="axes must be None or"):
+        D.transpose((0, 1))
+    with pytest.raises(ValueError, match="nse = 3 but the matrix has"):
+        D.tocsr(nse=3)
+
+
+def test_dense_methods_through_harness():
+    rng = np.random.default_rng(13)
+    w = rng.standard_normal((5, 5)).astype(np.float32) + 5 * np.eye(5, dtype=np.float32)
+    m = rng.uniform(1.0, 2.0, (5, 5)).astype(np.float32)
+    b = rng.standard_normal(5).astype(np.float32)
+
+    def fn(w, m, b):
+        D = evjax.Dense(w)
+        return ((-(D * m) + 1) / 2).todense(), D.diag_add(m[0]).slice_rows([3, 1]).todense(), D.solve(b)
+
+    def reference(w, m, b):
+        return (-(w * m) + 1) / 2, (w + jnp.diag(m[0]))[jnp.array([3, 1])], jnp.linalg.solve(w, b)
+
+    check_all(OpSpec(fn=fn, reference=reference, diff_argnums=(0, 1, 2), vmap_argnums=(0, 1, 2),
+                     name="Dense.methods"), (w, m, b))

@@ -531,3 +531,42 @@ def test_vmap_over_tables_grad_binds_csr_sddmm_once(transpose):
         want = (np.where(spikes[b][rows], ct[b][tables[b]], 0) if transpose
                 else np.where(spikes[b][tables[b]], ct[b][rows], 0))
         np.testing.assert_allclose(g[b], want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("cls", [evjax.FixedPostNumConn, evjax.FixedPreNumConn])
+def test_brainevents_everyday_methods_match_the_dense_matrix(cls):
+    rng = np.random.default_rng(61)
+    n, n_targets, k = 5, 6, 3
+    table = np.stack([rng.choice(n_targets, k, replace=False) for _ in range(n)]).astype(np.int32)
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    shape = (n, n_targets) if cls is evjax.FixedPostNumConn else (n_targets, n)
+    C = cls((w, table), shape=shape, backend="reference")
+    dense = np.asarray(C.todense())
+    assert (C.num_pre, C.num_post) == shape
+    for conversion in (C.tocsc(), C.tocsr(), C.tocoo()):
+        np.testing.assert_allclose(np.asarray(conversion.todense()), dense, rtol=1e-6)
+    assert type(C.tocsc()) is evjax.CSC
+    for axis in (None, 0, 1):
+        np.testing.assert_allclose(np.asarray(C.sum(axis)), dense.sum(axis), rtol=1e-5, atol=1e-6)
+    same_table = C.with_data(np.abs(w))
+    for got, want in [(2 * C, 2 * dense), (C / 4, dense / 4), (-C, -dense), (C.apply(jnp.exp), None),
+                      (C * same_table, None), (C.transpose((1, 0)), dense.T)]:
+        assert isinstance(got, evjax.FixedNumConn) and got.backend == "reference"
+        if want is not None:
+            np.testing.assert_allclose(np.asarray(got.todense()), want, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(C.apply(jnp.exp).data), np.exp(w), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray((C * same_table).data), w * np.abs(w), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(C + 1.0), dense + 1.0, rtol=1e-6)  # + and -: the dense array
+    np.testing.assert_allclose(np.asarray(np.ones(shape, np.float32) - C), 1.0 - dense, rtol=1e-6)
+    with pytest.raises(ValueError, match="a scalar or a table of the same structure"):
+        C * np.ones(shape, np.float32)
+    with pytest.raises(TypeError, match="share one structure"):
+        C * cls((w, table.copy()), shape=shape)
+    with pytest.raises(ValueError, match="broadcast to"):
+        C + np.ones((2, 2), np.float32)
+    with pytest.raises(ValueError, match="axes must be None"):
+        C.transpose((0, 1))
+    # differentiable in the weights, under jit
+    grad = jax.jit(jax.grad(lambda d: jnp.sum((2 * C.with_data(d)).sum(0) ** 2)))(C.data)
+    want = jax.grad(lambda d: jnp.sum((2 * cls((d, table), shape=shape).todense()).sum(0) ** 2))(C.data)
+    np.testing.assert_allclose(np.asarray(grad), np.asarray(want), rtol=1e-5)

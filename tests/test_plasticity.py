@@ -553,6 +553,21 @@ def test_fixed_table_methods_and_homogeneous_errors():
     with pytest.raises(ValueError, match="CSR.update_on_post: this matrix has one weight shared"):
         evjax.CSR((np.float32(0.5), np.array([0, 1]), np.array([0, 1, 2])), shape=(2, 2)).update_on_post(
             np.ones(2, np.float32), np.ones(2, bool))
+    # the functions, given one shared weight: the message says why and how (it said "indices has 2 entries,
+    # expected 1" before)
+    one, idx, ptr = jnp.ones(1, jnp.float32), np.array([0, 1], np.int32), np.array([0, 1, 2], np.int32)
+    calls = {
+        "update_csr_on_binary_pre": lambda: evjax.update_csr_on_binary_pre(one, idx, ptr, np.ones(2, bool),
+                                                                           np.ones(2, np.float32), shape=(2, 2)),
+        "update_csr_on_binary_post": lambda: evjax.update_csr_on_binary_post(one, idx, ptr, idx, np.ones(2, np.float32),
+                                                                             np.ones(2, bool), shape=(2, 2)),
+        "update_csc_on_binary_pre": lambda: evjax.update_csc_on_binary_pre(one, idx, ptr, np.ones(2, bool),
+                                                                           np.ones(2, np.float32), shape=(2, 2)),
+    }
+    for who, call in calls.items():
+        with pytest.raises(ValueError, match=rf"{who}: weight has one value shared by all 2 synapses.*per-synapse.*"
+                                             rf"jnp.full\(2, w\)"):
+            call()
 
 
 def test_build_weight_indices_caches_the_other_view_through_jit():

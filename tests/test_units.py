@@ -144,3 +144,29 @@ def test_plasticity_and_delays_keep_the_weights_unit():
     with pytest.raises(TypeError, match="pre_spike are spikes"):
         evjax.update_csr_on_binary_pre(W4.data * nS, W4.indices, W4.indptr, spikes * u.mV, trace * nS,
                                        shape=(4, 4))
+
+
+def test_a_unit_of_another_dimension_is_brainunits_mismatch_error_too():
+    """brainevent users catch ``brainunit.UnitMismatchError``; evjax's error is also a ``TypeError``."""
+    W4 = evjax.CSR.fromdense(np.eye(4, dtype=np.float32))
+    for catch in (u.UnitMismatchError, TypeError):
+        with pytest.raises(catch, match="post_trace has unit mV, which is not a unit of the weights' dimension"):
+            evjax.update_csr_on_binary_pre(W4.data * u.nS, W4.indices, W4.indptr, jnp.ones(4, bool),
+                                           jnp.ones(4) * u.mV, shape=(4, 4))
+
+
+def test_matrix_constructors_and_methods_keep_units():
+    mV, ohm, volt = u.mV, u.ohm, u.volt
+    dense = np.array([[3.0, 1.0, 0.0], [1.0, 2.0, 0.0], [0.0, 0.0, 4.0]], np.float32)
+    b = np.array([9.0, 8.0, 4.0], np.float32)
+    for cls in (evjax.CSR, evjax.CSC):
+        M = cls.fromdense(dense * mV)
+        _same(M.todense(), mV, dense)
+        _same(M.with_data(M.data * 2).todense(), mV, 2 * dense)  # with_data takes quantities
+        _same(cls.fromdense(dense * ohm).solve(b * volt), u.amp, np.linalg.solve(dense, b))
+    D = evjax.Dense.fromdense(dense * mV)
+    _same((D + dense * mV).todense(), mV, 2 * dense)
+    _same(D.diag_add(1.0 * mV).todense(), mV, dense + np.eye(3))
+    _same(evjax.Dense(dense * ohm).solve(b * volt), u.amp, np.linalg.solve(dense, b))
+    with pytest.raises(u.UnitMismatchError):
+        D + dense * u.ms

@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ... import units
-from ...data_representation import DataRepresentation
+from ...data_representation import DataRepresentation, dense_elementwise
 from ..._validation import INT32_MAX, check_shape, checked_index_cast
 from ...dtypes import LOW_PRECISION
 from ...errors import UnsupportedOperationError
@@ -97,7 +97,7 @@ def _matmul_quantities(sparse, operand, x, event: bool, weighted: bool, sparse_o
         x, x_unit = units.split(x)
         unit = units.product(unit, x_unit)
         operand = type(operand)(x) if isinstance(operand, EventValues) else x  # (a WeightedArray's values)
-    plain = sparse._make(data, sparse.indices, sparse.indptr, sparse.shape, sparse.other_view)
+    plain = sparse._make(data, sparse.indices, sparse.indptr, sparse.shape, sparse.other_view, sparse.backend)
     return units.attach(_matmul(plain, operand, sparse_on_left=sparse_on_left), unit)
 
 
@@ -127,11 +127,11 @@ def _matmul(sparse, x, *, sparse_on_left: bool):
     listed = operand.active_rows() if transpose and getattr(operand, "lists_rows", False) and not weighted else None
     if listed is not None:  # events that carry the list of their active rows: the scatter reads the list
         return binary_csrmv_active(sparse.data, sparse.indices, sparse.indptr, *listed, x,
-                                   shape=sparse._stored_shape)
+                                   shape=sparse._stored_shape, backend=sparse.backend)
     flip = not sparse_on_left and x.ndim == 2  # x @ S = (S.T @ x.T).T
     op, who = _MATMUL[(x.ndim, event)]
     y = checked_matmul(op, sparse.data, sparse.indices, sparse.indptr, x.T if flip else x,
-                       shape=sparse._stored_shape, transpose=transpose, backend=None, rank=x.ndim, event=event,
+                       shape=sparse._stored_shape, transpose=transpose, backend=sparse.backend, rank=x.ndim, event=event,
                        who=who, weighted=weighted)
     return y.T if flip else y
 
@@ -152,7 +152,7 @@ def _register_pytree(cls):
     ``jit`` as data.
     """
     jax.tree_util.register_dataclass(
-        cls, data_fields=["data", "indices", "indptr", "other_view"], meta_fields=["shape", "_from_tree"]
+        cls, data_fields=["data", "indices", "indptr", "other_view"], meta_fields=["shape", "_from_tree", "backend"]
     )
     return cls
 
@@ -207,11 +207,15 @@ class _Compressed(DataRepresentation):
     other_view: tuple | None = None  # (t_indices, t_indptr, perm) of the stored arrays' transpose, if cached
 
     def __init__(self, data, indices=None, indptr=None, *args, shape=None, indptr_dtype="auto",
-                 _from_tree: bool = False, other_view=None, **unknown):
+                 backend: str | None = None, _from_tree: bool = False, other_view=None, **unknown):
+        self.backend = backend
         if _from_tree:  # rebuilt by JAX from its own leaves: no validation
             self._set(data, indices, indptr, shape)
             self.other_view = other_view
             return
+        if backend is not None and not isinstance(backend, str):
+            raise TypeError(f"{type(self).__name__}: backend must be a backend's name (e.g. 'numba') or None, "
+                            f"got {backend!r}")
         parts = _constructor_parts(type(self).__name__, data, indices, indptr, args, shape, unknown)
         data, unit = parts[0], None
         if not isinstance(data, (jax.Array, np.ndarray)):  # brainunit weights: the numbers checked, the unit kept
@@ -227,23 +231,23 @@ class _Compressed(DataRepresentation):
         self.data, self.indices, self.indptr, self.shape = data, indices, indptr, tuple(shape)
 
     @classmethod
-    def _from_scipy_parts(cls, data, m, index_dtype, indptr_dtype):
+    def _from_scipy_parts(cls, data, m, index_dtype, indptr_dtype, backend=None):
         """An instance from a scipy matrix's arrays, cast to ``index_dtype`` only where every value fits."""
         who = f"{cls.__name__}.from_scipy"
         index_dtype = m.indices.dtype if index_dtype is None else index_dtype
         indices, indptr = checked_index_cast(m.indices, index_dtype, "indices", who), m.indptr
         if (indptr_dtype is None or isinstance(indptr_dtype, str) and indptr_dtype == "auto") and m.nnz <= INT32_MAX:
             indptr = checked_index_cast(indptr, index_dtype, "indptr", who)  # "auto": indices' dtype where it fits
-        return cls((data, indices, indptr), shape=m.shape, indptr_dtype=indptr_dtype)
+        return cls((data, indices, indptr), shape=m.shape, indptr_dtype=indptr_dtype, backend=backend)
 
     @classmethod
-    def _make(cls, data, indices, indptr, shape, other_view=None):
+    def _make(cls, data, indices, indptr, shape, other_view=None, backend=None):
         """An instance from trusted parts, without validation."""
-        return cls(data, indices, indptr, shape=shape, _from_tree=True, other_view=other_view)
+        return cls(data, indices, indptr, shape=shape, _from_tree=True, other_view=other_view, backend=backend)
 
     def _reweighted(self, data):
         """This structure (and its cached view, if any) with the trusted weights ``data``."""
-        return self._make(data, self.indices, self.indptr, self.shape, self.other_view)
+        return self._make(data, self.indices, self.indptr, self.shape, self.other_view, self.backend)
 
     def build_weight_indices(self):
         """A copy that carries the other view of its structure, computed once (brainevent's name).
@@ -266,7 +270,7 @@ class _Compressed(DataRepresentation):
             >>> W = evjax.CSR.fromdense(dense).build_weight_indices()
             >>> W = jax.jit(lambda W, s, x: W.update_on_post(x, s, 0.0, 1.0))(W, post_spikes, pre_trace)
         """
-        return self._make(self.data, self.indices, self.indptr, self.shape, self._other_view())
+        return self._make(self.data, self.indices, self.indptr, self.shape, self._other_view(), self.backend)
 
     def _other_view(self) -> tuple:
         """``(t_indices, t_indptr, perm)``: the cached view, or computed now (NumPy on a concrete structure)."""
@@ -299,13 +303,14 @@ class _Compressed(DataRepresentation):
         return self._with_weights(data, "with_data")
 
     def _with_weights(self, data, who: str):
+        data, unit = (data, None) if isinstance(data, jax.Array) else units.split(data)  # brainunit: unit kept
         data = jnp.asarray(data)
         if not jnp.issubdtype(data.dtype, jnp.floating):
             raise TypeError(f"{who}: weights must be floating point, got {data.dtype}")
         data = data.reshape(1) if data.ndim == 0 else data
         if data.ndim != 1 or data.shape[0] not in (1, self.nnz):
             raise ValueError(f"{who}: data must have shape (1,) or (nnz,) = ({self.nnz},), got {data.shape}")
-        return self._reweighted(data)
+        return self._reweighted(data if unit is None else units.attach(data, unit))
 
     def _weights(self):
         return weights_of(self.data, self.nnz)
@@ -366,6 +371,27 @@ class _Compressed(DataRepresentation):
     def __rtruediv__(self, other):
         return self._elementwise(other, operator.truediv, "/", reverse=True)
 
+    def __add__(self, other):  # a dense array, as brainevent's (adding fills the zeros)
+        return dense_elementwise(self, other, operator.add, "+")
+
+    def __radd__(self, other):
+        return dense_elementwise(self, other, operator.add, "+", reverse=True)
+
+    def __sub__(self, other):
+        return dense_elementwise(self, other, operator.sub, "-")
+
+    def __rsub__(self, other):
+        return dense_elementwise(self, other, operator.sub, "-", reverse=True)
+
+    def apply2(self, other, fn: Callable, *, reverse: bool = False):
+        """``fn(self, other)`` (``fn(other, self)`` if ``reverse``), brainevent's binary form: ``+``
+        and ``-`` (``operator.add``/``sub``) give the dense array, any other ``fn`` new weights of the
+        same structure, as ``*`` does (``other`` a scalar, a dense matrix read at the stored entries, or
+        a matrix of the same structure)."""
+        if fn in (operator.add, operator.sub):
+            return dense_elementwise(self, other, fn, "+" if fn is operator.add else "-", reverse)
+        return self._elementwise(other, fn, getattr(fn, "__name__", "apply2"), reverse)
+
     def __neg__(self):
         return self.apply(operator.neg)
 
@@ -408,6 +434,34 @@ class _Compressed(DataRepresentation):
         coords = (rows, self.indices) if self._row_major else (self.indices, rows)
         return jax_sparse.BCOO((self._weights(), jnp.stack(coords, axis=1)), shape=self.shape)
 
+    def solve(self, b, tol=1e-6, reorder=1):
+        """``x`` with ``A @ x = b`` for this square matrix: ``jax.experimental.sparse.linalg.spsolve``
+        (SciPy's sparse LU on CPU through a callback, cuSOLVER on GPU), differentiable in the weights
+        and ``b``.  With units, ``x`` has ``b``'s unit over the weights'.
+
+        Args:
+            b: ``(n,)`` right-hand side.
+            tol: the GPU solver's singularity tolerance (spsolve's).
+            reorder: the GPU solver's fill-reducing ordering, 0-3 (spsolve's).
+
+        Raises:
+            ValueError: the matrix is not square, or ``b`` is not ``(n,)``.
+        """
+        from jax.experimental.sparse.linalg import spsolve
+
+        who = f"{type(self).__name__}.solve"
+        n = self.shape[0]
+        if self.shape[1] != n:
+            raise ValueError(f"{who}: the matrix must be square, got shape {self.shape}")
+        (weights, unit_a), (rhs, unit_b) = units.split(self._weights()), units.split(b)
+        rhs = jnp.asarray(rhs)
+        if rhs.shape != (n,):
+            raise ValueError(f"{who}: b must have shape ({n},), got {rhs.shape}")
+        rows = self.tocsr()  # (a CSC's arrays are its transpose's)
+        weights = weights if rows is self else units.split(rows._weights())[0]
+        x = spsolve(weights, rows.indices, rows.indptr, rhs.astype(weights.dtype), tol=tol, reorder=reorder)
+        return units.attach(x, units.product(unit_b, None if unit_a is None else unit_a ** -1))
+
     def transpose(self, axes=None):
         """The transpose, a view sharing the arrays (``CSR`` <-> ``CSC``); as :attr:`T`.
 
@@ -444,7 +498,7 @@ class _Compressed(DataRepresentation):
         if diag.shape != (k,):
             raise ValueError(f"{who}: expected a scalar or min(shape) = {k} values, got shape {diag.shape}")
         parts = add_diagonal(self.data, self.indices, self.indptr, self._stored_shape, diag)
-        return self._make(*parts, self.shape)
+        return self._make(*parts, self.shape, backend=self.backend)
 
     def slice_rows(self, index):
         """Rows ``W[index, :]`` as a new matrix of the same class, shape ``(n_selected, n_cols)``.
@@ -465,7 +519,7 @@ class _Compressed(DataRepresentation):
         rows = normalize_row_index(index, self.shape[0], who)
         columns_of = None if self._row_major else self._stored_shape
         parts = select_rows(self.data, self.indices, self.indptr, rows, rows_are_columns_of=columns_of)
-        return self._make(*parts, (rows.size, self.shape[1]))
+        return self._make(*parts, (rows.size, self.shape[1]), backend=self.backend)
 
     def __getitem__(self, index) -> jax.Array:
         """Rows ``W[index]`` (or ``W[index, :]``) as a dense array, like brainevent's.
@@ -544,6 +598,10 @@ class CSR(_Compressed):
         indptr_dtype: ``"auto"``, ``jnp.int32`` or ``jnp.int64``: the dtype of
             ``indptr``, which counts synapses; int64 (needed beyond ``2**31 - 1``
             synapses, and chosen by ``"auto"`` there) needs JAX's 64-bit mode.
+        backend: the backend its ops ask for (``"numba"``, ``"warp"``,
+            ``"numba_cuda"``, ``"reference"``; default: see :mod:`evjax.config`),
+            kept by ``with_data``, ``T`` and the other methods; a ``backend=``
+            of a call (``delay_deliver``) wins.
 
     ``data`` is a scalar or ``(1,)`` (one weight for all synapses) or ``(nnz,)``;
     ``indices`` (int32/int64) are the columns of each row's synapses; duplicate
@@ -567,7 +625,7 @@ class CSR(_Compressed):
     @property
     def T(self) -> "CSC":
         """The transpose, as a view (no copy): a :class:`CSC` sharing the arrays."""
-        return CSC._make(self.data, self.indices, self.indptr, self.shape[::-1], self.other_view)
+        return CSC._make(self.data, self.indices, self.indptr, self.shape[::-1], self.other_view, self.backend)
 
     def todense(self) -> jax.Array:
         """The dense matrix (duplicates summed)."""
@@ -579,7 +637,8 @@ class CSR(_Compressed):
 
     def tocsc(self) -> "CSC":
         """The same matrix stored column-major: a :class:`CSC` of the same shape (entries re-sorted)."""
-        return CSC._make(*transpose_structure(self.data, self.indices, self.indptr, self.shape), self.shape)
+        return CSC._make(*transpose_structure(self.data, self.indices, self.indptr, self.shape), self.shape,
+                         backend=self.backend)
 
     # ------------------------------------------------------------ plasticity
     def update_on_pre(self, pre_spike, post_trace, w_min=None, w_max=None) -> "CSR":
@@ -604,7 +663,7 @@ class CSR(_Compressed):
             >>> W = W.update_on_pre(pre_spikes, post_trace, w_min=0.0, w_max=1.0)
         """
         data = update_csr_on_binary_pre(self._plastic_weights("update_on_pre"), self.indices, self.indptr,
-                                        pre_spike, post_trace, w_min, w_max, shape=self.shape)
+                                        pre_spike, post_trace, w_min, w_max, shape=self.shape, backend=self.backend)
         return self._reweighted(data)
 
     def update_on_post(self, pre_trace, post_spike, w_min=None, w_max=None) -> "CSR":
@@ -635,7 +694,7 @@ class CSR(_Compressed):
         weight = self._plastic_weights("update_on_post")
         csc_indices, csc_indptr, positions = self._other_view()
         data = update_csr_on_binary_post(weight, csc_indices, csc_indptr, positions, pre_trace, post_spike, w_min,
-                                         w_max, shape=self.shape)
+                                         w_max, shape=self.shape, backend=self.backend)
         return self._reweighted(data)
 
     def apply_on_pre(self, rule, pre_spike, *, edge_state=None, pre_vals=None, post_vals=None, params=None):
@@ -711,7 +770,7 @@ class CSR(_Compressed):
             >>> ring = W.delay_deliver(ring, spikes, delays, t)
         """
         return csr_delay_deliver(ring, events, self.data, self.indices, self.indptr, delays, t, shape=self.shape,
-                                 weighted=weighted, backend=backend)
+                                 weighted=weighted, backend=self.backend if backend is None else backend)
 
     def delay_layout(self, delays, n_slots: int) -> CSRDelayLayout:
         """This matrix's synapses grouped by delay: :meth:`evjax.CSRDelayLayout.build`.
@@ -750,17 +809,29 @@ class CSR(_Compressed):
         return cls._from_scipy_parts(data, m, index_dtype, indptr_dtype)
 
     @classmethod
-    def fromdense(cls, dense, *, index_dtype=np.int32, indptr_dtype="auto") -> "CSR":
+    def fromdense(cls, dense, *, nse: int | None = None, index_dtype=np.int32, indptr_dtype="auto",
+                  backend: str | None = None, precompute_weight_indices: bool = False) -> "CSR":
         """From a dense (concrete) matrix, keeping its nonzero entries.
 
         Args:
-            dense: a 2-d array.
+            dense: a 2-d array (a brainunit quantity: the weights keep its unit).
+            nse: brainevent's count of stored entries; if given it must equal
+                the number of nonzero entries (evjax stores exactly those).
             index_dtype: the dtype of ``indices`` and, with
                 ``indptr_dtype="auto"``, of ``indptr`` unless nnz needs int64.
             indptr_dtype: as in :class:`CSR`.
+            backend: as in :class:`CSR`.
+            precompute_weight_indices: also cache the other view of the
+                structure (:meth:`build_weight_indices`), for the plasticity
+                updates that need it.
+
+        Raises:
+            ValueError: ``dense`` is not 2-d, or ``nse`` is not its number of
+                nonzero entries.
         """
         import scipy.sparse as sp
 
+        dense, unit = units.split(dense)
         dense = np.asarray(dense)
         if dense.ndim != 2:
             raise ValueError(f"fromdense: expected a matrix, got shape {dense.shape}")
@@ -770,7 +841,12 @@ class CSR(_Compressed):
         else:
             m = sp.csr_matrix(dense)
             data = m.data
-        return cls._from_scipy_parts(data, m, index_dtype, indptr_dtype)
+        if nse is not None and int(nse) != m.nnz:
+            raise ValueError(f"{cls.__name__}.fromdense: nse = {nse} but the matrix has {m.nnz} nonzero entries; "
+                             f"leave nse out (evjax stores exactly the nonzero entries)")
+        matrix = cls._from_scipy_parts(data, m, index_dtype, indptr_dtype, backend)
+        matrix = matrix if unit is None else matrix._reweighted(units.attach(matrix.data, unit))
+        return matrix.build_weight_indices() if precompute_weight_indices else matrix
 
     from_dense = fromdense
 
@@ -808,7 +884,7 @@ class CSC(_Compressed):
     @property
     def T(self) -> CSR:
         """The transpose, a :class:`CSR` sharing the arrays."""
-        return CSR._make(self.data, self.indices, self.indptr, self.shape[::-1], self.other_view)
+        return CSR._make(self.data, self.indices, self.indptr, self.shape[::-1], self.other_view, self.backend)
 
     def todense(self) -> jax.Array:
         """The dense matrix (duplicates summed)."""
@@ -821,7 +897,7 @@ class CSC(_Compressed):
     def tocsr(self) -> CSR:
         """The same matrix stored row-major: a :class:`CSR` of the same shape (entries re-sorted)."""
         stored = (self.data, self.indices, self.indptr, self._stored_shape)
-        return CSR._make(*transpose_structure(*stored), self.shape)
+        return CSR._make(*transpose_structure(*stored), self.shape, backend=self.backend)
 
     # ------------------------------------------------------------ plasticity
     def update_on_pre(self, pre_spike, post_trace, w_min=None, w_max=None) -> "CSC":
@@ -848,7 +924,7 @@ class CSC(_Compressed):
         """
         row_indices, row_indptr, positions = self._other_view()
         data = update_on_row_view(self._plastic_weights("update_on_pre"), row_indices, row_indptr, positions,
-                                  pre_spike, post_trace, w_min, w_max, shape=self.shape, backend=None,
+                                  pre_spike, post_trace, w_min, w_max, shape=self.shape, backend=self.backend,
                                   who="CSC.update_on_pre")
         return self._reweighted(data)
 
@@ -873,7 +949,8 @@ class CSC(_Compressed):
             >>> Wc = Wc.update_on_post(pre_trace, post_spikes, w_min=0.0, w_max=1.0)
         """
         data = update_csc_on_binary_post(self._plastic_weights("update_on_post"), self.indices, self.indptr,
-                                         pre_trace, post_spike, w_min, w_max, shape=self.shape)
+                                         pre_trace, post_spike, w_min, w_max, shape=self.shape,
+                                         backend=self.backend)
         return self._reweighted(data)
 
     def to_scipy(self):
@@ -890,11 +967,12 @@ class CSC(_Compressed):
         return cls._from_scipy_parts(data, m, index_dtype, indptr_dtype)
 
     @classmethod
-    def fromdense(cls, dense, *, index_dtype=np.int32, indptr_dtype="auto") -> "CSC":
+    def fromdense(cls, dense, *, nse: int | None = None, index_dtype=np.int32, indptr_dtype="auto",
+                  backend: str | None = None, precompute_weight_indices: bool = False) -> "CSC":
         """From a dense (concrete) matrix, keeping its nonzero entries (arguments as in :meth:`CSR.fromdense`)."""
-        dense = np.asarray(dense)
-        if dense.ndim != 2:
-            raise ValueError(f"fromdense: expected a matrix, got shape {dense.shape}")
-        return CSR.fromdense(dense.T, index_dtype=index_dtype, indptr_dtype=indptr_dtype).T
+        if np.ndim(dense) != 2:
+            raise ValueError(f"fromdense: expected a matrix, got shape {np.shape(dense)}")
+        return CSR.fromdense(dense.T, nse=nse, index_dtype=index_dtype, indptr_dtype=indptr_dtype, backend=backend,
+                             precompute_weight_indices=precompute_weight_indices).T
 
     from_dense = fromdense

@@ -14,18 +14,29 @@ Events are a :class:`evjax.BinaryArray`, a :class:`evjax.WeightedArray`
 ``jnp.matmul``.  ``Dense`` is a pytree with ``data`` as its one child, so a
 jitted function takes new weights of the same shape without retracing, and
 ``jax.grad`` w.r.t. a ``Dense`` returns a ``Dense`` of weight gradients.
+
+Beyond ``@`` it has brainevent's everyday methods, each a plain JAX
+expression on ``data`` (no kernel): ``fromdense``, ``+ - * /`` with a scalar,
+an array that broadcasts to its shape or another ``Dense``, ``apply``,
+``diag_add``, ``slice_rows`` and ``W[rows]``, ``transpose``, ``tocsr`` /
+``tocsc`` / ``tocoo``, ``solve`` and the plasticity updates ``update_on_pre``
+/ ``update_on_post``.
 """
 from __future__ import annotations
 
-from typing import Any
+import operator
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ... import units
 from ...data_representation import DataRepresentation
+from ...errors import UnsupportedOperationError
 from ..._validation import check_shape
 from ..._event_values import EventValues, event_operand
+from ..plasticity.ops import update_dense_on_binary_post, update_dense_on_binary_pre
 from .ops import binary_densemm, binary_densemv
 
 __all__ = ["Dense"]
@@ -89,13 +100,166 @@ class Dense(DataRepresentation):
         """The transposed matrix (a new ``Dense``)."""
         return self.with_data(self.data.T)
 
-    def transpose(self) -> "Dense":
-        """The transposed matrix (a new ``Dense``)."""
+    def transpose(self, axes=None) -> "Dense":
+        """The transposed matrix (a new ``Dense``).
+
+        Args:
+            axes: ``None`` or ``(1, 0)`` (NumPy's signature).
+        """
+        if axes is not None and tuple(axes) != (1, 0):
+            raise ValueError(f"Dense.transpose: axes must be None or (1, 0), got {axes!r}")
         return self.T
 
     def with_data(self, data) -> "Dense":
         """A ``Dense`` with new weights and the same backend."""
         return Dense(data, backend=self.backend)
+
+    @classmethod
+    def fromdense(cls, mat, *, backend: str | None = None) -> "Dense":
+        """A ``Dense`` holding ``mat`` (brainevent's constructor name), as ``Dense(mat, backend=backend)``."""
+        return cls(mat, backend=backend)
+
+    @property
+    def nse(self) -> int:
+        """The number of stored entries: every entry of the matrix."""
+        return self.shape[0] * self.shape[1]
+
+    # ---------------------------------------------------------- elementwise
+    def apply(self, fn: Callable) -> "Dense":
+        """A ``Dense`` with weights ``fn(data)``; ``fn`` must keep the shape (else ``ValueError``)."""
+        data = fn(self.data)
+        if tuple(np.shape(data)) != self.shape:
+            raise ValueError(f"Dense.apply: fn must keep the shape {self.shape}, got {tuple(np.shape(data))}")
+        return self.with_data(data)
+
+    def _elementwise(self, other, op: Callable, symbol: str, reverse: bool = False) -> "Dense":
+        """``self (op) other`` (``other (op) self`` if ``reverse``): ``other`` a scalar, an array that
+        broadcasts to this shape, or a ``Dense`` of this shape."""
+        who = f"Dense {symbol}"
+        if isinstance(other, Dense):
+            theirs = other.data
+        elif isinstance(other, (DataRepresentation, EventValues)):
+            raise UnsupportedOperationError(f"{who} {type(other).__name__} is not supported; convert the other "
+                                            f"operand with .todense() (or multiply with @)")
+        else:
+            theirs = other if isinstance(other, jax.Array) or units.is_quantity(other) else jnp.asarray(other)
+        shape = tuple(np.shape(theirs))
+        try:
+            fits = np.broadcast_shapes(shape, self.shape) == self.shape
+        except ValueError:
+            fits = False
+        if not fits:
+            raise ValueError(f"{who}: the other operand must be a scalar, an array that broadcasts to "
+                             f"{self.shape} or a Dense of that shape; got shape {shape}")
+        return self.with_data(op(theirs, self.data) if reverse else op(self.data, theirs))
+
+    def __add__(self, other):
+        return self._elementwise(other, operator.add, "+")
+
+    def __radd__(self, other):
+        return self._elementwise(other, operator.add, "+", reverse=True)
+
+    def __sub__(self, other):
+        return self._elementwise(other, operator.sub, "-")
+
+    def __rsub__(self, other):
+        return self._elementwise(other, operator.sub, "-", reverse=True)
+
+    def __mul__(self, other):
+        return self._elementwise(other, operator.mul, "*")
+
+    def __rmul__(self, other):
+        return self._elementwise(other, operator.mul, "*", reverse=True)
+
+    def __truediv__(self, other):
+        return self._elementwise(other, operator.truediv, "/")
+
+    def __rtruediv__(self, other):
+        return self._elementwise(other, operator.truediv, "/", reverse=True)
+
+    def __neg__(self):
+        return self.with_data(-self.data)
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return self.apply(abs)
+
+    # ------------------------------------------------------------- structure
+    def diag_add(self, other) -> "Dense":
+        """``A + diag(other)``: ``other`` a scalar or ``min(shape)`` values (in the weights' unit, if any).
+
+        Raises:
+            ValueError: ``other`` has another length.
+        """
+        data, unit = units.split(self.data)
+        k = min(self.shape)
+        diag = jnp.asarray(units.in_unit_of(other, unit, "the diagonal values", "Dense.diag_add"))
+        diag = jnp.broadcast_to(diag, (k,)) if diag.ndim == 0 else diag
+        if diag.shape != (k,):
+            raise ValueError(f"Dense.diag_add: expected a scalar or min(shape) = {k} values, got shape {diag.shape}")
+        i = jnp.arange(k)
+        return self.with_data(units.attach(data.at[i, i].add(diag.astype(data.dtype)), unit))
+
+    def slice_rows(self, index) -> "Dense":
+        """Rows ``W[index, :]`` as a new ``Dense`` of shape ``(n_selected, n_cols)``.
+
+        Args:
+            index: an int (one row: shape ``(1, n_cols)``), a slice, or a sequence, array or bool
+                mask of rows.
+        """
+        if isinstance(index, (int, np.integer)):
+            index = [index]
+        rows = index if isinstance(index, slice) else jnp.asarray(index)
+        return self.with_data(self.data[rows])
+
+    def __getitem__(self, index):
+        """``W[index]``: the weights' entries (``data[index]``, a list read as an array of rows), a plain array."""
+        return self.data[jnp.asarray(index) if isinstance(index, list) else index]
+
+    # ------------------------------------------------------------ conversions
+    def tocsr(self, *, nse: int | None = None, index_dtype=jnp.int32, precompute_weight_indices: bool = False):
+        """The nonzero entries as an :class:`evjax.CSR` (the matrix must be concrete).
+
+        Args:
+            nse: brainevent's count of stored entries; if given it must equal the number of
+                nonzero entries (evjax stores exactly those).
+            index_dtype: the dtype of ``indices``.
+            precompute_weight_indices: also build the column view
+                (:meth:`evjax.CSR.build_weight_indices`), for post-side plasticity.
+        """
+        from ..csr.matrix import CSR
+
+        return _to_compressed(CSR, self, nse, index_dtype, precompute_weight_indices)
+
+    def tocsc(self, *, nse: int | None = None, index_dtype=jnp.int32, precompute_weight_indices: bool = False):
+        """The nonzero entries as an :class:`evjax.CSC` (see :meth:`tocsr`)."""
+        from ..csr.matrix import CSC
+
+        return _to_compressed(CSC, self, nse, index_dtype, precompute_weight_indices)
+
+    def tocoo(self):
+        """The nonzero entries as a ``jax.experimental.sparse.BCOO`` (the matrix must be concrete)."""
+        return self.tocsr().tocoo()
+
+    def solve(self, b, tol=1e-6, reorder=1):
+        """``x`` with ``A @ x = b`` (``jnp.linalg.solve``; ``tol`` and ``reorder`` belong to the sparse
+        solvers and are not used).  With units, ``x`` has ``b``'s unit over the weights'."""
+        (a, unit_a), (rhs, unit_b) = units.split(self.data), units.split(b)
+        x = jnp.linalg.solve(a, rhs)
+        return units.attach(x, units.product(unit_b, None if unit_a is None else unit_a ** -1))
+
+    # -------------------------------------------------------------- plasticity
+    def update_on_pre(self, pre_spike, post_trace, w_min=None, w_max=None) -> "Dense":
+        """:func:`evjax.update_dense_on_binary_pre` on these weights: a new ``Dense``."""
+        return self.with_data(update_dense_on_binary_pre(self.data, pre_spike, post_trace, w_min, w_max,
+                                                         backend=self.backend))
+
+    def update_on_post(self, pre_trace, post_spike, w_min=None, w_max=None) -> "Dense":
+        """:func:`evjax.update_dense_on_binary_post` on these weights: a new ``Dense``."""
+        return self.with_data(update_dense_on_binary_post(self.data, pre_trace, post_spike, w_min, w_max,
+                                                          backend=self.backend))
 
     def todense(self) -> jax.Array:
         """The weights as a plain array."""
@@ -138,3 +302,12 @@ class Dense(DataRepresentation):
         if x.ndim != 2:
             raise ValueError(f"matmul: events must be a vector or a matrix (n, k), got shape {x.shape}")
         return binary_densemm(self.data, x.T, transpose=True, backend=self.backend, weighted=weighted).T
+
+
+def _to_compressed(cls, dense: Dense, nse, index_dtype, precompute_weight_indices: bool):
+    """``cls.fromdense`` of a ``Dense`` with brainevent's ``tocsr``/``tocsc`` options."""
+    matrix = cls.fromdense(dense.data, index_dtype=index_dtype)
+    if nse is not None and int(nse) != matrix.nnz:
+        raise ValueError(f"Dense.to{cls.__name__.lower()}: nse = {nse} but the matrix has {matrix.nnz} nonzero "
+                         f"entries; leave nse out (evjax stores exactly the nonzero entries)")
+    return matrix.build_weight_indices() if precompute_weight_indices else matrix

@@ -18,12 +18,14 @@ event-driven scatter, the other two products the gather.
 """
 from __future__ import annotations
 
+import operator
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from ... import units
-from ...data_representation import DataRepresentation
+from ...data_representation import DataRepresentation, dense_elementwise
 from ..._validation import check_shape, check_size, host_rng
 from ..._event_values import EventValues, event_operand
 from ..csr.matrix import CSR
@@ -184,6 +186,85 @@ class FixedNumConn(DataRepresentation):
         """The same matrix as an :class:`evjax.CSR` of shape ``(n_pre, n_post)``."""
         stored = self._stored_csr()
         return stored if self._fan_out else stored.T.tocsr()
+
+    def tocsc(self):
+        """The same matrix as an :class:`evjax.CSC` of shape ``(n_pre, n_post)``."""
+        stored = self._stored_csr()
+        return stored.tocsc() if self._fan_out else stored.T
+
+    def tocoo(self):
+        """The same matrix as a ``jax.experimental.sparse.BCOO`` (one entry per synapse)."""
+        return self.tocsr().tocoo()
+
+    def sum(self, axis=None) -> jax.Array:
+        """Sum of the synapses' weights: all (``None``), per column (``0``) or per row (``1``)."""
+        return self.tocsr().sum(axis)
+
+    @property
+    def num_pre(self) -> int:
+        """``n_pre``, the matrix's rows."""
+        return self.shape[0]
+
+    @property
+    def num_post(self) -> int:
+        """``n_post``, the matrix's columns."""
+        return self.shape[1]
+
+    def transpose(self, axes=None):
+        """The transpose (:attr:`T`: the same table read the other way).
+
+        Args:
+            axes: ``None`` or ``(1, 0)`` (NumPy's signature).
+        """
+        if axes is not None and tuple(axes) != (1, 0):
+            raise ValueError(f"{type(self).__name__}.transpose: axes must be None or (1, 0), got {axes!r}")
+        return self.T
+
+    # -- weights ---------------------------------------------------------------
+    def apply(self, fn):
+        """The same table with weights ``fn(data)`` (``fn`` elementwise)."""
+        return self.with_data(fn(self.data))
+
+    def _scaled(self, other, op, symbol: str, reverse: bool = False):
+        """``self (op) other`` on the weights: ``other`` a scalar or a table of the same ``indices``."""
+        if isinstance(other, FixedNumConn):
+            if type(other) is not type(self) or other.indices is not self.indices or other.shape != self.shape:
+                raise TypeError(f"{type(self).__name__} {symbol}: two tables must share one structure (the same "
+                                f"indices array, e.g. C and C.with_data(...)); convert one with .todense()")
+            theirs, mine = other._weights(), self._weights()
+        elif np.ndim(other) == 0:
+            theirs, mine = other, self.data
+        else:
+            raise ValueError(f"{type(self).__name__} {symbol}: the other operand must be a scalar or a table of "
+                             f"the same structure, got shape {np.shape(other)}; convert with .todense()")
+        return self.with_data(op(theirs, mine) if reverse else op(mine, theirs))
+
+    def __mul__(self, other):
+        return self._scaled(other, operator.mul, "*")
+
+    def __rmul__(self, other):
+        return self._scaled(other, operator.mul, "*", reverse=True)
+
+    def __truediv__(self, other):
+        return self._scaled(other, operator.truediv, "/")
+
+    def __rtruediv__(self, other):
+        return self._scaled(other, operator.truediv, "/", reverse=True)
+
+    def __neg__(self):
+        return self.with_data(-self.data)
+
+    def __add__(self, other):  # a dense array, as brainevent's (adding fills the zeros)
+        return dense_elementwise(self, other, operator.add, "+")
+
+    def __radd__(self, other):
+        return dense_elementwise(self, other, operator.add, "+", reverse=True)
+
+    def __sub__(self, other):
+        return dense_elementwise(self, other, operator.sub, "-")
+
+    def __rsub__(self, other):
+        return dense_elementwise(self, other, operator.sub, "-", reverse=True)
 
     # -- products ------------------------------------------------------------
     def _product(self, x, *, conn_on_left: bool):

@@ -66,12 +66,16 @@ _FLOATS = (jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64)
 # ===========================================================================
 # Validation and binding
 # ===========================================================================
-def _check_weight(weight, who: str):
+def _check_weight(weight, indices, who: str):
     weight = canonical(weight)
     if weight.ndim != 1 or weight.dtype not in [jnp.dtype(d) for d in _FLOATS]:
         raise TypeError(f"{who}: weight must be the 1-d float array of the synapses' weights (nnz,), got "
                         f"{weight.dtype}{list(weight.shape)}; a homogeneous weight has no per-synapse "
                         f"values to update: broadcast it first, e.g. jnp.full(nnz, w)")
+    nnz = np.shape(indices)[0] if np.ndim(indices) == 1 else None
+    if weight.shape[0] == 1 and nnz not in (None, 1):
+        raise ValueError(f"{who}: weight has one value shared by all {nnz} synapses (a homogeneous matrix), and an "
+                         f"update needs per-synapse weights to move: broadcast it first, e.g. jnp.full({nnz}, w)")
     return weight
 
 
@@ -134,7 +138,7 @@ def _bind_lines(weight, indices, indptr, spikes, trace, w_min, w_max, backend, w
 def _update_contiguous(weight, indices, indptr, spike, trace, w_min, w_max, shape, backend, on_pre: bool, who: str):
     """The update of weights stored with the firing lines contiguous: CSR rows (``on_pre``), CSC columns."""
     n_pre, n_post = _shape(shape, who)
-    weight = _check_weight(weight, who)
+    weight = _check_weight(weight, indices, who)
     indices, indptr = check_compressed(indices, indptr, n_pre if on_pre else n_post, weight.shape[0], who,
                                        _ROWS if on_pre else _COLUMNS)
     spikes, trace = _spikes_and_trace(spike, trace, (n_pre, n_post), on_pre, who)
@@ -309,7 +313,7 @@ def update_csr_on_binary_post(weight, indices, indptr, weight_indices, pre_trace
     """
     who = "update_csr_on_binary_post"
     n_pre, n_post = _shape(shape, who)
-    weight = _check_weight(weight, who)
+    weight = _check_weight(weight, indices, who)
     indices, indptr = check_compressed(indices, indptr, n_post, weight.shape[0], who, _COLUMNS)
     positions = check_index_vector(weight_indices, "weight_indices", weight.shape[0], who).astype(indices.dtype)
     spikes, trace = _spikes_and_trace(post_spike, pre_trace, (n_pre, n_post), False, who)
@@ -587,7 +591,7 @@ def update_csc_on_binary_pre(weight, indices, indptr, pre_spike, post_trace, w_m
     """
     who = "update_csc_on_binary_pre"
     n_pre, n_post = _shape(shape, who)
-    weight = _check_weight(weight, who)
+    weight = _check_weight(weight, indices, who)
     indices, indptr = check_compressed(indices, indptr, n_post, weight.shape[0], who, _COLUMNS)
     # the row view: the CSR structure of the stored CSC one, and the CSC position of each CSR entry
     row_indices, row_indptr, positions = transposed_view(indices, indptr, n_pre, indices.dtype)
