@@ -296,3 +296,38 @@ __all__ = [
     "UnsupportedOperationError",
     "BenchmarkDataFnNotProvidedError",
 ]
+
+# brainevent's retired names, resolved as brainevent 0.3.0 resolves them: a renamed function warns and
+# is the new one; a removed one raises an AttributeError that says what replaces it.
+_RENAMED = {
+    "csr_on_pre": "update_csr_on_binary_pre",
+    "csr2csc_on_post": "update_csr_on_binary_post",
+    "dense_on_pre": "update_dense_on_binary_pre",
+    "dense_on_post": "update_dense_on_binary_post",
+}
+_COO = "COO matrices were removed (brainevent 0.1.0): use CSR or CSC (coo2csr converts COO coordinates)"
+_FCN = ("the bit-packed and compact fixed-connection ops were removed (brainevent 0.1.0): use fcnmv / fcnmm, or "
+        "binary_fcnmv with spikes, e.g. CompactBinary.from_array(s) @ FixedNumPerPre(...)")
+_REMOVED = {
+    **dict.fromkeys(("COO", "coomv", "coomv_p", "coomm", "coomm_p", "binary_coomv", "binary_coomv_p",
+                     "binary_coomm", "binary_coomm_p", "update_coo_on_binary_pre", "update_coo_on_binary_post",
+                     "update_coo_on_binary_pre_p", "update_coo_on_binary_post_p"), _COO),
+    **dict.fromkeys(tuple(f"{kind}_binary_fcn{shape}{p}" for kind in ("bitpack", "compact")
+                          for shape in ("mv", "mm") for p in ("", "_p")), _FCN),
+    **dict.fromkeys(("EllLayout", "CscLayout"),
+                    "the layout objects were removed (brainevent 0.1.0): use FixedNumPerPre / FixedNumPerPost"),
+}
+
+
+def __getattr__(name: str):
+    """brainevent's renamed names (a ``DeprecationWarning``, then the new object) and removed ones (an
+    ``AttributeError`` naming the replacement)."""
+    if name in _RENAMED:
+        import warnings
+
+        warnings.warn(f"evjax.{name} is deprecated (as in brainevent); use evjax.{_RENAMED[name]} instead",
+                      DeprecationWarning, stacklevel=2)
+        return globals()[_RENAMED[name]]
+    if name in _REMOVED:
+        raise AttributeError(f"module 'evjax' has no attribute {name!r}: {_REMOVED[name]}")
+    raise AttributeError(f"module 'evjax' has no attribute {name!r}")

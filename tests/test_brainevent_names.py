@@ -285,3 +285,22 @@ def test_migration_page_names_all_174_brainevent_names():
     page = (here.parent / "docs" / "migrating_from_brainevent.md").read_text()
     missing = [n for n in names if not re.search(rf"`{n}[`(.]", page)]
     assert not missing, f"docs/migrating_from_brainevent.md does not name: {missing}"
+
+
+def test_brainevents_retired_names_resolve_as_in_brainevent():
+    """Renamed functions warn and are the new ones; removed ones raise an AttributeError naming the
+    replacement; an unknown name is a plain AttributeError; importing evjax warns of nothing."""
+    for old, new in (("csr_on_pre", "update_csr_on_binary_pre"), ("csr2csc_on_post", "update_csr_on_binary_post"),
+                     ("dense_on_pre", "update_dense_on_binary_pre"), ("dense_on_post", "update_dense_on_binary_post")):
+        with pytest.warns(DeprecationWarning, match=f"evjax.{old} is deprecated.*evjax.{new}"):
+            assert getattr(evjax, old) is getattr(evjax, new)
+    for old, token in (("COO", "CSR"), ("binary_coomm_p", "coo2csr"), ("bitpack_binary_fcnmv", "fcnmv"),
+                       ("compact_binary_fcnmm_p", "CompactBinary"), ("CscLayout", "FixedNumPerPost")):
+        with pytest.raises(AttributeError, match=token):
+            getattr(evjax, old)
+    with pytest.raises(AttributeError, match="^module 'evjax' has no attribute 'not_a_name'$"):
+        evjax.not_a_name  # noqa: B018
+    import subprocess
+    import sys
+    subprocess.run([sys.executable, "-W", "error::DeprecationWarning:evjax", "-c", "import evjax"], check=True,
+                   timeout=300)
