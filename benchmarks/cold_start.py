@@ -67,21 +67,26 @@ def _over_trials(apply, spikes, trials: int | None):
     return apply(spikes) if trials is None else jax.vmap(apply)(spikes)
 
 
-def csr_case(n: int, trials: int | None = None):
-    """``spikes @ W`` over a CSR with per-synapse weights (p = 0.02), and the gradient of
-    ``sum((spikes @ W) ** 2)`` w.r.t. the weights; with ``trials``, both vmapped over a batch of
+# Each case is written once, with the names evjax shares with brainevent 0.3.0 (``lib`` is either
+# module): the peer runs the same user code.
+def csr_case(n: int, trials: int | None = None, library: str = "evjax"):
+    """``BinaryArray(spikes) @ W`` over a CSR with per-synapse weights (p = 0.02), and the gradient
+    of ``sum((spikes @ W) ** 2)`` w.r.t. the weights; with ``trials``, both vmapped over a batch of
     spike vectors (the batched kernels)."""
+    import importlib
+
     import jax.numpy as jnp
+    import scipy.sparse as sp
 
-    import evjax
-
+    lib = importlib.import_module(library)
     rng = np.random.default_rng(0)
-    dense = ((rng.random((n, n)) < 0.02) * rng.standard_normal((n, n))).astype(np.float32)
-    W = evjax.CSR.fromdense(dense)
+    dense = sp.csr_matrix(((rng.random((n, n)) < 0.02) * rng.standard_normal((n, n))).astype(np.float32))
+    W = lib.CSR((jnp.asarray(dense.data), jnp.asarray(dense.indices.astype(np.int32)),
+                 jnp.asarray(dense.indptr.astype(np.int32))), shape=(n, n))
     spikes = _spikes(rng, n, 0.1, trials)
 
     def forward(data):
-        return _over_trials(lambda s: s @ W.with_data(data), spikes, trials)
+        return _over_trials(lambda s: lib.BinaryArray(s) @ W.with_data(data), spikes, trials)
 
     def grad(data):
         return jnp.sum(forward(data) ** 2)
@@ -89,41 +94,44 @@ def csr_case(n: int, trials: int | None = None):
     return forward, grad, (W.data,)
 
 
-def dense_case(n: int, trials: int | None = None):
-    """``spikes @ W`` over a dense ``evjax.Dense`` matrix, and the gradient w.r.t. ``W`` (with
-    ``trials``: vmapped over a batch)."""
+def dense_case(n: int, trials: int | None = None, library: str = "evjax"):
+    """``BinaryArray(spikes) @ Dense(W)``, and the gradient w.r.t. ``W`` (with ``trials``: vmapped
+    over a batch)."""
+    import importlib
+
     import jax.numpy as jnp
 
-    import evjax
-
+    lib = importlib.import_module(library)
     rng = np.random.default_rng(0)
-    W = evjax.Dense(jnp.asarray(rng.standard_normal((n, n)).astype(np.float32)))
+    W = jnp.asarray(rng.standard_normal((n, n)).astype(np.float32))
     spikes = _spikes(rng, n, 0.05, trials)
 
     def forward(data):
-        return _over_trials(lambda s: s @ evjax.Dense(data), spikes, trials)
+        return _over_trials(lambda s: lib.BinaryArray(s) @ lib.Dense(data), spikes, trials)
 
     def grad(data):
         return jnp.sum(forward(data) ** 2)
 
-    return forward, grad, (W.data,)
+    return forward, grad, (W,)
 
 
-def fixed_case(n: int, trials: int | None = None):
-    """``spikes @ C`` over a fixed fan-out table (k = 80) with per-synapse weights, and the gradient
-    (with ``trials``: vmapped over a batch)."""
-    import jax
+def fixed_case(n: int, trials: int | None = None, library: str = "evjax"):
+    """``BinaryArray(spikes) @ C`` over a fixed fan-out table (``FixedNumPerPre``, k = 80 distinct
+    targets per row) with per-synapse weights, and the gradient (with ``trials``: vmapped over a
+    batch)."""
+    import importlib
+
     import jax.numpy as jnp
 
-    import evjax
-
+    lib = importlib.import_module(library)
     rng = np.random.default_rng(0)
-    C = evjax.FixedPostNumConn.random(jax.random.PRNGKey(0), n, n, 80,
-                                      weight=jnp.asarray(rng.standard_normal((n, 80)).astype(np.float32)))
+    indices = np.stack([rng.choice(n, 80, replace=False) for _ in range(n)]).astype(np.int32)
+    C = lib.FixedNumPerPre(jnp.asarray(rng.standard_normal((n, 80)).astype(np.float32)),
+                           jnp.asarray(indices), shape=(n, n))
     spikes = _spikes(rng, n, 0.1, trials)
 
     def forward(data):
-        return _over_trials(lambda s: s @ C.with_data(data), spikes, trials)
+        return _over_trials(lambda s: lib.BinaryArray(s) @ C.with_data(data), spikes, trials)
 
     def grad(data):
         return jnp.sum(forward(data) ** 2)
@@ -131,18 +139,21 @@ def fixed_case(n: int, trials: int | None = None):
     return forward, grad, (C.data,)
 
 
-def jitc_case(n: int, trials: int | None = None, prob: float = 0.02):
-    """``spikes @ M`` over a JITC matrix with normal weights (never stored), and the gradient of
-    ``sum((spikes @ M) ** 2)`` w.r.t. the weights' mean (with ``trials``: vmapped over a batch)."""
+def jitc_case(n: int, trials: int | None = None, prob: float = 0.02, library: str = "evjax"):
+    """``BinaryArray(spikes) @ M`` over a JITC matrix with normal weights (never stored), and the
+    gradient of ``sum((spikes @ M) ** 2)`` w.r.t. the weights' mean (with ``trials``: vmapped over a
+    batch)."""
+    import importlib
+
     import jax.numpy as jnp
 
-    import evjax
-
+    lib = importlib.import_module(library)
     spikes = _spikes(np.random.default_rng(0), n, 0.1, trials)
 
     def forward(loc):
-        return _over_trials(lambda s: s @ evjax.JITCNormalR(loc, 0.1, prob=prob, seed=7, shape=(n, n)),
-                            spikes, trials)
+        return _over_trials(
+            lambda s: lib.BinaryArray(s) @ lib.JITCNormalR(loc, 0.1, prob=prob, seed=7, shape=(n, n)),
+            spikes, trials)
 
     def grad(loc):
         return jnp.sum(forward(loc) ** 2)
@@ -172,7 +183,10 @@ PRECOMPILE_FAMILY = {name: name.split("_")[0] for name in FAMILIES}
 # ---------------------------------------------------------------------------
 # the child: one fresh process, one scenario
 # ---------------------------------------------------------------------------
-def child(family: str, scenario: str, n: int, calls: int) -> dict:
+def child(family: str, scenario: str, n: int, calls: int, library: str = "evjax") -> dict:
+    """One scenario in this (fresh) process, with ``library`` (evjax, or brainevent for the peer)."""
+    import importlib
+
     out = {}
 
     def now():
@@ -187,10 +201,9 @@ def child(family: str, scenario: str, n: int, calls: int) -> dict:
 
     import jax
 
-    import evjax  # noqa: F401
-
+    importlib.import_module(library)
     lap("import")
-    forward, loss, args = FAMILIES[family][0](n)
+    forward, loss, args = FAMILIES[family][0](n, library=library)
     jax.block_until_ready(args)
     f, g = jax.jit(forward), jax.jit(jax.grad(loss))
     clock[:] = now()
@@ -213,8 +226,9 @@ def _env(cache: str) -> dict:
     return {**os.environ, "NUMBA_CACHE_DIR": os.path.join(cache, "numba"), "EVJAX_CACHE_DIR": os.path.join(cache, "evjax")}
 
 
-def run_child(family: str, scenario: str, n: int, calls: int, cache: str) -> dict:
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", family, scenario, str(n), str(calls)]
+def run_child(family: str, scenario: str, n: int, calls: int, cache: str, library: str = "evjax",
+              python: str = sys.executable) -> dict:
+    cmd = [python, os.path.abspath(__file__), "--child", family, scenario, str(n), str(calls), library]
     res = subprocess.run(cmd, env=_env(cache), capture_output=True, text=True, timeout=1800, cwd=ROOT)
     if res.returncode != 0:
         raise RuntimeError(f"{family}/{scenario} failed:\n{res.stderr[-3000:]}")
@@ -246,6 +260,17 @@ def measure(family: str, n: int, calls: int, with_precompile: bool) -> dict:
     return results
 
 
+def measure_peer(family: str, n: int, calls: int, python: str) -> dict:
+    """brainevent 0.3.0's first calls on the same case (its own interpreter: it needs Python >= 3.12),
+    each scenario in a fresh process with empty caches, as :func:`measure`'s ``cold`` and
+    ``grad_first``."""
+    results = {}
+    for scenario in ("cold", "grad_first"):
+        with tempfile.TemporaryDirectory(prefix="evjax-cold-peer-") as empty:
+            results[scenario] = run_child(family, scenario, n, calls, empty, "brainevent", python)
+    return results
+
+
 # ---------------------------------------------------------------------------
 # the report
 # ---------------------------------------------------------------------------
@@ -261,6 +286,9 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="fewer steady-state calls")
     parser.add_argument("--no-precompile", action="store_true", help="skip the precompiled scenario")
     parser.add_argument("--n", type=int, default=4000, help="neurons per side (default 4000)")
+    parser.add_argument("--brainevent-python", default=os.environ.get("BRAINEVENT_PYTHON"),
+                        help="an interpreter with brainevent 0.3.0 installed (Python >= 3.12; or "
+                             "$BRAINEVENT_PYTHON): its first calls on the same cases, in the same run")
     parser.add_argument("--out", default=None, help="markdown output (default benchmarks/results/cold_start.md; "
                                                      "the figure beside it, .png)")
     args = parser.parse_args(argv)
@@ -288,7 +316,7 @@ def main(argv=None):
          f"on the spot. Wall seconds, and in brackets the process's CPU seconds (all threads). Load average at "
          f"start: {os.getloadavg()[0]:.2f} (a shared machine stretches wall times).")
     emit()
-    goal_rows, detail_rows, met, total = [], [], 0, 0
+    goal_rows, detail_rows, peer_rows, met, total = [], [], [], 0, 0
     plot = {"measured": [], "goal": []}
     labels = []
 
@@ -317,6 +345,18 @@ def main(argv=None):
         if "precompiled" in r:
             goal(family, "first forward after precompile", r["precompiled"]["forward"], PRECOMPILED_GOAL)
             goal(family, "first jit(grad) after precompile", r["precompiled"]["grad"], PRECOMPILED_GOAL)
+        if args.brainevent_python:
+            peer = measure_peer(family, args.n, calls, args.brainevent_python)
+            for what, ours, theirs in (
+                    ("import", cold["import"], peer["cold"]["import"]),
+                    ("first forward", cold["forward"], peer["cold"]["forward"]),
+                    ("first jit(grad), after the forward", cold["grad"], peer["cold"]["grad"]),
+                    ("first jit(grad), nothing before", r["grad_first"]["grad"], peer["grad_first"]["grad"])):
+                peer_rows.append([family, what, seconds(ours), seconds(theirs),
+                                  f"{ours['wall'] / theirs['wall']:.2f}x"])
+            peer_rows.append([family, "steady forward (median call)", fmt_time(cold["steady_forward"]),
+                              fmt_time(peer["cold"]["steady_forward"]),
+                              f"{cold['steady_forward'] / peer['cold']['steady_forward']:.2f}x"])
         steady = cold["steady_forward"] / r["warm"]["steady_forward"]
         detail_rows.append([
             family, seconds(cold["import"]), seconds(r["warm"]["forward"]), seconds(r["warm"]["grad"]),
@@ -338,6 +378,18 @@ def main(argv=None):
     emit()
     emit(markdown_table(["family", "import evjax", "warm: forward", "warm: grad", "precompile",
                          "steady forward (ratio)"], detail_rows))
+    emit()
+    emit("## Against brainevent 0.3.0")
+    emit()
+    if peer_rows:
+        emit("The same cases (each written once with the names the two libraries share: `BinaryArray(s) @ W`), "
+             "brainevent 0.3.0 in its own interpreter (it needs Python >= 3.12; its jax version is its own), "
+             "each scenario in a fresh process with empty caches, after evjax's in the same run. Ratio: "
+             "evjax's wall time / brainevent's (below 1: evjax is faster).")
+        emit()
+        emit(markdown_table(["family", "call", "evjax", "brainevent 0.3.0", "ratio"], peer_rows))
+    else:
+        emit("brainevent not run (no `--brainevent-python`): no peer figures in this run.")
     os.makedirs(RESULTS, exist_ok=True)
     out = args.out or os.path.join(RESULTS, "cold_start.md")
     with open(out, "w") as f:
@@ -348,7 +400,7 @@ def main(argv=None):
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        family, scenario, n, calls = sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
-        print(json.dumps(child(family, scenario, n, calls)))
+        family, scenario, n, calls, library = sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
+        print(json.dumps(child(family, scenario, n, calls, library)))
     else:
         main()

@@ -130,6 +130,34 @@ def cold_start_figures() -> list[str]:
             + "; ".join(parts) + "."]
 
 
+def cold_start_peer_figures() -> list[str]:
+    path = RESULTS / "cold_start_peer.md"
+    if not path.exists():
+        return []
+    rows = table(path, "## Against brainevent 0.3.0")
+    parts = []
+    for call in ("first forward", "first jit(grad), after the forward", "first jit(grad), nothing before",
+                 "steady forward (median call)"):
+        picked = [r for r in rows if r["call"] == call]
+        parts.append(f"{call} {span(picked, 'ratio')}")
+    families = ", ".join(dict.fromkeys(r["family"] for r in rows))
+    return [f"- First calls against brainevent 0.3.0, the same code, fresh processes with empty caches "
+            f"(`{path.relative_to(ROOT)}`, {run_line(path)}; {families}): evjax's wall time / brainevent's: "
+            + "; ".join(parts) + "."]
+
+
+def brainevent_tests_figures() -> list[str]:
+    path = RESULTS / "brainevent_tests.md"
+    if not path.exists():
+        return []
+    summary = next(ln for ln in path.read_text().splitlines() if ln.startswith("- pytest: "))[len("- pytest: "):]
+    rows = table(path, "## Failures by what they hit")
+    parts = [f"{r['failed tests']} failed tests and {r['test modules that did not import']} test modules hit "
+             f"{r['what the failure hit']}" for r in rows]
+    return [f"- brainevent 0.3.0's own test files against evjax through a naming-only import shim "
+            f"(`{path.relative_to(ROOT)}`, {run_line(path)}): {summary}; " + "; ".join(parts) + "."]
+
+
 def first_calls_figures() -> list[str]:
     path = RESULTS / "first_calls.md"
     if not path.exists():
@@ -364,7 +392,8 @@ def scaling_figures() -> list[str]:
             f"{'met' if best >= 1.6 else 'not met'}."]
 
 
-SECTIONS = (ci_figures, example_figures, cold_start_figures, first_calls_figures, contention_figures,
+SECTIONS = (ci_figures, example_figures, cold_start_figures, cold_start_peer_figures, first_calls_figures,
+            contention_figures, brainevent_tests_figures,
             versus_brainevent_figures, csr_event_figures, dense_figures,
             fixed_figures, jitc_figures, plasticity_figures, compact_figures, sparse_backward_figures, scaling_figures, gpu_figures,
             import_time_figures)

@@ -8,7 +8,9 @@ tells a connectivity matrix from an array or an event array.
 """
 from __future__ import annotations
 
-__all__ = ["DataRepresentation"]
+import operator
+
+__all__ = ["DataRepresentation", "WeightArithmetic", "dense_elementwise"]
 
 
 class DataRepresentation:
@@ -50,3 +52,52 @@ def dense_elementwise(matrix: DataRepresentation, other, op, symbol: str, revers
                          f"{tuple(matrix.shape)}, got shape {shape} (the result is the dense matrix)")
     dense = matrix.todense()
     return op(other, dense) if reverse else op(dense, other)
+
+
+class WeightArithmetic:
+    """brainevent's arithmetic of a matrix type, through two hooks of the class.
+
+    ``*`` and ``/`` call ``_scaled(other, op, symbol, reverse)``: new weights
+    of the same structure.  ``+`` and ``-`` call ``_summed(...)``: by default
+    the dense array (:func:`dense_elementwise`), as brainevent's sparse
+    matrices give; :class:`evjax.Dense` keeps a ``Dense``.  Unary ``-`` and
+    ``abs`` go through the class's ``apply``.
+    """
+
+    __slots__ = ()
+
+    def _summed(self, other, op, symbol: str, reverse: bool = False):
+        return dense_elementwise(self, other, op, symbol, reverse)
+
+    def __mul__(self, other):
+        return self._scaled(other, operator.mul, "*")
+
+    def __rmul__(self, other):
+        return self._scaled(other, operator.mul, "*", reverse=True)
+
+    def __truediv__(self, other):
+        return self._scaled(other, operator.truediv, "/")
+
+    def __rtruediv__(self, other):
+        return self._scaled(other, operator.truediv, "/", reverse=True)
+
+    def __add__(self, other):
+        return self._summed(other, operator.add, "+")
+
+    def __radd__(self, other):
+        return self._summed(other, operator.add, "+", reverse=True)
+
+    def __sub__(self, other):
+        return self._summed(other, operator.sub, "-")
+
+    def __rsub__(self, other):
+        return self._summed(other, operator.sub, "-", reverse=True)
+
+    def __neg__(self):
+        return self.apply(operator.neg)
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return self.apply(abs)

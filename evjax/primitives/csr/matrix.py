@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ... import units
-from ...data_representation import DataRepresentation, dense_elementwise
+from ...data_representation import DataRepresentation, WeightArithmetic, dense_elementwise
 from ..._validation import INT32_MAX, check_shape, checked_index_cast
 from ...dtypes import LOW_PRECISION
 from ...errors import UnsupportedOperationError
@@ -195,7 +195,7 @@ def _constructor_parts(who: str, data, indices, indptr, args: tuple, shape, unkn
     return data, indices, indptr, shape
 
 
-class _Compressed(DataRepresentation):
+class _Compressed(WeightArithmetic, DataRepresentation):
     __array_ufunc__ = None  # numpy defers ``ndarray @ sparse`` to __rmatmul__
     takes_events = True  # ``BinaryArray @ sparse`` runs the event ops (see evjax.events)
     _from_tree = True  # the pytree's static flag: rebuilt instances skip validation
@@ -331,7 +331,7 @@ class _Compressed(DataRepresentation):
         """
         return self._with_weights(fn(self.data), f"{type(self).__name__}.apply")
 
-    def _elementwise(self, other, op: Callable, symbol: str, reverse: bool = False):
+    def _scaled(self, other, op: Callable, symbol: str, reverse: bool = False):
         """``self (op) other`` (``other (op) self`` if ``reverse``) on the stored entries.
 
         ``other`` is a scalar, a dense matrix of the same shape (read at the
@@ -359,30 +359,6 @@ class _Compressed(DataRepresentation):
                                  f"{self.shape}, got shape {theirs.shape}")
         return self._with_weights(op(theirs, mine) if reverse else op(mine, theirs), who)
 
-    def __mul__(self, other):
-        return self._elementwise(other, operator.mul, "*")
-
-    def __rmul__(self, other):
-        return self._elementwise(other, operator.mul, "*", reverse=True)
-
-    def __truediv__(self, other):
-        return self._elementwise(other, operator.truediv, "/")
-
-    def __rtruediv__(self, other):
-        return self._elementwise(other, operator.truediv, "/", reverse=True)
-
-    def __add__(self, other):  # a dense array, as brainevent's (adding fills the zeros)
-        return dense_elementwise(self, other, operator.add, "+")
-
-    def __radd__(self, other):
-        return dense_elementwise(self, other, operator.add, "+", reverse=True)
-
-    def __sub__(self, other):
-        return dense_elementwise(self, other, operator.sub, "-")
-
-    def __rsub__(self, other):
-        return dense_elementwise(self, other, operator.sub, "-", reverse=True)
-
     def apply2(self, other, fn: Callable, *, reverse: bool = False):
         """``fn(self, other)`` (``fn(other, self)`` if ``reverse``), brainevent's binary form: ``+``
         and ``-`` (``operator.add``/``sub``) give the dense array, any other ``fn`` new weights of the
@@ -390,16 +366,7 @@ class _Compressed(DataRepresentation):
         a matrix of the same structure)."""
         if fn in (operator.add, operator.sub):
             return dense_elementwise(self, other, fn, "+" if fn is operator.add else "-", reverse)
-        return self._elementwise(other, fn, getattr(fn, "__name__", "apply2"), reverse)
-
-    def __neg__(self):
-        return self.apply(operator.neg)
-
-    def __pos__(self):
-        return self
-
-    def __abs__(self):
-        return self.apply(jnp.abs)
+        return self._scaled(other, fn, getattr(fn, "__name__", "apply2"), reverse)
 
     # ------------------------------------------------------------- reductions
     def sum(self, axis=None) -> jax.Array:

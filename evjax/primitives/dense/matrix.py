@@ -24,7 +24,6 @@ an array that broadcasts to its shape or another ``Dense``, ``apply``,
 """
 from __future__ import annotations
 
-import operator
 from typing import Any, Callable
 
 import jax
@@ -32,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ... import units
-from ...data_representation import DataRepresentation
+from ...data_representation import DataRepresentation, WeightArithmetic
 from ...errors import UnsupportedOperationError
 from ..._validation import check_shape
 from ..._event_values import EventValues, event_operand
@@ -43,7 +42,7 @@ __all__ = ["Dense"]
 
 
 @jax.tree_util.register_pytree_node_class
-class Dense(DataRepresentation):
+class Dense(WeightArithmetic, DataRepresentation):
     """A dense weight matrix ``(n_rows, n_cols)`` whose products with events visit only the active ones.
 
     Args:
@@ -132,7 +131,7 @@ class Dense(DataRepresentation):
             raise ValueError(f"Dense.apply: fn must keep the shape {self.shape}, got {tuple(np.shape(data))}")
         return self.with_data(data)
 
-    def _elementwise(self, other, op: Callable, symbol: str, reverse: bool = False) -> "Dense":
+    def _scaled(self, other, op: Callable, symbol: str, reverse: bool = False) -> "Dense":
         """``self (op) other`` (``other (op) self`` if ``reverse``): ``other`` a scalar, an array that
         broadcasts to this shape, or a ``Dense`` of this shape."""
         who = f"Dense {symbol}"
@@ -153,38 +152,7 @@ class Dense(DataRepresentation):
                              f"{self.shape} or a Dense of that shape; got shape {shape}")
         return self.with_data(op(theirs, self.data) if reverse else op(self.data, theirs))
 
-    def __add__(self, other):
-        return self._elementwise(other, operator.add, "+")
-
-    def __radd__(self, other):
-        return self._elementwise(other, operator.add, "+", reverse=True)
-
-    def __sub__(self, other):
-        return self._elementwise(other, operator.sub, "-")
-
-    def __rsub__(self, other):
-        return self._elementwise(other, operator.sub, "-", reverse=True)
-
-    def __mul__(self, other):
-        return self._elementwise(other, operator.mul, "*")
-
-    def __rmul__(self, other):
-        return self._elementwise(other, operator.mul, "*", reverse=True)
-
-    def __truediv__(self, other):
-        return self._elementwise(other, operator.truediv, "/")
-
-    def __rtruediv__(self, other):
-        return self._elementwise(other, operator.truediv, "/", reverse=True)
-
-    def __neg__(self):
-        return self.with_data(-self.data)
-
-    def __pos__(self):
-        return self
-
-    def __abs__(self):
-        return self.apply(abs)
+    _summed = _scaled  # + and - of a Dense are a Dense
 
     # ------------------------------------------------------------- structure
     def diag_add(self, other) -> "Dense":

@@ -18,14 +18,12 @@ event-driven scatter, the other two products the gather.
 """
 from __future__ import annotations
 
-import operator
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from ... import units
-from ...data_representation import DataRepresentation, dense_elementwise
+from ...data_representation import DataRepresentation, WeightArithmetic
 from ..._validation import check_shape, check_size, host_rng
 from ..._event_values import EventValues, event_operand
 from ..csr.matrix import CSR
@@ -76,7 +74,7 @@ def _random_table(rng: np.random.Generator, n: int, n_targets: int, k: int, repl
         table[dup] = rng.integers(0, n_targets, int(dup.sum()))
 
 
-class FixedNumConn(DataRepresentation):
+class FixedNumConn(WeightArithmetic, DataRepresentation):
     """The base of :class:`FixedPostNumConn` and :class:`FixedPreNumConn` (brainevent's ``FixedNumConn``).
 
     Both store a weight table and an index table of shape ``_table_shape``
@@ -238,33 +236,6 @@ class FixedNumConn(DataRepresentation):
             raise ValueError(f"{type(self).__name__} {symbol}: the other operand must be a scalar or a table of "
                              f"the same structure, got shape {np.shape(other)}; convert with .todense()")
         return self.with_data(op(theirs, mine) if reverse else op(mine, theirs))
-
-    def __mul__(self, other):
-        return self._scaled(other, operator.mul, "*")
-
-    def __rmul__(self, other):
-        return self._scaled(other, operator.mul, "*", reverse=True)
-
-    def __truediv__(self, other):
-        return self._scaled(other, operator.truediv, "/")
-
-    def __rtruediv__(self, other):
-        return self._scaled(other, operator.truediv, "/", reverse=True)
-
-    def __neg__(self):
-        return self.with_data(-self.data)
-
-    def __add__(self, other):  # a dense array, as brainevent's (adding fills the zeros)
-        return dense_elementwise(self, other, operator.add, "+")
-
-    def __radd__(self, other):
-        return dense_elementwise(self, other, operator.add, "+", reverse=True)
-
-    def __sub__(self, other):
-        return dense_elementwise(self, other, operator.sub, "-")
-
-    def __rsub__(self, other):
-        return dense_elementwise(self, other, operator.sub, "-", reverse=True)
 
     # -- products ------------------------------------------------------------
     def _product(self, x, *, conn_on_left: bool):
