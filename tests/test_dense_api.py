@@ -241,6 +241,9 @@ def test_dense_methods_match_numpy(operands):
         np.testing.assert_allclose(np.asarray(got.todense()), want, rtol=1e-6, err_msg=name)
     np.testing.assert_array_equal(np.asarray(D[1]), w[1])
     np.testing.assert_array_equal(np.asarray(D[[2, 0]]), w[[2, 0]])
+    rows = list(D)  # its rows, and an end (JAX clamps D[i] past the last row: no IndexError to stop at)
+    assert len(rows) == N_ROWS
+    np.testing.assert_array_equal(np.asarray(rows[-1]), w[-1])
     sparse = np.where(np.abs(w) > 0.5, w, 0).astype(np.float32)
     S = evjax.Dense(sparse)
     for conversion in (S.tocsr(), S.tocsc(), S.tocsr(nse=int((sparse != 0).sum()))):

@@ -35,6 +35,7 @@ from ...data_representation import DataRepresentation, WeightArithmetic
 from ...errors import UnsupportedOperationError
 from ..._validation import check_shape
 from ..._event_values import EventValues, event_operand
+from ..csr.matrix import CSC, CSR
 from ..plasticity.ops import update_dense_on_binary_post, update_dense_on_binary_pre
 from .ops import binary_densemm, binary_densemv
 
@@ -186,6 +187,11 @@ class Dense(WeightArithmetic, DataRepresentation):
         """``W[index]``: the weights' entries (``data[index]``, a list read as an array of rows), a plain array."""
         return self.data[jnp.asarray(index) if isinstance(index, list) else index]
 
+    def __iter__(self):
+        """The rows of the weights (without it, Python would iterate through ``W[i]``, which JAX clamps:
+        no end)."""
+        return iter(self.data)
+
     # ------------------------------------------------------------ conversions
     def tocsr(self, *, nse: int | None = None, index_dtype=jnp.int32, precompute_weight_indices: bool = False):
         """The nonzero entries as an :class:`evjax.CSR` (the matrix must be concrete).
@@ -197,14 +203,10 @@ class Dense(WeightArithmetic, DataRepresentation):
             precompute_weight_indices: also build the column view
                 (:meth:`evjax.CSR.build_weight_indices`), for post-side plasticity.
         """
-        from ..csr.matrix import CSR
-
         return _to_compressed(CSR, self, nse, index_dtype, precompute_weight_indices)
 
     def tocsc(self, *, nse: int | None = None, index_dtype=jnp.int32, precompute_weight_indices: bool = False):
         """The nonzero entries as an :class:`evjax.CSC` (see :meth:`tocsr`)."""
-        from ..csr.matrix import CSC
-
         return _to_compressed(CSC, self, nse, index_dtype, precompute_weight_indices)
 
     def tocoo(self):
