@@ -570,3 +570,31 @@ def test_brainevents_everyday_methods_match_the_dense_matrix(cls):
     grad = jax.jit(jax.grad(lambda d: jnp.sum((2 * C.with_data(d)).sum(0) ** 2)))(C.data)
     want = jax.grad(lambda d: jnp.sum((2 * cls((d, table), shape=shape).todense()).sum(0) ** 2))(C.data)
     np.testing.assert_allclose(np.asarray(grad), np.asarray(want), rtol=1e-5)
+
+
+def test_rows_of_a_table_as_brainevent_selects_them():
+    rng = np.random.default_rng(62)
+    n_pre, n_post, k = 6, 7, 3
+    table = np.stack([rng.choice(n_post, k, replace=False) for _ in range(n_pre)]).astype(np.int32)
+    w = rng.standard_normal((n_pre, k)).astype(np.float32)
+    C = evjax.FixedPostNumConn((w, table), shape=(n_pre, n_post), backend="reference")
+    dense = np.asarray(C.todense())
+    mask = np.arange(n_pre) % 2 == 0
+    for index, want in [(2, dense[2:3]), ([4, 0, 4], dense[[4, 0, 4]]), (slice(1, 5), dense[1:5]), (mask, dense[mask]),
+                        (-1, dense[-1:])]:
+        got = C.slice_rows(index)
+        assert type(got) is evjax.FixedPostNumConn and got.backend == "reference" and got.shape == want.shape
+        np.testing.assert_allclose(np.asarray(got.todense()), want, rtol=1e-6)
+    homogeneous = evjax.FixedPostNumConn((0.5, table), shape=(n_pre, n_post)).slice_rows([1, 3])
+    np.testing.assert_allclose(np.asarray(homogeneous.todense()), 0.5 * (dense[[1, 3]] != 0), rtol=1e-6)
+    # the table traced, the rows concrete: a gather under jit
+    got = jax.jit(lambda C: C.slice_rows([3, 1]).todense())(C)
+    np.testing.assert_allclose(np.asarray(got), dense[[3, 1]], rtol=1e-6)
+    with pytest.raises(IndexError, match="row 6 is out of range for 6 rows"):
+        C.slice_rows([6])
+    fan_in = C.T  # a FixedPreNumConn of shape (n_post, n_pre)
+    for M, full in ((C, dense), (fan_in, dense.T)):
+        np.testing.assert_allclose(np.asarray(M[1]), full[1], rtol=1e-6)
+        np.testing.assert_allclose(np.asarray(M[[2, 0]]), full[[2, 0]], rtol=1e-6)
+    with pytest.raises(evjax.UnsupportedOperationError, match=r"W.tocsr\(\).slice_rows"):
+        fan_in.slice_rows([0])

@@ -24,8 +24,10 @@ import numpy as np
 
 from ... import units
 from ...data_representation import DataRepresentation, WeightArithmetic
+from ...errors import UnsupportedOperationError
 from ..._validation import check_shape, check_size, host_rng
 from ..._event_values import EventValues, event_operand
+from ..csr.convert import normalize_row_index
 from ..csr.matrix import CSR
 from ..csr.ops import binary_csrmv_active
 from ..plasticity.ops import update_fixed_post_conn_on_binary_pre, update_fixed_pre_conn_on_binary_post
@@ -194,6 +196,11 @@ class FixedNumConn(WeightArithmetic, DataRepresentation):
         """The same matrix as a ``jax.experimental.sparse.BCOO`` (one entry per synapse)."""
         return self.tocsr().tocoo()
 
+    def __getitem__(self, index) -> jax.Array:
+        """Rows ``W[index]`` (or ``W[index, :]``) as a dense array, as :meth:`evjax.CSR.__getitem__`
+        gives them (``W[i]`` is ``(n_post,)``, ``W[rows]`` and ``W[slice]`` are ``(k, n_post)``)."""
+        return self.tocsr()[index]
+
     def sum(self, axis=None) -> jax.Array:
         """Sum of the synapses' weights: all (``None``), per column (``0``) or per row (``1``)."""
         return self.tocsr().sum(axis)
@@ -316,6 +323,21 @@ class FixedPostNumConn(FixedNumConn):
         """The transpose, a :class:`FixedPreNumConn` sharing the arrays (no copy)."""
         return FixedPreNumConn((self.data, self.indices), shape=self.shape[::-1], backend=self.backend)
 
+    def slice_rows(self, index) -> "FixedPostNumConn":
+        """Rows ``W[index, :]`` as a new table of shape ``(n_selected, n_post)``: the selected rows of
+        the table, each with its ``k`` targets (a gather; the table may be traced).
+
+        Args:
+            index: an int (one row), a slice, or a sequence, array or bool mask of rows (concrete).
+
+        Raises:
+            IndexError: a row out of range.
+        """
+        rows = normalize_row_index(index, self.shape[0], "FixedPostNumConn.slice_rows")
+        data = self.data if self.homogeneous else self.data[rows]
+        return FixedPostNumConn(data, self.indices[rows], shape=(rows.size, self.shape[1]), backend=self.backend,
+                                _from_tree=True)
+
     def update_on_pre(self, pre_spike, post_trace, w_min=None, w_max=None) -> "FixedPostNumConn":
         """This table after presynaptic spikes: ``data[i, c] = clip(data[i, c] + post_trace[indices[i, c]])``.
 
@@ -377,6 +399,14 @@ class FixedPreNumConn(FixedNumConn):
     """
 
     _fan_out = False
+
+    def slice_rows(self, index):
+        """Not for a fan-in table: its rows are the matrix's columns, so selecting matrix rows breaks
+        the fixed count per column.  Select them on ``W.tocsr()`` (a CSR), or columns with
+        ``W.T.slice_rows(columns)``."""
+        raise UnsupportedOperationError("FixedPreNumConn.slice_rows: the table's rows are the matrix's columns, "
+                                        "so selected matrix rows are no fixed fan-in table; use "
+                                        "W.tocsr().slice_rows(rows), or W[rows] for the dense rows")
 
     @property
     def T(self) -> FixedPostNumConn:
