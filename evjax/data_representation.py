@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import operator
 
-__all__ = ["DataRepresentation", "WeightArithmetic", "dense_elementwise"]
+import numpy as np
+
+__all__ = ["DataRepresentation", "WeightArithmetic", "broadcasts_to", "dense_elementwise"]
 
 
 class DataRepresentation:
@@ -28,6 +30,24 @@ class DataRepresentation:
 
     __slots__ = ()
 
+    def transpose(self, axes=None):
+        """The transpose, as :attr:`T` gives it (a view where the type has one).
+
+        Args:
+            axes: ``None`` or ``(1, 0)`` (NumPy's signature).
+        """
+        if axes is not None and tuple(axes) != (1, 0):
+            raise ValueError(f"{type(self).__name__}.transpose: axes must be None or (1, 0), got {axes!r}")
+        return self.T
+
+
+def broadcasts_to(shape: tuple, target: tuple) -> bool:
+    """Whether an array of ``shape`` broadcasts to ``target`` without changing it."""
+    try:
+        return np.broadcast_shapes(tuple(shape), tuple(target)) == tuple(target)
+    except ValueError:
+        return False
+
 
 def dense_elementwise(matrix: DataRepresentation, other, op, symbol: str, reverse: bool = False):
     """``matrix (op) other`` (``other (op) matrix`` if ``reverse``) on the dense matrix: brainevent's
@@ -38,16 +58,10 @@ def dense_elementwise(matrix: DataRepresentation, other, op, symbol: str, revers
     Raises:
         ValueError: ``other`` does not broadcast to ``matrix.shape``.
     """
-    import numpy as np
-
     if isinstance(other, DataRepresentation):
         other = other.todense()
     shape = tuple(np.shape(other))
-    try:
-        fits = np.broadcast_shapes(shape, tuple(matrix.shape)) == tuple(matrix.shape)
-    except ValueError:
-        fits = False
-    if not fits:
+    if not broadcasts_to(shape, matrix.shape):
         raise ValueError(f"{type(matrix).__name__} {symbol}: the other operand must be a scalar or broadcast to "
                          f"{tuple(matrix.shape)}, got shape {shape} (the result is the dense matrix)")
     dense = matrix.todense()

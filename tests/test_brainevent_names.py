@@ -153,6 +153,19 @@ def test_base_class_names():
     assert isinstance(C, evjax.DataRepresentation) and not isinstance(events, evjax.DataRepresentation)
 
 
+def test_every_matrix_type_transposes_with_numpys_signature():
+    """``transpose(axes)`` is the base class's, for every matrix type: ``T``, or a named error."""
+    dense = np.arange(6, dtype=np.float32).reshape(2, 3)
+    for M in (evjax.CSR.fromdense(dense), evjax.CSC.fromdense(dense), evjax.Dense(dense),
+              evjax.FixedPostNumConn((1.0, np.zeros((2, 1), np.int32)), shape=(2, 3)),
+              evjax.JITCScalarR(0.5, prob=0.2, seed=1, shape=(2, 3))):
+        for axes in (None, (1, 0)):
+            np.testing.assert_array_equal(np.asarray(M.transpose(axes).todense()), np.asarray(M.todense()).T)
+        with pytest.raises(ValueError, match=rf"{type(M).__name__}\.transpose: axes must be None or \(1, 0\), "
+                                             rf"got \(0, 1\)"):
+            M.transpose((0, 1))
+
+
 def test_event_arrays_behave_as_their_values():
     """brainevent's EventRepresentation API: size, len, indexing, iteration, with_value, NumPy arrays."""
     value = np.array([2, 0, 3])

@@ -429,16 +429,6 @@ class _Compressed(WeightArithmetic, DataRepresentation):
         x = spsolve(weights, rows.indices, rows.indptr, rhs.astype(weights.dtype), tol=tol, reorder=reorder)
         return units.attach(x, units.product(unit_b, None if unit_a is None else unit_a ** -1))
 
-    def transpose(self, axes=None):
-        """The transpose, a view sharing the arrays (``CSR`` <-> ``CSC``); as :attr:`T`.
-
-        Args:
-            axes: ``None`` or ``(1, 0)`` (for NumPy's signature).
-        """
-        if axes is not None and tuple(axes) != (1, 0):
-            raise ValueError(f"{type(self).__name__}.transpose: axes must be None or (1, 0), got {axes!r}")
-        return self.T
-
     # ------------------------------------------------------------- structure
     def diag_add(self, other):
         """``A + diag(other)``: a new matrix of the same class and shape.

@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ... import units
-from ...data_representation import DataRepresentation, WeightArithmetic
+from ...data_representation import DataRepresentation, WeightArithmetic, broadcasts_to
 from ...errors import UnsupportedOperationError
 from ..._validation import check_shape
 from ..._event_values import EventValues, event_operand
@@ -100,16 +100,6 @@ class Dense(WeightArithmetic, DataRepresentation):
         """The transposed matrix (a new ``Dense``)."""
         return self.with_data(self.data.T)
 
-    def transpose(self, axes=None) -> "Dense":
-        """The transposed matrix (a new ``Dense``).
-
-        Args:
-            axes: ``None`` or ``(1, 0)`` (NumPy's signature).
-        """
-        if axes is not None and tuple(axes) != (1, 0):
-            raise ValueError(f"Dense.transpose: axes must be None or (1, 0), got {axes!r}")
-        return self.T
-
     def with_data(self, data) -> "Dense":
         """A ``Dense`` with new weights and the same backend."""
         return Dense(data, backend=self.backend)
@@ -144,11 +134,7 @@ class Dense(WeightArithmetic, DataRepresentation):
         else:
             theirs = other if isinstance(other, jax.Array) or units.is_quantity(other) else jnp.asarray(other)
         shape = tuple(np.shape(theirs))
-        try:
-            fits = np.broadcast_shapes(shape, self.shape) == self.shape
-        except ValueError:
-            fits = False
-        if not fits:
+        if not broadcasts_to(shape, self.shape):
             raise ValueError(f"{who}: the other operand must be a scalar, an array that broadcasts to "
                              f"{self.shape} or a Dense of that shape; got shape {shape}")
         return self.with_data(op(theirs, self.data) if reverse else op(self.data, theirs))

@@ -215,16 +215,6 @@ class FixedNumConn(WeightArithmetic, DataRepresentation):
         """``n_post``, the matrix's columns."""
         return self.shape[1]
 
-    def transpose(self, axes=None):
-        """The transpose (:attr:`T`: the same table read the other way).
-
-        Args:
-            axes: ``None`` or ``(1, 0)`` (NumPy's signature).
-        """
-        if axes is not None and tuple(axes) != (1, 0):
-            raise ValueError(f"{type(self).__name__}.transpose: axes must be None or (1, 0), got {axes!r}")
-        return self.T
-
     # -- weights ---------------------------------------------------------------
     def apply(self, fn):
         """The same table with weights ``fn(data)`` (``fn`` elementwise)."""

@@ -121,11 +121,6 @@ class JITCMatrix(DataRepresentation):
         """The same matrix transposed: the partner class, shape reversed, ``corder`` flipped."""
         return self._replace(_PARTNER[type(self)], self.shape[::-1], not self.corder)
 
-    def transpose(self, axes=None) -> "JITCMatrix":
-        if axes is not None and tuple(axes) != (1, 0):
-            raise ValueError(f"{type(self).__name__}.transpose: axes must be None or (1, 0), got {axes}")
-        return self.T
-
     def _op_shape(self) -> tuple:
         return self.shape[::-1] if self.column_major else self.shape
 
