@@ -293,6 +293,10 @@ def test_dense_method_errors_name_the_fix(operands):
         D.diag_add(np.ones(4))
     with pytest.raises(ValueError, match="axes must be None or"):
         D.transpose((0, 1))
+    with pytest.raises(IndexError, match="Dense.slice_rows: row 7 is out of range for 7 rows"):
+        D.slice_rows([0, 7])  # JAX's gather would have given row 6 in its place
+    traced = jax.jit(lambda rows: D.slice_rows(rows).todense())(jnp.array([4, 1]))
+    np.testing.assert_array_equal(np.asarray(traced), w[[4, 1]])
     with pytest.raises(ValueError, match="nse = 3 but the matrix has"):
         D.tocsr(nse=3)
 

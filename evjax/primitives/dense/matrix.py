@@ -30,11 +30,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ... import units
+from ... import _compat, units
 from ...data_representation import DataRepresentation, WeightArithmetic, broadcasts_to
 from ...errors import UnsupportedOperationError
 from ..._validation import check_shape
 from ..._event_values import EventValues, event_operand
+from ..csr.convert import normalize_row_index
 from ..csr.matrix import CSC, CSR
 from ..plasticity.ops import update_dense_on_binary_post, update_dense_on_binary_pre
 from .ops import binary_densemm, binary_densemv
@@ -162,12 +163,15 @@ class Dense(WeightArithmetic, DataRepresentation):
 
         Args:
             index: an int (one row: shape ``(1, n_cols)``), a slice, or a sequence, array or bool
-                mask of rows.
+                mask of rows; a traced index array is gathered as JAX gathers.
+
+        Raises:
+            IndexError: a concrete row out of range (as for :meth:`evjax.CSR.slice_rows`; JAX's own
+                gather would clamp it to the last row).
         """
-        if isinstance(index, (int, np.integer)):
-            index = [index]
-        rows = index if isinstance(index, slice) else jnp.asarray(index)
-        return self.with_data(self.data[rows])
+        if isinstance(index, _compat.Tracer):
+            return self.with_data(self.data[index])
+        return self.with_data(self.data[normalize_row_index(index, self.shape[0], "Dense.slice_rows")])
 
     def __getitem__(self, index):
         """``W[index]``: the weights' entries (``data[index]``, a list read as an array of rows), a plain array."""
