@@ -241,17 +241,22 @@ WEIGHTED_CASES = [(rank, transpose) for rank in (1, 2) for transpose in (False, 
 WEIGHTED_IDS = [f"{'mv' if r == 1 else 'mm'}-{'scatter' if t else 'gather'}" for r, t in WEIGHTED_CASES]
 
 
-def primitive_names(jaxpr):
-    """Every primitive of a closed jaxpr, its sub-jaxprs (jit, cond, scan, custom rules) included."""
-    names = []
+def equations(jaxpr):
+    """Every equation of a (closed) jaxpr, those of its sub-jaxprs (jit, cond, scan, custom rules) included."""
+    found = []
     for eqn in jaxpr.eqns:
-        names.append(eqn.primitive.name)
+        found.append(eqn)
         for p in eqn.params.values():
             for sub in (p if isinstance(p, (tuple, list)) else (p,)):
                 inner = getattr(sub, "jaxpr", sub)
                 if hasattr(inner, "eqns"):
-                    names += primitive_names(inner)
-    return names
+                    found += equations(inner)
+    return found
+
+
+def primitive_names(jaxpr):
+    """Every primitive of a closed jaxpr, its sub-jaxprs (jit, cond, scan, custom rules) included."""
+    return [eqn.primitive.name for eqn in equations(jaxpr)]
 
 
 def row_of_entries(indptr, nnz: int):

@@ -18,7 +18,7 @@ import scipy.sparse as sp
 import evjax
 from evjax.primitives.csr import row_ids
 from evjax.testing import OpSpec, check_all, csr_resampler
-from tests.helpers import csr_or_csc_dense, dense_matrix, seeded_csr
+from tests.helpers import csr_or_csc_dense, dense_matrix, equations, seeded_csr
 
 SHAPE = (6, 5)  # seeded_csr's default shape
 
@@ -498,19 +498,8 @@ def test_matrix_with_numpy_leaves_multiplies():
 # ---------------------------------------------------------------------------
 def _backends_bound(fn, *args):
     """The ``backend`` parameter of every evjax op in ``fn``'s jaxpr (nested jaxprs included)."""
-    import jax.extend
-
-    found = []
-
-    def walk(jaxpr):
-        for eqn in jaxpr.eqns:
-            if eqn.primitive.name.startswith("evjax_"):
-                found.append((eqn.primitive.name, eqn.params["backend"].per_call))
-            for sub in jax.extend.core.jaxprs_in_params(eqn.params):
-                walk(sub)
-
-    walk(jax.make_jaxpr(fn)(*args).jaxpr)
-    return found
+    return [(eqn.primitive.name, eqn.params["backend"].per_call) for eqn in equations(jax.make_jaxpr(fn)(*args))
+            if eqn.primitive.name.startswith("evjax_")]
 
 
 @pytest.mark.parametrize("kind", KINDS)
