@@ -420,12 +420,12 @@ class _Compressed(WeightArithmetic, DataRepresentation):
         n = self.shape[0]
         if self.shape[1] != n:
             raise ValueError(f"{who}: the matrix must be square, got shape {self.shape}")
-        (weights, unit_a), (rhs, unit_b) = units.split(self._weights()), units.split(b)
+        rhs, unit_b = units.split(b)
         rhs = jnp.asarray(rhs)
         if rhs.shape != (n,):
             raise ValueError(f"{who}: b must have shape ({n},), got {rhs.shape}")
         rows = self.tocsr()  # (a CSC's arrays are its transpose's)
-        weights = weights if rows is self else units.split(rows._weights())[0]
+        weights, unit_a = units.split(rows._weights())
         x = spsolve(weights, rows.indices, rows.indptr, rhs.astype(weights.dtype), tol=tol, reorder=reorder)
         return units.attach(x, units.product(unit_b, None if unit_a is None else unit_a ** -1))
 
