@@ -24,7 +24,7 @@ from .events import (
 from .numba_cuda_kernel import numba_cuda_callable, numba_cuda_kernel
 from .numba_kernel import numba_kernel
 from .primitives.csr import (
-    CSC, CSR, ShardedCSR, binary_csrmm, binary_csrmm_indexed, binary_csrmm_p, binary_csrmv, binary_csrmv_active,
+    CSC, CSR, ShardedCSR, TCSR, binary_csrmm, binary_csrmm_indexed, binary_csrmm_p, binary_csrmv, binary_csrmv_active,
     binary_csrmv_active_p, binary_csrmv_indexed, binary_csrmv_p, csr_sddmm, csrmm, csrmm_p, csrmv, csrmv_p, cscmm_dt2t, cscmv_dt2t, csrmm_dt2t, csrmv_dt2t,
 )
 from .primitives.csr.convert import (
@@ -153,6 +153,7 @@ __all__ = [
     "CSR",
     "CSC",
     "ShardedCSR",
+    "TCSR",
     "BinaryArray",
     "EventArray",
     "WeightedArray",

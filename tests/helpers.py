@@ -687,6 +687,24 @@ def fixed_dense(weights, indices, shape):
     return jnp.zeros(shape, w.dtype).at[rows, indices.reshape(-1)].add(w.reshape(-1))
 
 
+@functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
+def pp_prop_product(a, s, sparse_on_left: bool):
+    """brainevent's ``pp_prop`` oracle: ``a @ 1[s != 0]`` (``sparse_on_left``) or ``1[s != 0] @ a``, whose
+    weight tangent uses the event values (``da @ where(s != 0, s, 0)``) and whose event tangent is
+    straight-through (``a @ ds``)."""
+    mask = (s != 0).astype(a.dtype)
+    return a @ mask if sparse_on_left else mask @ a
+
+
+@pp_prop_product.defjvp
+def _pp_prop_product_jvp(sparse_on_left, primals, tangents):
+    a, s = primals
+    da, ds = tangents
+    graded = jnp.where(s != 0, s, jnp.zeros_like(s)).astype(a.dtype)
+    dy = (da @ graded + a @ ds) if sparse_on_left else (graded @ da + ds @ a)
+    return pp_prop_product(a, s, sparse_on_left), dy
+
+
 def events_01(s):
     """Spikes as 0/1 in the forward pass, straight-through (identity) in the gradient."""
     if s.dtype == jnp.bool_:

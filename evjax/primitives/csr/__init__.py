@@ -4,6 +4,7 @@
 * :mod:`.ops`: the ops, their reference, rules and registration;
 * :mod:`.indexed`: ``binary_csrmv_indexed`` / ``binary_csrmm_indexed`` (weights in another order);
 * :mod:`.matrix`: the data types ``CSR`` and ``CSC``;
+* :mod:`.tcsr`: ``TCSR``, brainevent's row-sorted CSR whose transpose is a CSR view;
 * :mod:`.sharded`: ``ShardedCSR``, a CSR split by column blocks across devices (model parallelism);
 * :mod:`.numba`, :mod:`.warp`, :mod:`.numba_cuda`: the backends, each imported
   by ``BACKEND_LOADERS`` below the first time an op needs it.
@@ -11,6 +12,7 @@
 from .indexed import binary_csrmm_indexed, binary_csrmv_indexed
 from .matrix import CSC, CSR
 from .sharded import ShardedCSR
+from .tcsr import TCSR
 from .products import cscmm_dt2t, cscmv_dt2t, csrmm_dt2t, csrmv_dt2t
 from .ops import (
     OPS,
@@ -32,7 +34,7 @@ from .ops import (
 
 __all__ = [
     "csrmv_dt2t", "cscmv_dt2t", "csrmm_dt2t", "cscmm_dt2t",
-    "CSR", "CSC", "ShardedCSR", "OPS", "csrmv", "csrmm", "binary_csrmv", "binary_csrmm", "binary_csrmv_active", "csr_sddmm",
+    "CSR", "CSC", "TCSR", "ShardedCSR", "OPS", "csrmv", "csrmm", "binary_csrmv", "binary_csrmm", "binary_csrmv_active", "csr_sddmm",
     "binary_csrmv_indexed", "binary_csrmm_indexed",
     "csrmv_p", "csrmm_p", "binary_csrmv_p", "binary_csrmm_p", "binary_csrmv_active_p", "csr_sddmm_p",
     "validate_csr", "row_ids",
