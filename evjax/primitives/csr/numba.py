@@ -81,6 +81,7 @@ from .numba_rows import (  # the row loops the drivers run, and the parallel thr
     _any,
     _dot,
     _gather_rows,
+    _gathered_values,
     _listed_work,
     _scatter_listed_part,
     _scatter_part,
@@ -289,9 +290,10 @@ def _gather(threads, data, indices, indptr, x, out, selects):
     count, one per thread, above ``PARALLEL_MIN_WORK``; every output row is one part's own sum."""
     n_rows = out.shape[0]
     nnz = indices.shape[0]
-    if _serial_gather(threads, data, indices, indptr, x, out, selects, False) != DECLINED:
+    values = _gathered_values(x, out)  # (once, for either path)
+    if _serial_gather(threads, data, indices, indptr, values, out, selects, False) != DECLINED:
         return
-    _gather_parallel(data, indices, indptr, x, out, _balanced_rows(indptr, n_rows, nnz, threads), selects)
+    _gather_parallel(data, indices, indptr, values, out, _balanced_rows(indptr, n_rows, nnz, threads), selects)
 
 
 @numba.njit(parallel=_PARALLEL, cache=True, nogil=True, **COMPILED_CODE_ONLY)
