@@ -232,6 +232,19 @@ def versus_brainevent_figures() -> list[str]:
             f"{ratios('dense weight gradient', 'quiet')} quiet, {ratios('dense weight gradient', 'loaded')} under load."]
 
 
+def tcsr_figures() -> list[str]:
+    path = RESULTS / "tcsr.md"
+    if not path.exists():
+        return []
+    rows = table(path, "# TCSR: evjax and brainevent 0.3.0")
+
+    def ratios(state):
+        return span([r for r in rows if r["machine"] == state], "evjax / brainevent")
+    return [f"- `TCSR`, the same user code in both libraries, n = 4000, 5 % spiking (`{path.relative_to(ROOT)}`, "
+            f"{run_line(path)}): evjax / brainevent {ratios('quiet')} quiet, {ratios('loaded')} under load "
+            f"(`s @ W`, `s @ W.T`, `W @ x`, the bptt and pp_prop weight gradients)."]
+
+
 def gpu_figures() -> list[str]:
     return _gpu_figure("gpu_event.md") + _gpu_figure("gpu_event_h200.md")
 
@@ -394,7 +407,7 @@ def scaling_figures() -> list[str]:
 
 SECTIONS = (ci_figures, example_figures, cold_start_figures, cold_start_peer_figures, first_calls_figures,
             contention_figures, brainevent_tests_figures,
-            versus_brainevent_figures, csr_event_figures, dense_figures,
+            versus_brainevent_figures, tcsr_figures, csr_event_figures, dense_figures,
             fixed_figures, jitc_figures, plasticity_figures, compact_figures, sparse_backward_figures, scaling_figures, gpu_figures,
             import_time_figures)
 
