@@ -22,10 +22,7 @@ alternating children.  Writes ``benchmarks/results/versus_brainevent.{md,png}``.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import subprocess
 import sys
 import time
 
@@ -33,6 +30,7 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from benchmarks import side_by_side  # noqa: E402
 from benchmarks.common import RESULTS, fmt_time, markdown_table, provenance, save_bar_plot  # noqa: E402
 
 N = 4000
@@ -94,58 +92,22 @@ def child(library: str, calls: int) -> dict:
     return out
 
 
-def run_child(python: str, library: str, calls: int) -> dict:
-    env = {**os.environ, "PYTHONPATH": ROOT}
-    res = subprocess.run([python, os.path.abspath(__file__), "--child", library, "--calls", str(calls)],
-                         env=env, capture_output=True, text=True, timeout=3600, cwd=ROOT)
-    if res.returncode != 0:
-        raise RuntimeError(f"{library} child failed:\n{res.stderr[-3000:]}")
-    return json.loads(res.stdout.strip().splitlines()[-1])
-
-
 def measure(pythons: dict, rounds: int, calls: int) -> dict:
     """``{library: {key: best median over the rounds}}``, the libraries alternating."""
     best: dict = {}
     for _ in range(rounds):
         for library, python in pythons.items():
-            for key, value in run_child(python, library, calls).items():
+            for key, value in side_by_side.run_child(__file__, python, library, calls).items():
                 mine = best.setdefault(library, {})
                 mine[key] = value if key == "version" else min(value, mine.get(key, float("inf")))
     return best
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--child", help=argparse.SUPPRESS)
-    parser.add_argument("--calls", type=int, default=None)
-    parser.add_argument("--brainevent-python", default=os.environ.get("BRAINEVENT_PYTHON"),
-                        help="a Python (3.12+) with brainevent 0.3.0 installed")
-    parser.add_argument("--quick", action="store_true", help="fewer calls and rounds")
-    parser.add_argument("--neighbours", type=int, default=2)
-    parser.add_argument("--spinners", type=int, default=2)
-    parser.add_argument("--out", default=None)
-    args = parser.parse_args(argv)
-    if args.child:
-        print(json.dumps(child(args.child, args.calls)))
+    started = side_by_side.run(__file__, __doc__, argv, child, measure)
+    if started is None:
         return
-    if not args.brainevent_python:
-        parser.error("--brainevent-python (or $BRAINEVENT_PYTHON) is required: brainevent 0.3.0 runs in its own "
-                     "interpreter")
-    from benchmarks.contention import start_load, stop_load
-
-    calls, rounds = (args.calls or 30, 2) if args.quick else (args.calls or 100, 3)
-    pythons = {"evjax": sys.executable, "brainevent": args.brainevent_python}
-    for library, python in pythons.items():  # fill the kernel caches before anything is timed
-        run_child(python, library, 3)
-    quiet = measure(pythons, rounds, calls)
-    load = start_load(args.neighbours, args.spinners, seconds=3600)
-    try:
-        time.sleep(2.0)
-        load_avg = os.getloadavg()[0]
-        loaded = measure(pythons, rounds, calls)
-        load_avg = max(load_avg, os.getloadavg()[0])
-    finally:
-        stop_load(load)
+    args, calls, rounds, quiet, loaded, load_avg = started
 
     lines = [provenance(argv), "# evjax and brainevent side by side", "",
              f"evjax {quiet['evjax']['version']} (jax < 0.12, this interpreter), brainevent "
