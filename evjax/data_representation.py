@@ -12,7 +12,7 @@ import operator
 
 import numpy as np
 
-__all__ = ["DataRepresentation", "WeightArithmetic", "broadcasts_to", "dense_elementwise"]
+__all__ = ["DataRepresentation", "WeightArithmetic", "broadcasts_to", "dense_elementwise", "sparse_apply2"]
 
 
 class DataRepresentation:
@@ -66,6 +66,16 @@ def dense_elementwise(matrix: DataRepresentation, other, op, symbol: str, revers
                          f"{tuple(matrix.shape)}, got shape {shape} (the result is the dense matrix)")
     dense = matrix.todense()
     return op(other, dense) if reverse else op(dense, other)
+
+
+def sparse_apply2(matrix, other, fn, reverse: bool = False):
+    """brainevent's ``apply2`` of a sparse matrix: ``fn(matrix, other)`` (``fn(other, matrix)`` if
+    ``reverse``).  ``+`` and ``-`` (``operator.add``/``sub``) give the dense array
+    (:func:`dense_elementwise`); any other ``fn`` new weights of the same structure, as ``*`` does
+    (the matrix's ``_scaled``)."""
+    if fn in (operator.add, operator.sub):
+        return dense_elementwise(matrix, other, fn, "+" if fn is operator.add else "-", reverse)
+    return matrix._scaled(other, fn, getattr(fn, "__name__", "apply2"), reverse)
 
 
 class WeightArithmetic:

@@ -29,7 +29,6 @@ raises a ``TypeError`` pointing to ``todense()``.
 """
 from __future__ import annotations
 
-import operator
 from typing import Callable
 
 import jax
@@ -37,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ... import units
-from ...data_representation import DataRepresentation, WeightArithmetic, dense_elementwise
+from ...data_representation import DataRepresentation, WeightArithmetic, sparse_apply2
 from ..._validation import INT32_MAX, check_shape, checked_index_cast
 from ...dtypes import LOW_PRECISION
 from ...errors import UnsupportedOperationError
@@ -170,6 +169,13 @@ def _normalize_axis(axis, who: str):
     return None if len(axes) == 2 else axes.pop()
 
 
+def checked_backend(value, who: str, name: str = "backend"):
+    """``value`` if it is a backend's name or None, else a ``TypeError`` naming ``name``."""
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"{who}: {name} must be a backend's name (e.g. 'numba') or None, got {value!r}")
+    return value
+
+
 def _constructor_parts(who: str, data, indices, indptr, args: tuple, shape, unknown: dict) -> tuple:
     """``(data, indices, indptr, shape)`` from the accepted call forms, errors naming the class.
 
@@ -213,9 +219,7 @@ class _Compressed(WeightArithmetic, DataRepresentation):
             self._set(data, indices, indptr, shape)
             self.other_view = other_view
             return
-        if backend is not None and not isinstance(backend, str):
-            raise TypeError(f"{type(self).__name__}: backend must be a backend's name (e.g. 'numba') or None, "
-                            f"got {backend!r}")
+        checked_backend(backend, type(self).__name__)
         parts = _constructor_parts(type(self).__name__, data, indices, indptr, args, shape, unknown)
         data, unit = parts[0], None
         if not isinstance(data, (jax.Array, np.ndarray)):  # brainunit weights: the numbers checked, the unit kept
@@ -364,9 +368,7 @@ class _Compressed(WeightArithmetic, DataRepresentation):
         and ``-`` (``operator.add``/``sub``) give the dense array, any other ``fn`` new weights of the
         same structure, as ``*`` does (``other`` a scalar, a dense matrix read at the stored entries, or
         a matrix of the same structure)."""
-        if fn in (operator.add, operator.sub):
-            return dense_elementwise(self, other, fn, "+" if fn is operator.add else "-", reverse)
-        return self._scaled(other, fn, getattr(fn, "__name__", "apply2"), reverse)
+        return sparse_apply2(self, other, fn, reverse)
 
     # ------------------------------------------------------------- reductions
     def sum(self, axis=None) -> jax.Array:

@@ -41,10 +41,10 @@ from jax.custom_derivatives import SymbolicZero
 from ... import units
 from ..._event_values import EventValues
 from ..._validation import is_concrete
-from ...data_representation import DataRepresentation, WeightArithmetic, dense_elementwise
+from ...data_representation import DataRepresentation, WeightArithmetic, sparse_apply2
 from ...errors import UnsupportedOperationError
-from ..grouping import entry_rows, transposed_view
-from .matrix import CSC, CSR, _matmul
+from .convert import _gather_data
+from .matrix import CSC, CSR, _matmul, checked_backend
 from .products import csrmv_dt2t
 
 __all__ = ["TCSR"]
@@ -52,35 +52,11 @@ __all__ = ["TCSR"]
 BACKWARD_ALGORITHMS = ("bptt", "pp_prop")
 
 
-def _check_backend(value, name: str):
-    if value is not None and not isinstance(value, str):
-        raise TypeError(f"TCSR: {name} must be a backend's name (e.g. 'numba') or None, got {value!r}")
-    return value
-
-
 def _check_backward_algorithm(value) -> str:
     if not (isinstance(value, str) and value in BACKWARD_ALGORITHMS):
         raise ValueError(f"TCSR: backward_algorithm must be 'bptt' (the true gradient) or 'pp_prop' (the weight "
                          f"gradient weighted by float event values), got {value!r}")
     return value
-
-
-def _rows_sorted(source: CSR) -> CSR:
-    """``source`` with each row's entries stably sorted by column (the data follows its entries)."""
-    nnz = source.nnz
-    if is_concrete(source.indices, source.indptr):
-        indices, indptr = np.asarray(source.indices), np.asarray(source.indptr)
-        perm = np.lexsort((indices, entry_rows(indptr, nnz, np)))
-        if np.array_equal(perm, np.arange(nnz)):
-            return source
-        with jax.ensure_compile_time_eval():
-            perm = jnp.asarray(perm.astype(indptr.dtype))
-    else:
-        perm = jnp.lexsort((source.indices, entry_rows(source.indptr, nnz, jnp)))
-    numbers, unit = units.split(source.data)
-    data = numbers if numbers.shape[0] == 1 else numbers[perm]
-    return CSR._make(units.attach(data, unit), source.indices[perm], source.indptr, source.shape,
-                     backend=source.backend)
 
 
 # ---------------------------------------------------------------------------
@@ -166,10 +142,10 @@ class TCSR(WeightArithmetic, DataRepresentation):
         if type(source) is not CSR:
             raise TypeError(f"TCSR: source must be an evjax.CSR (sorted within rows), got {type(source).__name__}; "
                             f"build it with TCSR.fromcsr(evjax.CSR(...)), TCSR.fromcsc(...) or TCSR.fromdense(...)")
-        self.binary_backend = _check_backend(binary_backend, "binary_backend")
+        self.binary_backend = checked_backend(binary_backend, "TCSR", "binary_backend")
         self.backward_algorithm = _check_backward_algorithm(backward_algorithm)
         self._base = CSR._make(source.data, source.indices, source.indptr, source.shape, source.other_view,
-                               _check_backend(backend, "backend"))
+                               checked_backend(backend, "TCSR"))
         self._transposed = False
 
     # ------------------------------------------------------------------ pytree
@@ -205,7 +181,7 @@ class TCSR(WeightArithmetic, DataRepresentation):
         if type(source) is not CSR:
             raise TypeError(f"TCSR.fromcsr: source must be an evjax.CSR, got {type(source).__name__} "
                             f"(a CSC: TCSR.fromcsc)")
-        return cls(_rows_sorted(source), **kwargs)
+        return cls(source.tocsc().tocsr(), **kwargs)  # (two stable transposes: rows by column, ties in order)
 
     @classmethod
     def fromcsc(cls, source, **kwargs) -> "TCSR":
@@ -263,29 +239,29 @@ class TCSR(WeightArithmetic, DataRepresentation):
 
     def _mirror(self) -> tuple:
         """``(t_indices, t_indptr, perm)``: the CSR of the canonical matrix's transpose, and where each of
-        its entries sits in the canonical storage; kept on this object when the structure is concrete."""
-        base = self._base
-        if base.other_view is not None:
-            return base.other_view
-        view = transposed_view(base.indices, base.indptr, base.shape[1])
+        its entries sits in the canonical storage (:meth:`evjax.CSR.build_weight_indices`'s view); kept on
+        this object when the structure is concrete."""
+        base = self._base if self.has_tcsc_mirror else self._base.build_weight_indices()
         if is_concrete(base.indices, base.indptr):
-            self._base = base._make(base.data, base.indices, base.indptr, base.shape, view, base.backend)
-        return view
+            self._base = base
+        return base.other_view
 
     def materialize_tcsc_mirror(self) -> "TCSR":
         """This matrix with its mirror computed now (it is then a pytree child, carried through ``jit``)."""
-        self._mirror()
-        if self._base.other_view is None:  # a traced structure: a new object carries it
-            return self._with_base(self._base.build_weight_indices())
-        return self
+        if self.has_tcsc_mirror or is_concrete(self._base.indices, self._base.indptr):
+            self._mirror()
+            return self
+        return self._with_base(self._base.build_weight_indices())  # a traced structure: a new object carries it
+
+    def _mirror_arrays(self) -> tuple:
+        """``(data, indices, indptr)`` of the CSR of the canonical matrix's transpose (one shared weight
+        stays one)."""
+        t_indices, t_indptr, perm = self._mirror()
+        return _gather_data(self._base.data, perm), t_indices, t_indptr
 
     def _view_data(self):
-        """The weights in the current view's order (one shared weight stays one)."""
-        data = self._base.data
-        if not self._transposed or data.shape[0] == 1:
-            return data
-        numbers, unit = units.split(data)
-        return units.attach(numbers[self._mirror()[2]], unit)
+        """The weights in the current view's order."""
+        return self._mirror_arrays()[0] if self._transposed else self._base.data
 
     @property
     def data(self):
@@ -313,19 +289,13 @@ class TCSR(WeightArithmetic, DataRepresentation):
         """The current view as an :class:`evjax.CSR` (a transposed view: the mirror's arrays)."""
         if not self._transposed:
             return self._base
-        t_indices, t_indptr, _ = self._mirror()
-        return CSR._make(self._view_data(), t_indices, t_indptr, self.shape, backend=self.backend)
+        return CSR._make(*self._mirror_arrays(), self.shape, backend=self.backend)
 
     def tocsc(self) -> CSC:
         """The current view as an :class:`evjax.CSC`."""
         if self._transposed:
             return self._view(self.backend)
-        t_indices, t_indptr, perm = self._mirror()
-        data = self._base.data
-        if data.shape[0] != 1:
-            numbers, unit = units.split(data)
-            data = units.attach(numbers[perm], unit)
-        return CSC._make(data, t_indices, t_indptr, self.shape, backend=self.backend)
+        return CSC._make(*self._mirror_arrays(), self.shape, backend=self.backend)
 
     def todense(self) -> jax.Array:
         """The dense matrix of the current view (duplicates summed)."""
@@ -385,11 +355,7 @@ class TCSR(WeightArithmetic, DataRepresentation):
     def apply2(self, other, fn: Callable, *, reverse: bool = False):
         """``fn(self, other)`` (``fn(other, self)`` if ``reverse``): ``+`` and ``-`` give the dense array,
         any other ``fn`` new weights of the same structure (as ``*``)."""
-        import operator
-
-        if fn in (operator.add, operator.sub):
-            return dense_elementwise(self, other, fn, "+" if fn is operator.add else "-", reverse)
-        return self._scaled(other, fn, getattr(fn, "__name__", "apply2"), reverse)
+        return sparse_apply2(self, other, fn, reverse)
 
     def sum(self, axis=None) -> jax.Array:
         """Sum of the stored entries (``axis`` as :meth:`evjax.CSR.sum`)."""
