@@ -38,8 +38,8 @@ def _has_cuda_gpu() -> bool:
 
 def pytest_collection_modifyitems(config, items):
     # the long tests (marked slow or cudasim: subprocesses, simulators, leak windows) first, the rest in
-    # their order after them: with `-n 2`, two workers then finish together instead of one running a
-    # long test alone at the end
+    # their order after them: with `-n 2 --dist loadfile`, the files that hold them go first, and the
+    # two workers then finish together instead of one running a long test alone at the end
     items.sort(key=lambda item: not ("slow" in item.keywords or "cudasim" in item.keywords))
     if _has_cuda_gpu():
         return
