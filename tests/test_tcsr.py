@@ -207,6 +207,13 @@ def test_constructor_errors_name_the_argument():
         evjax.TCSR(csr) @ evjax.TCSR(csr)
     with pytest.raises(TypeError, match="todense"):
         np.asarray(evjax.TCSR(csr))
+    for W in (evjax.TCSR(csr), evjax.TCSR(csr).T):  # the methods it shares with CSR name TCSR
+        with pytest.raises(TypeError, match=r"^TCSR.__getitem__: rows must be given by ints"):
+            W["a"]
+        with pytest.raises(IndexError, match=r"^TCSR.__getitem__: only rows can be selected"):
+            W[0, 1]
+        with pytest.raises(ValueError, match=r"^TCSR.sum: axis must be None, 0, 1"):
+            W.sum(axis=5)
 
 
 def test_backends_reach_the_ops_and_a_new_structure_does_not_retrace():

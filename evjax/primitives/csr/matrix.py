@@ -379,7 +379,11 @@ class _Compressed(WeightArithmetic, DataRepresentation):
                 over rows: ``(n_cols,)``) or ``1`` (``(n_rows,)``); negative
                 axes count from the end.
         """
-        axis = _normalize_axis(axis, f"{type(self).__name__}.sum")
+        return self._sum(axis, f"{type(self).__name__}.sum")
+
+    def _sum(self, axis, who: str) -> jax.Array:
+        """:meth:`sum`, its errors naming ``who``."""
+        axis = _normalize_axis(axis, who)
         if axis is not None and not self._row_major:
             axis = 1 - axis  # the stored matrix is the transpose
         return axis_sums(self.data, self.indices, self.indptr, self._stored_shape, axis)
@@ -501,7 +505,10 @@ class _Compressed(WeightArithmetic, DataRepresentation):
             >>> W[1]
             Array([2., 3.], dtype=float32)
         """
-        who = f"{type(self).__name__}.__getitem__"
+        return self._rows(index, f"{type(self).__name__}.__getitem__")
+
+    def _rows(self, index, who: str) -> jax.Array:
+        """:meth:`__getitem__`, its errors naming ``who``."""
         if isinstance(index, tuple):
             if len(index) != 2 or not (isinstance(index[1], slice) and index[1] == slice(None)):
                 raise IndexError(f"{who}: only rows can be selected (W[rows] or W[rows, :]), got {index!r}")

@@ -359,12 +359,12 @@ class TCSR(WeightArithmetic, DataRepresentation):
 
     def sum(self, axis=None) -> jax.Array:
         """Sum of the stored entries (``axis`` as :meth:`evjax.CSR.sum`)."""
-        return self._view(self.backend).sum(axis)
+        return self._view(self.backend)._sum(axis, "TCSR.sum")
 
     # ------------------------------------------------------------------ rows
     def __getitem__(self, index) -> jax.Array:
         """Rows of the current view as a dense array (see :meth:`evjax.CSR.__getitem__`)."""
-        return self._view(self.backend)[index]
+        return self._view(self.backend)._rows(index, "TCSR.__getitem__")
 
     def slice_rows(self, index) -> "TCSR":
         """Rows of the current view as a new (untransposed) ``TCSR``; the structure must be concrete."""
