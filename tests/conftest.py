@@ -38,8 +38,9 @@ def _has_cuda_gpu() -> bool:
 
 def pytest_collection_modifyitems(config, items):
     # the long tests (marked slow or cudasim: subprocesses, simulators, leak windows) first, the rest in
-    # their order after them: with `-n 2 --dist loadfile`, the files that hold them go first, and the
-    # two workers then finish together instead of one running a long test alone at the end
+    # their order after them: with `-n 2 --dist loadfile --no-loadscope-reorder`, the files that hold
+    # them go first, and the two workers then finish together instead of one running a long test
+    # alone at the end
     items.sort(key=lambda item: not ("slow" in item.keywords or "cudasim" in item.keywords))
     if _has_cuda_gpu():
         return
@@ -47,3 +48,34 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+# A test marked ``fresh_process`` runs in a new Python process of its own (``python -m pytest <its id>``
+# with FRESH_PROCESS_VAR set, where it runs as usual): tests whose time or result depends on what the
+# process has done before them.  A full ``gc.collect()`` walks every object the worker's earlier tests
+# left, and ``compile_full_kernels`` compiles the full kernel of every serial tier the worker has used:
+# with ``--dist loadfile`` a worker runs the few-test files last, and a CI run (2026-11-29) took 304 s
+# for tests/test_call_depth.py and 108 s for the 50 kB leak window, against 15-24 s in a new process.
+FRESH_PROCESS_VAR = "EVJAX_TEST_IN_FRESH_PROCESS"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem):
+    if "fresh_process" not in pyfuncitem.keywords or os.environ.get(FRESH_PROCESS_VAR):
+        return None
+    import subprocess
+    import sys
+
+    from tests.helpers import HANG_GUARD_S
+
+    env = {**os.environ, FRESH_PROCESS_VAR: "1"}
+    env.pop("PYTEST_XDIST_WORKER", None)
+    env.pop("PYTEST_XDIST_WORKER_COUNT", None)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "-p", "no:xdist",
+                           pyfuncitem.nodeid], cwd=pyfuncitem.config.rootpath, env=env, capture_output=True,
+                          text=True, timeout=HANG_GUARD_S)
+    print(proc.stdout[-3000:])
+    assert proc.returncode == 0 and " passed" in proc.stdout, (
+        f"{pyfuncitem.nodeid} failed in a fresh process:\n{proc.stdout[-6000:]}\n{proc.stderr[-3000:]}")
+    return True
+

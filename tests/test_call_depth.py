@@ -4,6 +4,8 @@ prints the same counts)."""
 import importlib.util
 import os
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -14,6 +16,7 @@ def _call_depth():
     return module
 
 
+@pytest.mark.fresh_process  # file_moves settles every serial tier the process has used: only this test's
 def test_at_most_five_frames_before_bind_and_25_file_moves_for_a_forward():
     depth = _call_depth()
     data, fns = depth.cases()

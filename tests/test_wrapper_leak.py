@@ -73,6 +73,7 @@ def test_wrappers_stay_not_differentiable():
 
 
 @pytest.mark.slow
+@pytest.mark.fresh_process  # 400 full collections: their time grows with every object the process holds
 def test_fresh_jit_per_call_keeps_at_most_50_kb():
     x = jnp.arange(N, dtype=jnp.float32)
     started = not tracemalloc.is_tracing()
