@@ -55,7 +55,7 @@ def pytest_collection_modifyitems(config, items):
 # process has done before them.  A full ``gc.collect()`` walks every object the worker's earlier tests
 # left, and ``compile_full_kernels`` compiles the full kernel of every serial tier the worker has used:
 # with ``--dist loadfile`` a worker runs the few-test files last, and a CI run (2026-11-29) took 304 s
-# for tests/test_call_depth.py and 108 s for the 50 kB leak window, against 15-24 s in a new process.
+# for tests/test_call_depth.py and 108 s for the 50 kB leak window, 14-16 s and 27-29 s in a new process.
 FRESH_PROCESS_VAR = "EVJAX_TEST_IN_FRESH_PROCESS"
 
 
