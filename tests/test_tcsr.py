@@ -214,6 +214,20 @@ def test_constructor_errors_name_the_argument():
             W[0, 1]
         with pytest.raises(ValueError, match=r"^TCSR.sum: axis must be None, 0, 1"):
             W.sum(axis=5)
+        with pytest.raises(ValueError, match=r"^TCSR.solve: the matrix must be square"):
+            W.solve(jnp.ones(W.shape[0], jnp.float32))
+        with pytest.raises(ValueError, match=r"^TCSR.update_on_pre: this matrix has one weight shared"):
+            W.with_data(jnp.ones(1, jnp.float32)).update_on_pre(jnp.ones(W.shape[0]), jnp.ones(W.shape[1]))
+        with pytest.raises(IndexError, match=r"^TCSR.slice_rows: row 9 is out of range"):
+            W.slice_rows(9)
+    other = evjax.TCSR(evjax.CSR.fromdense(np.ones(SHAPE, np.float32)))  # another structure
+    with pytest.raises(TypeError, match=r"^TCSR \*: two sparse matrices must share one structure"):
+        evjax.TCSR(csr) * other
+    # the conversions the user gets back keep their own names
+    with pytest.raises(ValueError, match=r"^CSR.sum: axis"):
+        evjax.TCSR(csr).tocsr().sum(axis=5)
+    with pytest.raises(ValueError, match=r"^CSC.sum: axis"):
+        evjax.TCSR(csr).T.tocsc().sum(axis=5)
 
 
 def test_backends_reach_the_ops_and_a_new_structure_does_not_retrace():

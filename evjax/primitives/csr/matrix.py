@@ -211,6 +211,12 @@ class _Compressed(WeightArithmetic, DataRepresentation):
     indptr: jax.Array
     shape: tuple
     other_view: tuple | None = None  # (t_indices, t_indptr, perm) of the stored arrays' transpose, if cached
+    _owner: str | None = None  # the class the user holds, where it is not this one (a TCSR's views: "TCSR")
+
+    @property
+    def _name(self) -> str:
+        """The class name the methods' errors give: the user's class (:attr:`_owner`), else this one's."""
+        return self._owner or type(self).__name__
 
     def __init__(self, data, indices=None, indptr=None, *args, shape=None, indptr_dtype="auto",
                  backend: str | None = None, _from_tree: bool = False, other_view=None, **unknown):
@@ -322,7 +328,7 @@ class _Compressed(WeightArithmetic, DataRepresentation):
     def _plastic_weights(self, who: str):
         """The per-synapse weights an update moves; a homogeneous matrix has none (a clear error)."""
         if self.homogeneous:
-            raise ValueError(f"{type(self).__name__}.{who}: this matrix has one weight shared by all synapses, so "
+            raise ValueError(f"{self._name}.{who}: this matrix has one weight shared by all synapses, so "
                              f"there are no per-synapse weights to update; give it per-synapse weights first: "
                              f"M.with_data(jnp.full(M.nnz, w))")
         return self.data
@@ -333,7 +339,7 @@ class _Compressed(WeightArithmetic, DataRepresentation):
 
         A homogeneous matrix stays homogeneous: ``fn`` sees its one weight.
         """
-        return self._with_weights(fn(self.data), f"{type(self).__name__}.apply")
+        return self._with_weights(fn(self.data), f"{self._name}.apply")
 
     def _scaled(self, other, op: Callable, symbol: str, reverse: bool = False):
         """``self (op) other`` (``other (op) self`` if ``reverse``) on the stored entries.
@@ -342,7 +348,7 @@ class _Compressed(WeightArithmetic, DataRepresentation):
         stored positions) or a matrix of the same structure (the same
         ``indices`` and ``indptr`` arrays, as ``W.with_data(...)`` keeps).
         """
-        who = f"{type(self).__name__} {symbol}"
+        who = f"{self._name} {symbol}"
         if isinstance(other, _Compressed):
             if type(other) is not type(self) or other.indices is not self.indices or \
                     other.indptr is not self.indptr or other.shape != self.shape:
@@ -379,11 +385,7 @@ class _Compressed(WeightArithmetic, DataRepresentation):
                 over rows: ``(n_cols,)``) or ``1`` (``(n_rows,)``); negative
                 axes count from the end.
         """
-        return self._sum(axis, f"{type(self).__name__}.sum")
-
-    def _sum(self, axis, who: str) -> jax.Array:
-        """:meth:`sum`, its errors naming ``who``."""
-        axis = _normalize_axis(axis, who)
+        axis = _normalize_axis(axis, f"{self._name}.sum")
         if axis is not None and not self._row_major:
             axis = 1 - axis  # the stored matrix is the transpose
         return axis_sums(self.data, self.indices, self.indptr, self._stored_shape, axis)
@@ -422,7 +424,7 @@ class _Compressed(WeightArithmetic, DataRepresentation):
         """
         from jax.experimental.sparse.linalg import spsolve
 
-        who = f"{type(self).__name__}.solve"
+        who = f"{self._name}.solve"
         n = self.shape[0]
         if self.shape[1] != n:
             raise ValueError(f"{who}: the matrix must be square, got shape {self.shape}")
@@ -450,7 +452,7 @@ class _Compressed(WeightArithmetic, DataRepresentation):
         ``(i, i)`` appended (``nnz + min(shape)`` entries; duplicates add up,
         so the matrix is the same).
         """
-        who = f"{type(self).__name__}.diag_add"
+        who = f"{self._name}.diag_add"
         if isinstance(other, _Compressed):
             raise TypeError(f"{who}: expects diagonal values, not a sparse matrix")
         k = min(self.shape)
@@ -474,7 +476,7 @@ class _Compressed(WeightArithmetic, DataRepresentation):
         structure must be concrete: call it outside ``jax.jit``, or close over
         the matrix instead of passing it in.  The weights may be traced.
         """
-        who = f"{type(self).__name__}.slice_rows"
+        who = f"{self._name}.slice_rows"
         if not is_concrete(self.indices, self.indptr):
             raise TypeError(f"{who}: the structure (indices, indptr) is traced, as when the matrix is an "
                             f"argument of jax.jit, and the result's size depends on its values; call "
@@ -505,10 +507,7 @@ class _Compressed(WeightArithmetic, DataRepresentation):
             >>> W[1]
             Array([2., 3.], dtype=float32)
         """
-        return self._rows(index, f"{type(self).__name__}.__getitem__")
-
-    def _rows(self, index, who: str) -> jax.Array:
-        """:meth:`__getitem__`, its errors naming ``who``."""
+        who = f"{self._name}.__getitem__"
         if isinstance(index, tuple):
             if len(index) != 2 or not (isinstance(index[1], slice) and index[1] == slice(None)):
                 raise IndexError(f"{who}: only rows can be selected (W[rows] or W[rows, :]), got {index!r}")

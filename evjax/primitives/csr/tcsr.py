@@ -59,6 +59,12 @@ def _check_backward_algorithm(value) -> str:
     return value
 
 
+def _owned(matrix):
+    """``matrix``, a CSR or CSC made for one call of a ``TCSR`` method, its errors naming ``TCSR``."""
+    matrix._owner = "TCSR"
+    return matrix
+
+
 # ---------------------------------------------------------------------------
 # pp_prop: the forward of the binary op, the weights' linearisation of the graded one
 # ---------------------------------------------------------------------------
@@ -279,10 +285,11 @@ class TCSR(WeightArithmetic, DataRepresentation):
         return self._mirror()[1] if self._transposed else self._base.indptr
 
     def _view(self, backend: str | None):
-        """The current view as an :class:`evjax.CSR` (or :class:`evjax.CSC` over the same arrays)."""
+        """The current view as an :class:`evjax.CSR` (or :class:`evjax.CSC` over the same arrays), made for
+        one call of a method: its errors name ``TCSR``."""
         b = self._base
         cls, shape = (CSC, b.shape[::-1]) if self._transposed else (CSR, b.shape)
-        return cls._make(b.data, b.indices, b.indptr, shape, b.other_view, backend)
+        return _owned(cls._make(b.data, b.indices, b.indptr, shape, b.other_view, backend))
 
     # ------------------------------------------------------------ conversions
     def tocsr(self) -> CSR:
@@ -293,8 +300,9 @@ class TCSR(WeightArithmetic, DataRepresentation):
 
     def tocsc(self) -> CSC:
         """The current view as an :class:`evjax.CSC`."""
-        if self._transposed:
-            return self._view(self.backend)
+        if self._transposed:  # the stored arrays are the view's CSC
+            b = self._base
+            return CSC._make(b.data, b.indices, b.indptr, self.shape, b.other_view, self.backend)
         return CSC._make(*self._mirror_arrays(), self.shape, backend=self.backend)
 
     def todense(self) -> jax.Array:
@@ -350,7 +358,8 @@ class TCSR(WeightArithmetic, DataRepresentation):
             other = other._base
         elif self._transposed and np.ndim(other) == 2:
             other = (other if isinstance(other, jax.Array) else jnp.asarray(other)).T
-        return self._with_base(self._base._scaled(other, op, symbol, reverse))
+        storage = _owned(self._base._reweighted(self._base.data))  # (a copy: tocsr may return the storage)
+        return self._with_base(storage._scaled(other, op, symbol, reverse))
 
     def apply2(self, other, fn: Callable, *, reverse: bool = False):
         """``fn(self, other)`` (``fn(other, self)`` if ``reverse``): ``+`` and ``-`` give the dense array,
@@ -359,16 +368,17 @@ class TCSR(WeightArithmetic, DataRepresentation):
 
     def sum(self, axis=None) -> jax.Array:
         """Sum of the stored entries (``axis`` as :meth:`evjax.CSR.sum`)."""
-        return self._view(self.backend)._sum(axis, "TCSR.sum")
+        return self._view(self.backend).sum(axis)
 
     # ------------------------------------------------------------------ rows
     def __getitem__(self, index) -> jax.Array:
         """Rows of the current view as a dense array (see :meth:`evjax.CSR.__getitem__`)."""
-        return self._view(self.backend)._rows(index, "TCSR.__getitem__")
+        return self._view(self.backend)[index]
 
     def slice_rows(self, index) -> "TCSR":
         """Rows of the current view as a new (untransposed) ``TCSR``; the structure must be concrete."""
-        rows = self.tocsr().slice_rows(index)
+        view = self.tocsr()
+        rows = _owned(view._reweighted(view.data)).slice_rows(index)  # (a copy: tocsr may be the storage)
         return type(self)(rows, backend=self.backend, binary_backend=self.binary_backend,
                           backward_algorithm=self.backward_algorithm)
 
