@@ -1,13 +1,16 @@
 """The op description of the property harness, its comparisons and its compiled programs.
 
 Re-exported by :mod:`evjax.testing` (see there).  The checks reuse compiled
-programs across examples: each transform of the op and of the reference is
-jitted once per :class:`OpSpec` and key, with the static arguments as static
+programs across examples: each transform of the op is jitted once per
+:class:`OpSpec` and key, each transform of the reference once per reference
+(shared by the specs of every backend), with the static arguments as static
 jit arguments, so a new example of known shapes compiles nothing.
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
+import types
 from typing import Any, Callable, Sequence
 
 import jax
@@ -110,6 +113,37 @@ def _relieve_mappings() -> None:
         jax.clear_caches()
 
 
+# Reference programs shared between specs.  A family's tests build one spec per backend around the
+# same reference, and Hypothesis's first example is the same minimal one for each, so without
+# sharing every backend compiled the same reference programs again: a third of a harness file's
+# compiles.  The key holds everything ``OpSpec.exact_reference`` depends on.
+_SHARED_REFERENCES: dict = {}
+
+
+def _callable_key(f: Any) -> Any:
+    """A key equal for two callables that compute the same: code, globals, defaults and closure values.
+
+    Falls back to the callable itself (its identity) when a part is not hashable (an array, a dict).
+    """
+    if isinstance(f, functools.partial):
+        key = ("partial", _callable_key(f.func), f.args, tuple(sorted(f.keywords.items())))
+    elif isinstance(f, types.FunctionType):
+        try:
+            cells = tuple(_callable_key(c.cell_contents) if callable(c.cell_contents) else c.cell_contents
+                          for c in f.__closure__ or ())
+        except ValueError:  # an empty cell (a closure not yet filled)
+            return f
+        kwdefaults = tuple(sorted((f.__kwdefaults__ or {}).items()))
+        key = ("function", f.__code__, id(f.__globals__), f.__defaults__, kwdefaults, cells)
+    else:
+        return f
+    try:
+        hash(key)
+    except TypeError:
+        return f
+    return key
+
+
 @dataclasses.dataclass(eq=False)
 class OpSpec:
     """What the harness needs to know about an op.
@@ -119,7 +153,10 @@ class OpSpec:
         reference: a reference with the same signature, written with
             ``jax.numpy`` (differentiable; it need not be vmappable).  Its
             result dtypes, on the arguments' own dtypes, are the dtypes the op
-            must return.
+            must return.  Specs with the same reference (the same function, or
+            functions of the same code whose closures hold equal hashable
+            values), ``out_dtype``, static and differentiated arguments share
+            its compiled programs: the spec of each backend compiles it once.
         diff_argnums: the (float) arguments to differentiate.
         vmap_argnums: the arguments to vmap over (default: every non-static one).
         static_argnums: arguments that are hashable Python values (a shape, a
@@ -205,6 +242,16 @@ class OpSpec:
             program = self._programs[key] = jax.jit(make(), static_argnums=0)
         return program
 
+    def reference_program(self, kind: str, make: Callable[[], Callable]) -> Callable:
+        """:meth:`program` for the reference's programs, shared by every spec with the same reference."""
+        _relieve_mappings()
+        key = (kind, _callable_key(self.reference), _callable_key(self.out_dtype), tuple(self.static_argnums),
+               positions(self))
+        program = _SHARED_REFERENCES.get(key)
+        if program is None:
+            program = _SHARED_REFERENCES[key] = jax.jit(make(), static_argnums=0)
+        return program
+
     def op(self, statics: tuple, dynamic: Sequence):
         return self.fn(*self.join(statics, dynamic))
 
@@ -229,7 +276,7 @@ class OpSpec:
     def expected(self, args: Sequence):
         """The reference's result for ``args`` (one compiled program per shape)."""
         statics, dynamic = self.split(args)
-        return self.program("reference", lambda: self.exact_reference)(statics, dynamic)
+        return self.reference_program("reference", lambda: self.exact_reference)(statics, dynamic)
 
     # ------------------------------------------------------------ batches
     def elements(self, rng: np.random.Generator, args: Sequence, argnums: Sequence[int], size: int) -> list:
@@ -331,14 +378,14 @@ def positions(spec: OpSpec) -> tuple[int, ...]:
 def reference_jvp(spec: OpSpec, args: Sequence, tangents: Sequence):
     statics, dynamic = spec.split(args)
     make = lambda: jvp_program(spec.exact_reference, positions(spec))  # noqa: E731
-    return spec.program("reference_jvp", make)(statics, dynamic, tuple(tangents))
+    return spec.reference_program("reference_jvp", make)(statics, dynamic, tuple(tangents))
 
 
 def reference_vjp(spec: OpSpec, args: Sequence, cotangent: Sequence):
     """Cotangents of ``spec.diff_argnums`` for output cotangent leaves ``cotangent``."""
     statics, dynamic = spec.split(args)
     make = lambda: vjp_program(spec.exact_reference, positions(spec))  # noqa: E731
-    return spec.program("reference_vjp", make)(statics, dynamic, tuple(cotangent))
+    return spec.reference_program("reference_vjp", make)(statics, dynamic, tuple(cotangent))
 
 
 def weighted_sum(out, weights):

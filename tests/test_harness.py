@@ -290,3 +290,53 @@ def test_the_harness_clears_jax_caches_before_the_process_runs_out_of_memory_map
     for _ in range(core.CHECK_EVERY):
         core._relieve_mappings()
     assert cleared == [True]
+
+
+# ---------------------------------------------------------------------------
+# reference programs shared between specs
+# ---------------------------------------------------------------------------
+class Traces:
+    """Counts a reference's traces; hashed by identity, so a closure over it can be a sharing key."""
+
+    def __init__(self):
+        self.count = 0
+
+
+def scaled_reference(factor, traces):
+    """A reference ``x * factor`` that counts its traces (a Python side effect runs only when traced)."""
+    def reference(x):
+        traces.count += 1
+        return x * factor
+
+    return reference
+
+
+def test_specs_with_the_same_reference_share_its_programs():
+    traces = Traces()
+    x = np.arange(3.0, dtype=np.float32)
+    specs = [OpSpec(fn=lambda x: x * 2.0, reference=scaled_reference(2.0, traces), diff_argnums=(0,),
+                    name=f"backend {k}") for k in range(3)]
+    for spec in specs:  # one spec per backend around the same reference: one compile
+        np.testing.assert_array_equal(spec.expected((x,)), x * 2.0)
+    assert traces.count == 2  # the program's trace, and the output dtypes' eval_shape inside it
+    np.testing.assert_array_equal(specs[2].expected((x + 1,)), (x + 1) * 2.0)  # same shapes: no trace
+    assert traces.count == 2
+
+
+def test_specs_whose_references_differ_do_not_share():
+    traces = Traces()
+    x = np.arange(3.0, dtype=np.float32)
+    for factor in (2.0, 3.0):  # the same code, another closure value
+        spec = OpSpec(fn=lambda x: x, reference=scaled_reference(factor, traces), name=f"times {factor}")
+        np.testing.assert_array_equal(spec.expected((x,)), x * factor)
+    assert traces.count == 4
+    unhashable = np.float32([4.0])  # an array in the closure: shared only by the same function object
+    for _ in range(2):
+        spec = OpSpec(fn=lambda x: x, reference=lambda x: x * unhashable[0])
+        np.testing.assert_array_equal(spec.expected((x,)), x * 4.0)
+    unhashable[0] = 5.0
+    spec = OpSpec(fn=lambda x: x, reference=lambda x: x * unhashable[0])
+    np.testing.assert_array_equal(spec.expected((x,)), x * 5.0)
+    # the output dtype rule is part of the key
+    spec = OpSpec(fn=lambda x: x, reference=scaled_reference(2.0, traces), out_dtype=lambda x: np.float16)
+    assert spec.expected((x,)).dtype == np.float16
