@@ -70,7 +70,8 @@ def _global_value() -> tuple[int, tuple]:
         return 0, ()
     value = _states[0].get_global()
     if isinstance(value, str):  # from the environment: EVJAX_BACKEND=<name>
-        value = (0, () if value in ("", "none", "default") else ((ALL_PLATFORMS, value),))
+        value = (0, () if value in ("", "none", "default")
+                 else ((ALL_PLATFORMS, registry.canonical_backend_name(value)),))
     return value
 
 
@@ -111,6 +112,7 @@ def set_backend(platform_or_backend: str | None, backend=_MISSING) -> None:
     else:
         platform = _platform(platform_or_backend)
     registry.check_backend_name(backend, who="evjax.set_backend")
+    backend = registry.canonical_backend_name(backend)
     global_state, _ = _get_states()
     with _lock:
         generation, entries = _global_value()
@@ -144,7 +146,7 @@ def use_backend(backend: str | None, platform: str | None = None) -> Iterator[No
         ...     y = jax.jit(f)(x)        # f's evjax ops run their pure-JAX reference
     """
     registry.check_backend_name(backend, who="evjax.use_backend")
-    entry = (_platform(platform), backend)
+    entry = (_platform(platform), registry.canonical_backend_name(backend))
     _, block_state = _get_states()
     with block_state((entry,) + _block_value()):
         yield

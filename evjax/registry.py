@@ -30,6 +30,8 @@ __all__ = [
     "note_backend_name",
     "known_backend_names",
     "check_backend_name",
+    "canonical_backend_name",
+    "BACKEND_ALIASES",
     "missing_library",
     "default_rank",
 ]
@@ -45,8 +47,9 @@ _LIBRARIES = {
     "numba_cuda": ("numba.cuda", "pip install 'evjax[cuda]' (numba-cuda)"),
 }
 
-# brainevent's backend names that evjax spells differently (named in the error for the old name)
-_RENAMED = {"jax_raw": REFERENCE, "jax": REFERENCE}
+# brainevent's names of its pure-JAX implementation: accepted as names of the reference, so that a
+# brainevent user's ``backend="jax_raw"`` runs (canonical_backend_name maps them where a name enters)
+BACKEND_ALIASES = {"jax_raw": REFERENCE, "jax": REFERENCE}
 
 _lock = threading.Lock()
 _known: set[str] = {REFERENCE, *_LIBRARIES}
@@ -103,8 +106,13 @@ def known_backend_names() -> list[str]:
         return sorted(_known)
 
 
+def canonical_backend_name(name):
+    """``name``, with brainevent's names of the reference (``"jax"``, ``"jax_raw"``) as ``"reference"``."""
+    return BACKEND_ALIASES.get(name, name) if isinstance(name, str) else name
+
+
 def check_backend_name(name, *, who: str) -> None:
-    """Raise unless ``name`` is a backend some op has (or ``None``).
+    """Raise unless ``name`` is a backend some op has, one of :data:`BACKEND_ALIASES`, or ``None``.
 
     Raises:
         TypeError: ``name`` is not a string.
@@ -115,11 +123,10 @@ def check_backend_name(name, *, who: str) -> None:
         return
     if not isinstance(name, str):
         raise TypeError(f"{who}: a backend name is a string, got {type(name).__name__} {name!r}")
-    if name not in _known:
-        hint = _RENAMED.get(name)
-        hint = f" (brainevent's {name!r} is {hint!r} in evjax)" if hint else ""
+    if canonical_backend_name(name) not in _known:
         raise BackendNotAvailableError(
-            f"{who}: unknown backend {name!r}{hint}; known backends: {', '.join(known_backend_names())}"
+            f"{who}: unknown backend {name!r}; known backends: {', '.join(known_backend_names())}"
+            f" (and brainevent's {', '.join(map(repr, BACKEND_ALIASES))} for {REFERENCE!r})"
         )
 
 

@@ -312,6 +312,7 @@ class XLACustomKernel:
         ``jax.jit``'s cache key); no cache is cleared.
         """
         platform = registry.platform_of(platform, who=f"op '{self.name}'")
+        backend = registry.canonical_backend_name(backend)
         if not self._has(platform, backend):
             raise BackendNotAvailableError(
                 f"op '{self.name}' has no backend {backend!r} on {platform}; it has: {self.backends(platform)}"
@@ -413,7 +414,8 @@ class XLACustomKernel:
                 all for ``platform`` and no reference.
         """
         platform = registry.platform_of(platform, who=f"op '{self.name}'")
-        choice = requested if isinstance(requested, BackendChoice) else BackendChoice(per_call=requested)
+        choice = (requested if isinstance(requested, BackendChoice)
+                  else BackendChoice(per_call=registry.canonical_backend_name(requested)))
         if choice.per_call is not None:
             return self._usable(platform, choice.per_call, "backend=")
         for entry_platform, name in choice.in_force:
@@ -692,6 +694,7 @@ class XLACustomKernel:
         if backend is None:
             return BackendChoice(in_force=config.choices_snapshot())
         if isinstance(backend, str):
+            backend = registry.canonical_backend_name(backend)
             self._check_known(backend)
             return BackendChoice(per_call=backend)
         raise TypeError(f"op '{self.name}': backend must be a backend name or None, got {backend!r}")

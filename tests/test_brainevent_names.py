@@ -317,3 +317,41 @@ def test_brainevents_retired_names_resolve_as_in_brainevent():
     import sys
     subprocess.run([sys.executable, "-W", "error::DeprecationWarning:evjax", "-c", "import evjax"], check=True,
                    timeout=300)
+
+
+# ---------------------------------------------------------------------------
+# brainevent's names of the pure-JAX implementation
+# ---------------------------------------------------------------------------
+def _bound_choices(f, *args):
+    jaxpr = jax.make_jaxpr(f)(*args)
+    return [e.params["backend"] for e in jaxpr.jaxpr.eqns if "outs" in e.params and "backend" in e.params]
+
+
+@pytest.mark.parametrize("name", ["jax", "jax_raw"])
+def test_brainevents_names_of_the_reference_run_the_reference(name):
+    data, indices, indptr, dense, shape = _csr()
+    x = jnp.asarray(RNG.standard_normal(shape[1]), jnp.float32)
+    expected = evjax.csrmv(data, indices, indptr, x, shape=shape, backend=REF)
+    # per call, through a function and a class
+    f = lambda d: evjax.csrmv(d, indices, indptr, x, shape=shape, backend=name)  # noqa: E731
+    assert [c.per_call for c in _bound_choices(f, data)] == [REF]
+    np.testing.assert_array_equal(f(data), expected)
+    W = evjax.CSR((data, indices, indptr), shape=shape, backend=name)
+    assert [c.per_call for c in _bound_choices(lambda v: W @ v, x)] == [REF]
+    # in a block, globally, as an op's default, in the resolver
+    with evjax.use_backend(name):
+        assert evjax.config.choices_snapshot() == (("cpu", REF), ("gpu", REF))
+    evjax.set_backend(name)
+    try:
+        assert evjax.config.choices_snapshot() == (("cpu", REF), ("gpu", REF))
+    finally:
+        evjax.set_backend(None)
+    assert evjax.csrmv_p.resolve_backend("cpu", name) == REF
+    op = XLACustomKernel(f"alias_default_{name}")
+    op.def_kernel("numba", "cpu", lambda **kw: None)
+    op.def_reference(lambda x, *, outs: [x])
+    op.set_default("cpu", name)
+    assert op.default_backend("cpu") == REF
+    # the neuron ops (pure JAX) take it too
+    v = jnp.zeros(3)
+    np.testing.assert_array_equal(evjax.lif_step(v, v + 2.0, backend=name)[0], evjax.lif_step(v, v + 2.0)[0])

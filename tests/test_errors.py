@@ -198,9 +198,9 @@ def _njit_copy():
     return copy
 
 
-def test_brainevent_backend_name_is_named_in_the_error():
+def test_unknown_backend_error_lists_brainevents_names_of_the_reference():
     import evjax
 
-    with pytest.raises(ValueError, match="brainevent's 'jax_raw' is 'reference' in evjax"):
-        with evjax.use_backend("jax_raw"):
+    with pytest.raises(ValueError, match="unknown backend 'jaxx'.*brainevent's 'jax_raw', 'jax' for 'reference'"):
+        with evjax.use_backend("jaxx"):
             pass

@@ -34,6 +34,7 @@ import numpy as np
 
 from ... import _compat
 from ...errors import BackendNotAvailableError
+from ...registry import canonical_backend_name
 from ...surrogate import Surrogate, resolve_surrogate, surrogate_grad
 
 __all__ = ["spike", "lif_step", "exp_trace", "detect_spikes"]
@@ -51,7 +52,7 @@ def _check_backend(who: str, backend) -> None:
         return
     if not isinstance(backend, str):
         raise TypeError(f"{who}: backend is None or 'reference', got {type(backend).__name__} {backend!r}")
-    if backend == "reference":
+    if canonical_backend_name(backend) == "reference":  # brainevent's "jax"/"jax_raw" included
         return
     if backend in _REMOVED_BACKENDS:
         raise BackendNotAvailableError(
