@@ -123,18 +123,20 @@ _SHARED_REFERENCES: dict = {}
 def _callable_key(f: Any) -> Any:
     """A key equal for two callables that compute the same: code, globals, defaults and closure values.
 
-    Falls back to the callable itself (its identity) when a part is not hashable (an array, a dict).
+    Values count with their types (a closure over ``2`` is not one over ``2.0``, nor ``1`` one over
+    ``True``).  Falls back to the callable itself (its identity) when a part is not hashable (an
+    array, a dict).
     """
     if isinstance(f, functools.partial):
-        key = ("partial", _callable_key(f.func), f.args, tuple(sorted(f.keywords.items())))
+        key = ("partial", _callable_key(f.func), _value_key(f.args), _value_key(tuple(sorted(f.keywords.items()))))
     elif isinstance(f, types.FunctionType):
         try:
-            cells = tuple(_callable_key(c.cell_contents) if callable(c.cell_contents) else c.cell_contents
-                          for c in f.__closure__ or ())
+            cells = tuple(c.cell_contents for c in f.__closure__ or ())
         except ValueError:  # an empty cell (a closure not yet filled)
             return f
         kwdefaults = tuple(sorted((f.__kwdefaults__ or {}).items()))
-        key = ("function", f.__code__, id(f.__globals__), f.__defaults__, kwdefaults, cells)
+        key = ("function", f.__code__, id(f.__globals__), _value_key(f.__defaults__), _value_key(kwdefaults),
+               _value_key(cells))
     else:
         return f
     try:
@@ -142,6 +144,15 @@ def _callable_key(f: Any) -> Any:
     except TypeError:
         return f
     return key
+
+
+def _value_key(value: Any) -> Any:
+    """``value`` with its type (tuples element by element), callables by :func:`_callable_key`."""
+    if isinstance(value, tuple):
+        return (tuple, tuple(_value_key(v) for v in value))
+    if callable(value):
+        return _callable_key(value)
+    return (type(value), value)
 
 
 @dataclasses.dataclass(eq=False)

@@ -337,6 +337,11 @@ def test_specs_whose_references_differ_do_not_share():
     unhashable[0] = 5.0
     spec = OpSpec(fn=lambda x: x, reference=lambda x: x * unhashable[0])
     np.testing.assert_array_equal(spec.expected((x,)), x * 5.0)
+    # values count with their types: x * 2 keeps an integer dtype, x * 2.0 does not
+    ints = np.arange(3, dtype=np.int32)
+    for factor in (2, 2.0):
+        spec = OpSpec(fn=lambda x: x, reference=scaled_reference(factor, traces))
+        assert spec.expected((ints,)).dtype == np.asarray(jnp.asarray(ints) * factor).dtype
     # the output dtype rule is part of the key
     spec = OpSpec(fn=lambda x: x, reference=scaled_reference(2.0, traces), out_dtype=lambda x: np.float16)
     assert spec.expected((x,)).dtype == np.float16
