@@ -111,8 +111,7 @@ def set_backend(platform_or_backend: str | None, backend=_MISSING) -> None:
         platform, backend = ALL_PLATFORMS, platform_or_backend
     else:
         platform = _platform(platform_or_backend)
-    registry.check_backend_name(backend, who="evjax.set_backend")
-    backend = registry.canonical_backend_name(backend)
+    backend = registry.check_backend_name(backend, who="evjax.set_backend")
     global_state, _ = _get_states()
     with _lock:
         generation, entries = _global_value()
@@ -145,8 +144,7 @@ def use_backend(backend: str | None, platform: str | None = None) -> Iterator[No
         >>> with evjax.use_backend("reference"):
         ...     y = jax.jit(f)(x)        # f's evjax ops run their pure-JAX reference
     """
-    registry.check_backend_name(backend, who="evjax.use_backend")
-    entry = (_platform(platform), registry.canonical_backend_name(backend))
+    entry = (_platform(platform), registry.check_backend_name(backend, who="evjax.use_backend"))
     _, block_state = _get_states()
     with block_state((entry,) + _block_value()):
         yield

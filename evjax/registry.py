@@ -111,8 +111,11 @@ def canonical_backend_name(name):
     return BACKEND_ALIASES.get(name, name) if isinstance(name, str) else name
 
 
-def check_backend_name(name, *, who: str) -> None:
+def check_backend_name(name, *, who: str) -> str | None:
     """Raise unless ``name`` is a backend some op has, one of :data:`BACKEND_ALIASES`, or ``None``.
+
+    Returns:
+        ``name`` as :func:`canonical_backend_name` gives it: the name to record.
 
     Raises:
         TypeError: ``name`` is not a string.
@@ -120,14 +123,16 @@ def check_backend_name(name, *, who: str) -> None:
             that name; the message lists the known ones.
     """
     if name is None:
-        return
+        return None
     if not isinstance(name, str):
         raise TypeError(f"{who}: a backend name is a string, got {type(name).__name__} {name!r}")
-    if canonical_backend_name(name) not in _known:
+    canonical = canonical_backend_name(name)
+    if canonical not in _known:
         raise BackendNotAvailableError(
             f"{who}: unknown backend {name!r}; known backends: {', '.join(known_backend_names())}"
             f" (and brainevent's {', '.join(map(repr, BACKEND_ALIASES))} for {REFERENCE!r})"
         )
+    return canonical
 
 
 def missing_library(backend: str) -> str | None:

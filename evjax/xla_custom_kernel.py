@@ -694,19 +694,19 @@ class XLACustomKernel:
         if backend is None:
             return BackendChoice(in_force=config.choices_snapshot())
         if isinstance(backend, str):
-            backend = registry.canonical_backend_name(backend)
-            self._check_known(backend)
-            return BackendChoice(per_call=backend)
+            return BackendChoice(per_call=self._check_known(backend))
         raise TypeError(f"op '{self.name}': backend must be a backend name or None, got {backend!r}")
 
-    def _check_known(self, backend: str) -> None:
-        registry.check_backend_name(backend, who=f"op '{self.name}'")
+    def _check_known(self, backend: str) -> str:
+        """``backend`` as recorded (brainevent's aliases mapped), once the op is known to have it."""
+        backend = registry.check_backend_name(backend, who=f"op '{self.name}'")
         if not any(self._has(p, backend) for p in PLATFORMS):
             has = {p: self.backends(p) for p in PLATFORMS if self._has_any(p)}
             raise BackendNotAvailableError(
                 f"op '{self.name}' has no backend {backend!r}. Its backends: {has}"
                 f"{'' if self._reference is not None else ' (and no reference)'}."
             )
+        return backend
 
     # ---------------------------------------------------------- JAX machinery
     def _register_with_jax(self) -> None:
