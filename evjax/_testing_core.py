@@ -155,6 +155,15 @@ def _value_key(value: Any) -> Any:
     return (type(value), value)
 
 
+def _cached_program(store: dict, key: Any, make: Callable[[], Callable]) -> Callable:
+    """``store[key]``, else ``jax.jit(make(), static_argnums=0)`` stored there (the first argument: the statics)."""
+    _relieve_mappings()
+    program = store.get(key)
+    if program is None:
+        program = store[key] = jax.jit(make(), static_argnums=0)
+    return program
+
+
 @dataclasses.dataclass(eq=False)
 class OpSpec:
     """What the harness needs to know about an op.
@@ -247,21 +256,13 @@ class OpSpec:
     # ------------------------------------------------------------- programs
     def program(self, key: Any, make: Callable[[], Callable]) -> Callable:
         """``jax.jit(make(), static_argnums=0)``, built once per key (the first argument: the statics)."""
-        _relieve_mappings()
-        program = self._programs.get(key)
-        if program is None:
-            program = self._programs[key] = jax.jit(make(), static_argnums=0)
-        return program
+        return _cached_program(self._programs, key, make)
 
     def reference_program(self, kind: str, make: Callable[[], Callable]) -> Callable:
         """:meth:`program` for the reference's programs, shared by every spec with the same reference."""
-        _relieve_mappings()
         key = (kind, _callable_key(self.reference), _callable_key(self.out_dtype), tuple(self.static_argnums),
                positions(self))
-        program = _SHARED_REFERENCES.get(key)
-        if program is None:
-            program = _SHARED_REFERENCES[key] = jax.jit(make(), static_argnums=0)
-        return program
+        return _cached_program(_SHARED_REFERENCES, key, make)
 
     def op(self, statics: tuple, dynamic: Sequence):
         return self.fn(*self.join(statics, dynamic))

@@ -65,6 +65,11 @@ def _owned(matrix):
     return matrix
 
 
+def _owned_copy(matrix):
+    """:func:`_owned` on a copy of ``matrix``, which may be a ``TCSR``'s storage (as ``tocsr`` may return)."""
+    return _owned(matrix._reweighted(matrix.data))
+
+
 # ---------------------------------------------------------------------------
 # pp_prop: the forward of the binary op, the weights' linearisation of the graded one
 # ---------------------------------------------------------------------------
@@ -358,8 +363,7 @@ class TCSR(WeightArithmetic, DataRepresentation):
             other = other._base
         elif self._transposed and np.ndim(other) == 2:
             other = (other if isinstance(other, jax.Array) else jnp.asarray(other)).T
-        storage = _owned(self._base._reweighted(self._base.data))  # (a copy: tocsr may return the storage)
-        return self._with_base(storage._scaled(other, op, symbol, reverse))
+        return self._with_base(_owned_copy(self._base)._scaled(other, op, symbol, reverse))
 
     def apply2(self, other, fn: Callable, *, reverse: bool = False):
         """``fn(self, other)`` (``fn(other, self)`` if ``reverse``): ``+`` and ``-`` give the dense array,
@@ -377,8 +381,7 @@ class TCSR(WeightArithmetic, DataRepresentation):
 
     def slice_rows(self, index) -> "TCSR":
         """Rows of the current view as a new (untransposed) ``TCSR``; the structure must be concrete."""
-        view = self.tocsr()
-        rows = _owned(view._reweighted(view.data)).slice_rows(index)  # (a copy: tocsr may be the storage)
+        rows = _owned_copy(self.tocsr()).slice_rows(index)
         return type(self)(rows, backend=self.backend, binary_backend=self.binary_backend,
                           backward_algorithm=self.backward_algorithm)
 
