@@ -10,6 +10,7 @@ import scipy.sparse as sp
 
 import evjax
 from evjax import XLACustomKernel, errors
+from tests.helpers import equations
 
 S = jax.ShapeDtypeStruct
 REF = "reference"
@@ -323,8 +324,9 @@ def test_brainevents_retired_names_resolve_as_in_brainevent():
 # brainevent's names of the pure-JAX implementation
 # ---------------------------------------------------------------------------
 def _bound_choices(f, *args):
-    jaxpr = jax.make_jaxpr(f)(*args)
-    return [e.params["backend"] for e in jaxpr.jaxpr.eqns if "outs" in e.params and "backend" in e.params]
+    """The ``backend`` parameter of every evjax op ``f`` binds (nested jaxprs included)."""
+    eqns = equations(jax.make_jaxpr(f)(*args).jaxpr)
+    return [e.params["backend"] for e in eqns if e.primitive.name.startswith("evjax_")]
 
 
 @pytest.mark.parametrize("name", ["jax", "jax_raw"])
