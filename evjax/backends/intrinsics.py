@@ -14,6 +14,7 @@ import sys
 from llvmlite import binding as llvm
 from llvmlite import ir
 from numba import types
+from numba.core import cgutils
 from numba.extending import intrinsic
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "emit_call_ptr_ptr", "emit_load", "emit_store", "emit_advise_huge_pages", "emit_store_release_i64",
     "emit_fetch_add_i64",
     "call_ptr_ptr", "call_void_ptr_ptr", "call_i32_ptr", "advise_huge_pages", "own_slot", "load_acquire_i64", "store_release_i64", "fetch_add_i64",
+    "prefetch",
 ]
 
 I8 = ir.IntType(8)
@@ -124,6 +126,25 @@ def fetch_add_i64(typingctx, address, value):
 def emit_fetch_add_i64(builder, address, value):
     """The IR of :func:`fetch_add_i64` (int64 IR values)."""
     return builder.atomic_rmw("add", _pointer(builder, address, I64), value, "monotonic")
+
+
+# llvm.prefetch is overloaded on its pointer type: "p0" where llvmlite's pointers are opaque (LLVM 15 and
+# newer, as in numba 0.61+), "p0i8" where they are typed (LLVM 14: numba 0.60).
+_PREFETCH = "llvm.prefetch.p0" if str(PTR) == "ptr" else "llvm.prefetch.p0i8"
+
+
+@intrinsic
+def prefetch(typingctx, address):
+    """A hint that the cache line at ``address`` will be read soon (``llvm.prefetch``: a read, kept
+    in every cache level, data): it changes no value, and no address faults."""
+
+    def codegen(context, builder, signature, args):
+        declared = ir.FunctionType(ir.VoidType(), [PTR, I32, I32, I32])
+        function = cgutils.get_or_insert_function(builder.module, declared, _PREFETCH)
+        builder.call(function, [builder.inttoptr(args[0], PTR), I32(0), I32(3), I32(1)])
+        return context.get_dummy_value()
+
+    return types.void(types.int64), codegen
 
 
 OWN_SLOT = "evjax_own_slot"

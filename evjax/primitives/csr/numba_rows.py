@@ -34,7 +34,8 @@ import numpy as np
 from numba import types
 from numba.extending import intrinsic, overload
 
-from ..._kernel_compat import COMPILED_CODE_ONLY, prange_only
+from ..._kernel_compat import COMPILED_CODE_ONLY, prange_only, stack_array_intrinsic
+from ...backends.intrinsics import prefetch
 from ...backends.threads import pool_chunks
 from ..event_scan import eight_zero
 from ..spans import row_span
@@ -352,6 +353,41 @@ def _width_overload(x):
 # ---------------------------------------------------------------------------
 # scatter: target[indices[k]] += w_k * x[i]
 # ---------------------------------------------------------------------------
+# The event scatter reads the synapses of rows spread over the whole matrix: where it is larger
+# than the caches (and the active rows change from call to call, as a network's spikes do), each
+# row's first column indices and weights are a cache miss, and one row's misses wait for the row
+# before to be added.  So the scatter finds the rows it visits SCATTER_LOOKAHEAD visits ahead (the
+# scan of a selecting operand into a ring of that many rows; a list is read ahead) and prefetches
+# the first PREFETCH_BYTES of their column indices and weights then, and the row pointers of the
+# listed rows twice as far ahead.  The same rows, in the same order, add the same terms: the same
+# bits.  Measured in benchmarks/results/scatter_prefetch.md.
+SCATTER_LOOKAHEAD = 4
+_RING = 8  # the ring's size: a power of two, at least SCATTER_LOOKAHEAD
+PREFETCH_BYTES = 256  # of each array, per row: four cache lines (the hardware prefetcher follows a longer row)
+stack_array = stack_array_intrinsic()
+
+
+@numba.njit(cache=True, nogil=True, inline="always", **COMPILED_CODE_ONLY)
+def _prefetch_span(array, a, b):
+    """Prefetch the cache lines of ``array[a:b]`` (its first ``PREFETCH_BYTES``); ``a <= b``."""
+    size = np.int64(array.itemsize)
+    address = np.int64(array.ctypes.data) + a * size
+    stop = address + min((b - a) * size, np.int64(PREFETCH_BYTES))
+    while address < stop:
+        prefetch(address)
+        address += 64
+
+
+@numba.njit(cache=True, nogil=True, inline="always", **COMPILED_CODE_ONLY)
+def _prefetch_row(data, indices, indptr, i, nnz, homogeneous):
+    """Prefetch the first column indices and weights of row ``i`` (its span clamped to ``[0, nnz]``)."""
+    a = min(max(np.int64(indptr[i]), np.int64(0)), nnz)
+    b = min(max(np.int64(indptr[i + 1]), a), nnz)
+    _prefetch_span(indices, a, b)
+    if not homogeneous:
+        _prefetch_span(data, a, b)
+
+
 @numba.njit(cache=True, nogil=True, **COMPILED_CODE_ONLY)
 def _scatter_rows(data, indices, indptr, x, target, lo, hi, selects, ids=None):
     """``target[indices[k]] += data[k] * s_i`` for the synapses ``k`` of the visited rows ``i``
@@ -365,28 +401,60 @@ def _scatter_rows(data, indices, indptr, x, target, lo, hi, selects, ids=None):
     included (IEEE).  A listed row adds what its row adds in the range form, in
     the same order: the same bits.  Per row, eight synapses per step, their
     columns checked together (the independent read-modify-writes overlap); a
-    block with a column out of range goes one by one.
+    block with a column out of range goes one by one.  The rows to visit are
+    found ``SCATTER_LOOKAHEAD`` visits ahead and their synapses prefetched (see
+    above).
 
-    One function, no helpers but the eight-zero test: it is the whole serial
-    tier of the vector scatter, and a first call compiles it in about a third
-    of a second (nested helpers cost Numba a compile and a link each).
+    One function, no helpers but the eight-zero test and the inlined prefetches:
+    it is the whole serial tier of the vector scatter, and a first call compiles
+    it in about a third of a second (nested helpers cost Numba a compile and a
+    link each).
     """
     n = np.uint64(target.shape[0])
     nnz = np.int64(indices.shape[0])
     n_rows = np.int64(indptr.shape[0] - 1)
     homogeneous = data.shape[0] != nnz
+    ring = stack_array(_RING, numba.int64)  # a selecting scan's rows found and not yet visited
+    found = np.int64(0)  # rows put in the ring so far; `taken` of them taken out
+    taken = np.int64(0)
+    q = np.int64(lo)  # where the look-ahead of a selecting scan is
     p = lo
-    while p < hi:
+    while True:
         if ids is None:
-            i = np.int64(p)
-            if selects and i % 8 == 0 and i + 8 <= hi and eight_zero(x, i):
-                p += 8
-                continue
-            s = data.dtype.type(x[i])
-            p += 1
-            if selects and s == 0:
-                continue
+            if selects:
+                while q < hi and found - taken < SCATTER_LOOKAHEAD:
+                    if q % 8 == 0 and q + 8 <= hi and eight_zero(x, q):
+                        q += 8
+                        continue
+                    if x[q] != 0:
+                        ring[found & (_RING - 1)] = q
+                        found += 1
+                        _prefetch_row(data, indices, indptr, q, nnz, homogeneous)
+                    q += 1
+                if taken == found:
+                    break
+                i = ring[taken & (_RING - 1)]
+                taken += 1
+                s = data.dtype.type(x[i])
+                if s == 0:  # (x[i] != 0 may still convert to 0 in the weights' dtype)
+                    continue
+            else:
+                if p >= hi:
+                    break
+                i = np.int64(p)
+                p += 1
+                s = data.dtype.type(x[i])
         else:
+            if p >= hi:
+                break
+            if p + 2 * SCATTER_LOOKAHEAD < hi:
+                r = np.int64(ids[p + 2 * SCATTER_LOOKAHEAD])
+                if 0 <= r < n_rows:
+                    prefetch(np.int64(indptr.ctypes.data) + r * np.int64(indptr.itemsize))
+            if p + SCATTER_LOOKAHEAD < hi:
+                r = np.int64(ids[p + SCATTER_LOOKAHEAD])
+                if 0 <= r < n_rows:
+                    _prefetch_row(data, indices, indptr, r, nnz, homogeneous)
             i = np.int64(ids[p])
             p += 1
             if i < 0 or i >= n_rows:
