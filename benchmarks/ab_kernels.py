@@ -13,6 +13,11 @@ base, ...), each with its own warm Numba/evjax cache, and each process times the
 * ``dense``: the same through ``BinaryArray(spikes) @ W`` for a dense ``W``;
 * ``jitc``: ``binary_jitsmv`` (event-driven scatter), ``jitnmv`` (gather of a
   float vector) and ``jit(grad)`` w.r.t. the normal law's parameters;
+* ``spikes``: the event scatter ``spikes @ W`` where ``W`` is larger than the
+  caches (n = 10^5, 10 and 100 synapses per row; n = 20000, 200 per row) and
+  the spikes are new at each call, as a network's are at each step: each call
+  takes the next of 64 spike vectors (``BinaryArray``, and the same events as a
+  ``CompactBinary``), one vector and a batch of 32;
 * ``example``: one training step of ``examples/train_sparse_snn.py`` (the
   tree's own example, its README configuration: BPTT over 50 steps, a batch
   of 16, Adam), in milliseconds.
@@ -70,6 +75,22 @@ def median_us(f, *args, calls=200):
         t = time.perf_counter(); jax.block_until_ready(f(*args)); times.append(time.perf_counter() - t)
     return 1e6 * float(np.median(times))
 
+def rotating_us(f, W, inputs, calls=640):  # median_us, each call taking the next of inputs (new spikes)
+    for x in inputs[:3]:
+        jax.block_until_ready(f(W, x))
+    try:
+        from evjax.backends import numba_cpu
+        numba_cpu.compile_full_kernels(hand_over=True)
+    except (ImportError, AttributeError, TypeError):
+        pass
+    for x in inputs:
+        jax.block_until_ready(f(W, x))
+    times = []
+    for c in range(calls):
+        x = inputs[c % len(inputs)]
+        t = time.perf_counter(); jax.block_until_ready(f(W, x)); times.append(time.perf_counter() - t)
+    return 1e6 * float(np.median(times))
+
 out = {}
 """
 
@@ -118,6 +139,25 @@ for n, prob in ((4000, 0.02), (20000, 0.005)):
         tag = f"n={n} rate={rate}"
         out[f"{tag} binary_jitsmv scatter"] = median_us(events, s1)
         out[f"{tag} jit(grad) binary_jitnmv"] = median_us(loss, jnp.float32(0.1), jnp.float32(1.0), s1, calls=50)
+""",
+    "spikes": r"""
+binary = jax.jit(lambda W, s: evjax.BinaryArray(s) @ W)
+compact = jax.jit(lambda W, c: c @ W)
+for n, k in ((100_000, 10), (100_000, 100), (20_000, 200)):
+    rng = np.random.default_rng(0)
+    indices = np.sort(rng.integers(0, n, (n, k)), axis=1).astype(np.int32).ravel()
+    data = rng.standard_normal(n * k).astype(np.float32)
+    W = evjax.CSR((jnp.asarray(data), jnp.asarray(indices), jnp.asarray(np.arange(0, n * k + 1, k, dtype=np.int32))),
+                  shape=(n, n))
+    for rate in (0.01, 0.05):
+        spikes = [jnp.asarray(rng.random(n) < rate) for _ in range(64)]
+        tag = f"n={n} k={k} rate={rate}"
+        out[f"{tag} BinaryArray @ W"] = rotating_us(binary, W, spikes)
+        if hasattr(evjax, "CompactBinary"):
+            out[f"{tag} CompactBinary @ W"] = rotating_us(compact, W, [evjax.CompactBinary.from_array(s) for s in spikes])
+        if k == 10:
+            out[f"{tag} batch32"] = rotating_us(binary, W, [jnp.asarray(rng.random((32, n)) < rate) for _ in range(8)],
+                                                calls=80)
 """,
     "example": r"""
 import optax

@@ -308,6 +308,54 @@ def test_csr_scatter_tiers_keep_the_one_pass_where_its_estimate_does():
         assert np.array_equal(_bits(got), _bits(expected)), tier.__name__
 
 
+ACTIVITY_PATTERNS = {  # rows of a 64-row matrix that spike: the scatter's look-ahead ring empty, full, wrapping
+    "none": [],
+    "one": [37],
+    "first and last": [0, 63],
+    "every row": list(range(64)),
+    "runs of 3, 5 and 9": list(range(2, 5)) + list(range(11, 16)) + list(range(40, 49)),
+    "every third": list(range(1, 64, 3)),
+    "the last eight": list(range(56, 64)),
+}
+
+
+@pytest.mark.parametrize("pattern", sorted(ACTIVITY_PATTERNS))
+@pytest.mark.parametrize("homogeneous", [False, True])
+def test_the_event_scatter_visits_each_active_row_once_in_order(pattern, homogeneous):
+    """The vector scatter finds its rows ``numba_rows.SCATTER_LOOKAHEAD`` visits ahead (a ring while it
+    scans events, the list read ahead for ``CompactBinary``): whatever the runs of active rows, it adds
+    each active row's synapses once, rows in order, synapses in stored order: bit for bit the sum of a
+    NumPy loop in that order (``np.add.at`` adds in the order given), silent rows' NaN weights
+    excluded; a listed row outside the matrix (read ahead too) adds nothing."""
+    rng = np.random.default_rng(len(pattern))
+    n_rows, n_cols = 64, 50
+    counts = rng.integers(0, 30, n_rows)
+    indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    nnz = int(indptr[-1])
+    indices = rng.integers(0, n_cols, nnz).astype(np.int32)
+    data = (rng.standard_normal(1 if homogeneous else nnz) * 10.0 ** rng.integers(-3, 4)).astype(np.float32)
+    active = np.array(ACTIVITY_PATTERNS[pattern], np.int64)
+    x = np.zeros(n_rows, np.uint8)
+    x[active] = 1
+    if not homogeneous:
+        silent = np.flatnonzero(x == 0)
+        data[np.concatenate([np.arange(indptr[i], indptr[i + 1]) for i in silent] or [np.zeros(0, int)])] = np.nan
+    expected = np.zeros(n_cols, np.float32)
+    for i in active:  # rows in order, each row's synapses in stored order
+        span = np.arange(indptr[i], indptr[i + 1])
+        np.add.at(expected, indices[span], data[0] if homogeneous else data[span])
+    scanned = np.full(n_cols, 7, np.float32)
+    csr_numba.scatter_mv(np.int64(1), data, indices, indptr, x, scanned)
+    assert np.array_equal(_bits(scanned), _bits(expected)), "the scan"
+    listed_ids = np.empty(2 * active.size + 2, np.int32)  # rows outside the matrix between the listed ones
+    listed_ids[0::2] = np.concatenate([active, [n_rows + 4]])
+    listed_ids[1::2] = np.concatenate([np.full(active.size, -1), [n_rows]])
+    for ids in (active.astype(np.int32), listed_ids):
+        listed = np.full(n_cols, 7, np.float32)
+        csr_numba.scatter_active_mv(np.int64(1), data, indices, indptr, ids, np.array([ids.size], np.int32), listed)
+        assert np.array_equal(_bits(listed), _bits(expected)), f"the list {ids.tolist()}"
+
+
 def test_csr_tiers_decline_or_split_where_the_kernels_split():
     """The large cases above reach the other outcomes (so that test compares something there)."""
     if evjax_threads.pool_size() < 2:

@@ -17,7 +17,9 @@ Orientation of the stored matrix ``A`` (``n_rows x n_cols``):
 * gather (``transpose=False``, ``y = A @ x``): each output row reads its own
   synapses; parallel over rows, with row chunks balanced by synapse count.
 * scatter (``transpose=True``, ``y = A.T @ x``): for events, silent rows are
-  skipped, so the cost follows the synapses of active rows, not ``nnz``; for
+  skipped, so the cost follows the synapses of active rows, not ``nnz``, and
+  the rows to visit are found a few visits ahead and their first synapses
+  prefetched (``numba_rows.SCATTER_LOOKAHEAD``); for
   values every row is visited, ``x[i] == 0`` included (IEEE).  A
   vector is split into per-thread row ranges of equal active work, each thread
   accumulating into a private copy of ``y`` that is summed at the end; a batch

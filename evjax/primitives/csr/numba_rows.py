@@ -360,10 +360,12 @@ def _width_overload(x):
 # scan of a selecting operand into a ring of that many rows; a list is read ahead) and prefetches
 # the first PREFETCH_BYTES of their column indices and weights then, and the row pointers of the
 # listed rows twice as far ahead.  The same rows, in the same order, add the same terms: the same
-# bits.  Measured in benchmarks/results/scatter_prefetch.md.
+# bits.  Measured in benchmarks/results/ab_spikes.md (new spikes at each call) and ab_kernels.md
+# (the same spikes at every call, the rows cached: 256 bytes a row cost the short cached calls there
+# 10-30 %, 128 bytes nothing measurable; docs/performance.md).
 SCATTER_LOOKAHEAD = 4
 _RING = 8  # the ring's size: a power of two, at least SCATTER_LOOKAHEAD
-PREFETCH_BYTES = 256  # of each array, per row: four cache lines (the hardware prefetcher follows a longer row)
+PREFETCH_BYTES = 128  # of each array, per row: two cache lines (the hardware prefetcher follows a longer row)
 stack_array = stack_array_intrinsic()
 
 
