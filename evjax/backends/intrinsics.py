@@ -14,7 +14,6 @@ import sys
 from llvmlite import binding as llvm
 from llvmlite import ir
 from numba import types
-from numba.core import cgutils
 from numba.extending import intrinsic
 
 __all__ = [
@@ -139,8 +138,9 @@ def prefetch(typingctx, address):
     in every cache level, data): it changes no value, and no address faults."""
 
     def codegen(context, builder, signature, args):
-        declared = ir.FunctionType(ir.VoidType(), [PTR, I32, I32, I32])
-        function = cgutils.get_or_insert_function(builder.module, declared, _PREFETCH)
+        function = builder.module.globals.get(_PREFETCH)
+        if function is None:
+            function = ir.Function(builder.module, ir.FunctionType(ir.VoidType(), [PTR, I32, I32, I32]), _PREFETCH)
         builder.call(function, [builder.inttoptr(args[0], PTR), I32(0), I32(3), I32(1)])
         return context.get_dummy_value()
 
