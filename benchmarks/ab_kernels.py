@@ -61,35 +61,23 @@ def structure(n, p, homogeneous, seed=0):
     data = np.ones(1, np.float32) if homogeneous else rng.standard_normal(n * k).astype(np.float32)
     return evjax.CSR((jnp.asarray(data), jnp.asarray(indices), jnp.asarray(indptr)), shape=(n, n))
 
-def median_us(f, *args, calls=200):
-    jax.block_until_ready(f(*args))
+def median_over(f, arg_sets, calls=200):  # median us of f's calls, call c taking arg_sets[c % len(arg_sets)]
+    jax.block_until_ready(f(*arg_sets[0]))
     try:  # the full kernels, not the first calls' serial tiers (a tree that has none lacks this)
         from evjax.backends import numba_cpu
         numba_cpu.compile_full_kernels(hand_over=True)
     except (ImportError, AttributeError, TypeError):
         pass
-    for _ in range(2):
+    for args in (arg_sets * 2)[:max(2, len(arg_sets))]:
         jax.block_until_ready(f(*args))
     times = []
-    for _ in range(calls):
+    for c in range(calls):
+        args = arg_sets[c % len(arg_sets)]
         t = time.perf_counter(); jax.block_until_ready(f(*args)); times.append(time.perf_counter() - t)
     return 1e6 * float(np.median(times))
 
-def rotating_us(f, W, inputs, calls=640):  # median_us, each call taking the next of inputs (new spikes)
-    for x in inputs[:3]:
-        jax.block_until_ready(f(W, x))
-    try:
-        from evjax.backends import numba_cpu
-        numba_cpu.compile_full_kernels(hand_over=True)
-    except (ImportError, AttributeError, TypeError):
-        pass
-    for x in inputs:
-        jax.block_until_ready(f(W, x))
-    times = []
-    for c in range(calls):
-        x = inputs[c % len(inputs)]
-        t = time.perf_counter(); jax.block_until_ready(f(W, x)); times.append(time.perf_counter() - t)
-    return 1e6 * float(np.median(times))
+def median_us(f, *args, calls=200):  # the same arguments at every call
+    return median_over(f, [args], calls)
 
 out = {}
 """
@@ -152,12 +140,13 @@ for n, k in ((100_000, 10), (100_000, 100), (20_000, 200)):
     for rate in (0.01, 0.05):
         spikes = [jnp.asarray(rng.random(n) < rate) for _ in range(64)]
         tag = f"n={n} k={k} rate={rate}"
-        out[f"{tag} BinaryArray @ W"] = rotating_us(binary, W, spikes)
+        out[f"{tag} BinaryArray @ W"] = median_over(binary, [(W, s) for s in spikes], calls=640)
         if hasattr(evjax, "CompactBinary"):
-            out[f"{tag} CompactBinary @ W"] = rotating_us(compact, W, [evjax.CompactBinary.from_array(s) for s in spikes])
+            out[f"{tag} CompactBinary @ W"] = median_over(
+                compact, [(W, evjax.CompactBinary.from_array(s)) for s in spikes], calls=640)
         if k == 10:
-            out[f"{tag} batch32"] = rotating_us(binary, W, [jnp.asarray(rng.random((32, n)) < rate) for _ in range(8)],
-                                                calls=80)
+            out[f"{tag} batch32"] = median_over(
+                binary, [(W, jnp.asarray(rng.random((32, n)) < rate)) for _ in range(8)], calls=80)
 """,
     "example": r"""
 import optax

@@ -127,8 +127,8 @@ def emit_fetch_add_i64(builder, address, value):
     return builder.atomic_rmw("add", _pointer(builder, address, I64), value, "monotonic")
 
 
-# llvm.prefetch is overloaded on its pointer type: "p0" where llvmlite's pointers are opaque (LLVM 15 and
-# newer, as in numba 0.61+), "p0i8" where they are typed (LLVM 14: numba 0.60).
+# llvm.prefetch is overloaded on its pointer type: "p0" where llvmlite's pointers are opaque (llvmlite
+# 0.50, checked), "p0i8" where they are typed (llvmlite 0.43 with numba 0.60, checked).
 _PREFETCH = "llvm.prefetch.p0" if str(PTR) == "ptr" else "llvm.prefetch.p0i8"
 
 

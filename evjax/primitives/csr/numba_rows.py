@@ -360,9 +360,10 @@ def _width_overload(x):
 # scan of a selecting operand into a ring of that many rows; a list is read ahead) and prefetches
 # the first PREFETCH_BYTES of their column indices and weights then, and the row pointers of the
 # listed rows twice as far ahead.  The same rows, in the same order, add the same terms: the same
-# bits.  Measured in benchmarks/results/ab_spikes.md (new spikes at each call) and ab_kernels.md
-# (the same spikes at every call, the rows cached: 256 bytes a row cost the short cached calls there
-# 10-30 %, 128 bytes nothing measurable; docs/performance.md).
+# bits.  Measured in benchmarks/results/ab_spikes.md (new spikes at each call) and ab_kernels.md (the
+# same spikes at every call, the rows cached: 0.99x in the geometric mean with 128 bytes a row; 256
+# bytes cost cached single vectors at n = 4000 up to 1.82x, ab_kernels_earlier_runs.md; see
+# docs/performance.md, "Matrices larger than the caches").
 SCATTER_LOOKAHEAD = 4
 _RING = 8  # the ring's size: a power of two, at least SCATTER_LOOKAHEAD
 PREFETCH_BYTES = 128  # of each array, per row: two cache lines (the hardware prefetcher follows a longer row)
@@ -452,7 +453,7 @@ def _scatter_rows(data, indices, indptr, x, target, lo, hi, selects, ids=None):
             if p + 2 * SCATTER_LOOKAHEAD < hi:
                 r = np.int64(ids[p + 2 * SCATTER_LOOKAHEAD])
                 if 0 <= r < n_rows:
-                    prefetch(np.int64(indptr.ctypes.data) + r * np.int64(indptr.itemsize))
+                    _prefetch_span(indptr, r, r + 1)
             if p + SCATTER_LOOKAHEAD < hi:
                 r = np.int64(ids[p + SCATTER_LOOKAHEAD])
                 if 0 <= r < n_rows:
